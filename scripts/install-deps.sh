@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build, test and run
+# ecstore.  Idempotent: quiet when everything is already there; otherwise it
+# names what it installs.  Runs apt-get as root, or through sudo.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake pkg-config
+  libhiredis-dev libxxhash-dev libzstd-dev liblz4-dev libcmocka-dev
+  libibverbs-dev librdmacm-dev
+  redis-server redis-tools
+  python3
+)
+# Extra packages for the benchmarks' plots and peers (ECS_DEPS_BENCH=1).
+if [ "${ECS_DEPS_BENCH:-0}" = 1 ]; then
+  pkgs+=(gnuplot-nox memcached)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq >/dev/null
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The Debian package starts a system redis on port 6379; ecstore's tests and
+# examples start their own on free ports and never use it.
+echo "install-deps: done"
