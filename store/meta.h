@@ -1,0 +1,124 @@
+/*
+ * Redis metadata: object records and the node registry.
+ *
+ * Only servers write object records, after the bytes are in the pool and
+ * checksummed.  Clients read them: exists_batch() (the scheduler's call,
+ * which never touches a data server) and lookup_batch() (routing).  The
+ * schema is docs/redis-schema.md:
+ *
+ *   ecs:{ns}:obj:{key}   hash  node epoch off len raw_len dtype shape csum codec t
+ *   ecs:{ns}:node:{id}   hash  addr port pool epoch started   (TTL heartbeat)
+ *   ecs:{ns}:nodes       set   node ids
+ *
+ * A record is live when its node's registry hash exists and carries the
+ * same epoch; otherwise it is stale (the node restarted or died), reads
+ * treat it as a miss and delete it.  exists_batch does this in one round
+ * trip with a Lua script.
+ *
+ * Server side, the link may be down: queued writes are then dropped and
+ * the handle remembers that a full re-sync is owed; tick() reconnects (at
+ * most once per reconnect interval) and calls the resync callback, which
+ * re-publishes every object the server holds, after the records of this
+ * node that it no longer holds have been deleted.
+ *
+ * Every Redis call is bounded by opts.timeout_ms: a dead or stopped Redis
+ * becomes ECS_ETIMEDOUT / ECS_EREDIS, never a hang.
+ *
+ * Thread safety: a handle is used by one thread at a time.
+ */
+#ifndef ECS_META_H
+#define ECS_META_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ecstore/tensor.h"
+
+typedef struct ecs_meta ecs_meta_t;
+
+typedef struct ecs_meta_opts {
+  const char *redis_url;   /* "redis://HOST:PORT[/DB]" or "HOST:PORT"; required */
+  const char *ns;          /* namespace; required */
+  const char *node_id;     /* server side: this node's id (NULL for clients) */
+  const char *addr;        /* server side: advertised "HOST:PORT" */
+  uint64_t pool_size;      /* server side: pool bytes, for the registry */
+  uint64_t epoch;          /* server side: this process's epoch */
+  int timeout_ms;          /* per Redis call (default 500) */
+  int heartbeat_ttl_s;     /* registry TTL; heartbeat every ttl/3 (default 10) */
+  int reconnect_ms;        /* least time between reconnect attempts (default 1000) */
+} ecs_meta_opts_t;
+
+/* An object record as stored in Redis. */
+typedef struct ecs_meta_rec {
+  const uint8_t *key;      /* borrowed */
+  uint16_t key_len;
+  char node_id[64];        /* NUL-terminated */
+  uint64_t epoch;
+  uint64_t off, nbytes, raw_nbytes, checksum;
+  uint8_t codec;
+  ecs_tensor_desc_t desc;
+  uint64_t t_ms;           /* commit time, wall-clock ms */
+} ecs_meta_rec_t;
+
+typedef struct ecs_meta_node {
+  char node_id[64];
+  char addr[128];          /* "HOST:PORT" */
+  uint64_t epoch, pool_size;
+} ecs_meta_node_t;
+
+void ecs_meta_opts_init(ecs_meta_opts_t *o);
+
+/* Creates a handle and tries to connect once.  A failed connection is not
+ * an error for servers: the handle starts down and tick() retries.  Clients
+ * check ecs_meta_is_up().  Returns ECS_OK, ECS_EINVAL or ECS_ENOMEM. */
+int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out);
+void ecs_meta_close(ecs_meta_t *m); /* accepts NULL */
+int ecs_meta_is_up(const ecs_meta_t *m);
+/* Text of the last Redis error ("" if none). */
+const char *ecs_meta_errstr(const ecs_meta_t *m);
+
+/* --- server side ------------------------------------------------------ */
+
+/* Writes the registry entry (HSET + EXPIRE + SADD). */
+int ecs_meta_register(ecs_meta_t *m);
+/* Deletes this node's registry entry and every record this process wrote
+ * that is still live (on graceful shutdown). */
+int ecs_meta_unregister(ecs_meta_t *m);
+/* Queue a record write / delete; sent by the next flush(). */
+void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec);
+void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len);
+/* Sends every queued command in one pipeline and reads the replies.
+ * When the link is down, drops the queue and returns ECS_EREDIS (the
+ * re-sync will cover it). */
+int ecs_meta_flush(ecs_meta_t *m);
+
+/* Re-sync callback: must call ecs_meta_queue_put() for every object the
+ * server holds; has_key(key) answers whether the server holds a key. */
+typedef struct ecs_meta_resync {
+  void (*publish_all)(void *ctx, ecs_meta_t *m);
+  int (*has_key)(void *ctx, const void *key, uint16_t key_len);
+  void *ctx;
+} ecs_meta_resync_t;
+
+/* Periodic work, called by the server loop at least every second:
+ * heartbeat (EXPIRE + epoch check), reconnect when down, and the re-sync
+ * owed after an outage.  Returns ECS_OK when the link is up. */
+int ecs_meta_tick(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t *rs);
+
+/* --- client side ------------------------------------------------------ */
+
+/* exists[i] = 1 for live records, 0 for missing or stale ones (stale ones
+ * are deleted).  One round trip.  Returns ECS_OK, or ECS_ETIMEDOUT /
+ * ECS_EREDIS for the whole batch (exists[] is then all 0). */
+int ecs_meta_exists_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint16_t *lens, size_t n,
+                          int *exists);
+
+/* Fetches live records: status[i] = ECS_OK (recs[i] filled; recs[i].key
+ * is keys[i]), ECS_ENOTFOUND or ECS_ESTALE.  Returns as exists_batch. */
+int ecs_meta_lookup_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint16_t *lens, size_t n,
+                          ecs_meta_rec_t *recs, int *status);
+
+/* Lists registered nodes (those whose registry hash is live). */
+int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n);
+
+#endif /* ECS_META_H */
