@@ -1,0 +1,55 @@
+/*
+ * Socket helpers shared by the server and the client: address parsing,
+ * listening, connecting with a deadline, and whole-buffer I/O bounded by a
+ * deadline.  All sockets are non-blocking; waits use poll(2).
+ *
+ * Thread safety: every function is thread-safe (no shared state).
+ */
+#ifndef ECS_NET_H
+#define ECS_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* Monotonic milliseconds, and wall-clock milliseconds / microseconds. */
+uint64_t ecs_now_ms(void);
+uint64_t ecs_wall_ms(void);
+uint64_t ecs_wall_us(void);
+
+/* Splits "HOST:PORT" (or "[v6]:PORT") into host and port.  ECS_OK or
+ * ECS_EINVAL (missing/invalid port, host too long). */
+int ecs_net_parse_hostport(const char *s, char *host, size_t host_cap, int *port);
+
+/* A non-blocking listening TCP socket bound to host:port (SO_REUSEADDR). */
+int ecs_net_listen(const char *host, int port, int backlog, int *fd_out);
+
+/* The port a socket is bound to (for --listen HOST:0), or -1. */
+int ecs_net_local_port(int fd);
+
+/* Connects to host:port within timeout_ms; the socket is non-blocking with
+ * TCP_NODELAY.  ECS_OK, ECS_ECONN (refused, unreachable, bad host) or
+ * ECS_ETIMEDOUT. */
+int ecs_net_connect(const char *host, int port, int timeout_ms, int *fd_out);
+
+/* Sets O_NONBLOCK and FD_CLOEXEC. */
+int ecs_net_set_nonblock(int fd);
+
+/* Drops n bytes from the front of an iovec array, updating *iov / *cnt. */
+void ecs_iov_advance(struct iovec **iov, int *cnt, size_t n);
+
+/* Writes every byte of iov[0..cnt) (the array is modified) before the
+ * monotonic deadline_ms.  ECS_OK, ECS_ETIMEDOUT or ECS_ECONN. */
+int ecs_net_writev_all(int fd, struct iovec *iov, int cnt, uint64_t deadline_ms);
+
+/* Reads exactly the bytes of iov[0..cnt) (the array is modified) before
+ * the deadline.  ECS_OK, ECS_ETIMEDOUT or ECS_ECONN (EOF or error). */
+int ecs_net_readv_all(int fd, struct iovec *iov, int cnt, uint64_t deadline_ms);
+
+/* readv_all of one buffer. */
+int ecs_net_read_all(int fd, void *buf, size_t n, uint64_t deadline_ms);
+
+/* Constant-time comparison of two byte strings (lengths compared too). */
+int ecs_ct_equal(const void *a, size_t alen, const void *b, size_t blen);
+
+#endif
