@@ -249,6 +249,9 @@ void ecs_codec_unshuffle(void *dst, const void *src, size_t n, size_t elem) {
 
 /* ---- Block codecs ------------------------------------------------------- */
 
+/* zstd's largest block (ZSTD_BLOCKSIZE_MAX, behind ZSTD_STATIC_LINKING_ONLY). */
+#define ECS__ZSTD_BLOCK (128u * 1024)
+
 static int zstd_level(int level) {
   if (level == 0)
     return ECS_CODEC_ZSTD_DEFAULT_LEVEL;
@@ -353,29 +356,46 @@ int ecs_codec_choose(int codec, int dtype, const void *src, size_t n, int level)
     t->sample_out_cap = bound;
   }
 
-  /* The sample: all of a small input, else equal slices spread over it,
-   * each slice a whole number of elements and shuffled on its own. */
+  /* The sample: all of a small input, else equal runs of whole elements
+   * spread over it, gathered (into sample_out, free until the compress
+   * below) and shuffled together as compress would shuffle them. */
   const uint8_t *s = src;
   size_t elem = ecs_codec_shuffle_elem(dtype);
   size_t unit = elem ? elem : 1;
   size_t len = 0;
   if (n <= ECS_CODEC_SAMPLE_BYTES) {
-    ecs_codec_shuffle(t->sample, s, n, elem);
     len = n;
+    ecs_codec_shuffle(t->sample, s, n, elem);
   } else {
     size_t part = ECS_CODEC_SAMPLE_BYTES / ECS_CODEC_SAMPLE_PARTS / unit * unit;
     size_t stride = (n - part) / (ECS_CODEC_SAMPLE_PARTS - 1) / unit * unit;
     for (size_t i = 0; i < ECS_CODEC_SAMPLE_PARTS; i++, len += part)
-      ecs_codec_shuffle(t->sample + len, s + i * stride, part, elem);
+      memcpy(t->sample_out + len, s + i * stride, part);
+    ecs_codec_shuffle(t->sample, t->sample_out, len, elem);
   }
-  /* Asking for room of len / ratio makes the codec stop as soon as the
-   * sample cannot reach the ratio. */
-  size_t cap = (size_t)((double)len / ECS_CODEC_AUTO_MIN_RATIO);
-  size_t out = 0;
-  int rc = block_compress(t, id, t->sample, len, t->sample_out, cap, &out, level);
-  if (rc == ECS_EBUFSMALL)
-    return ECS_CODEC_NONE;
-  return rc < 0 ? rc : id;
+
+  /* zstd codes the literals of each 128 KiB block with one Huffman table.
+   * When the object's byte planes are a block or longer, each block holds
+   * mostly one plane (the exponent bytes, say, apart from the noisy low
+   * mantissa bytes), so the sample's planes are compressed apart too;
+   * compressed together they would share one table and predict far less
+   * than the object gets.  A shorter object mixes its planes in a block,
+   * and so does its sample. */
+  size_t planes = elem && n / elem >= ECS__ZSTD_BLOCK ? elem : 1;
+  size_t plane = len / planes;
+  /* Asking for no more room than len / ratio makes the codec stop as soon
+   * as the sample cannot reach the ratio. */
+  size_t budget = (size_t)((double)len / ECS_CODEC_AUTO_MIN_RATIO), used = 0;
+  for (size_t p = 0; p < planes; p++) {
+    size_t in = p + 1 < planes ? plane : len - p * plane, out = 0;
+    int rc = block_compress(t, id, t->sample + p * plane, in, t->sample_out, budget - used, &out, level);
+    if (rc == ECS_EBUFSMALL)
+      return ECS_CODEC_NONE;
+    if (rc < 0)
+      return rc;
+    used += out;
+  }
+  return id;
 }
 
 /* The stored form when compression is off or does not pay: a copy. */
