@@ -10,6 +10,7 @@ static const struct {
   const char *help;
 } cmds[] = {
     {"pool", ecs_bench_pool, "buddy pool alloc/free vs glibc malloc, and a FIFO eviction workload"},
+    {"codec", ecs_bench_codec, "lz4/zstd ratio and speed, with and without byte shuffle, vs memcpy"},
 };
 
 static void usage(FILE *f) {
