@@ -31,7 +31,7 @@
 struct ecs_objstore {
   ecs_pool_t *pool;         /* borrowed; outlives us */
   ecs_objstore_opts_t opts; /* watermarks and callback, as given */
-  uint64_t pool_size;       /* ecs_pool_size(), fixed for the pool's life */
+  uint64_t max_alloc;       /* the largest request the pool could ever serve */
   uint64_t min_block;       /* the pool's granule: what one block really costs */
   uint64_t high_bytes;      /* bytes_in_use above this starts background eviction */
   uint64_t low_bytes;       /* ...and at or below this stops it */
@@ -65,6 +65,17 @@ static uint64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The pool serves each request from one power-of-two block (pool.h), so
+ * in a region that is not a power of two the largest block, not the
+ * region, bounds a request.  Anything larger is ETOOBIG up front: evicting
+ * the whole FIFO for it would only end in ENOSPC. */
+static uint64_t largest_block(uint64_t size, uint64_t min_block) {
+  uint64_t b = min_block;
+  while (b <= size / 2)
+    b *= 2;
+  return b <= size ? b : 0;
 }
 
 /* Frees an object that is in no list, with its block.  Returns the bytes
@@ -264,11 +275,11 @@ int ecs_objstore_create(ecs_pool_t *pool, const ecs_objstore_opts_t *o, ecs_objs
   ecs_pool_stats(pool, &ps);
   os->pool = pool;
   os->opts = *o;
-  os->pool_size = ecs_pool_size(pool);
   os->min_block = ps.min_block ? ps.min_block : 1;
+  os->max_alloc = largest_block(ps.size, os->min_block);
   /* Integer thresholds: bytes_in_use > high * size <=> > floor(high * size). */
-  os->high_bytes = (uint64_t)(o->high_watermark * (double)os->pool_size);
-  os->low_bytes = (uint64_t)(o->low_watermark * (double)os->pool_size);
+  os->high_bytes = (uint64_t)(o->high_watermark * (double)ps.size);
+  os->low_bytes = (uint64_t)(o->low_watermark * (double)ps.size);
   os->nbuckets = OS_INITIAL_BUCKETS;
   os->next_seq = 1;
   *out = os;
@@ -311,7 +322,7 @@ int ecs_objstore_reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, 
   ecs_obj_t *old = table_find(os, key, key_len);
   if (old)
     return old->state == ECS_OBJ_PENDING ? ECS_EBUSY : ECS_ECONFLICT;
-  if (nbytes > os->pool_size)
+  if (nbytes > os->max_alloc)
     return ECS_ETOOBIG;
   ecs_obj_t *o = calloc(1, sizeof *o);
   if (!o)
