@@ -351,7 +351,8 @@ void ecs_objstore_commit(ecs_objstore_t *os, ecs_obj_t *obj) {
   assert(obj->state == ECS_OBJ_PENDING && obj->refs >= 1);
   obj->state = ECS_OBJ_COMMITTED;
   obj->seq = os->next_seq++;
-  obj->commit_ms = now_ms();
+  if (!obj->commit_ms) /* a caller may stamp a whole batch with one time */
+    obj->commit_ms = now_ms();
   obj->refs--;
   fifo_append(os, obj);
   os->st.pending--;
