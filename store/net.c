@@ -98,7 +98,7 @@ int ecs_net_listen(const char *host, int port, int backlog, int *fd_out) {
       continue;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0 &&
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && (backlog < 0 || listen(fd, backlog) == 0) &&
         ecs_net_set_nonblock(fd) == ECS_OK) {
       *fd_out = fd;
       rc = ECS_OK;

@@ -21,7 +21,8 @@ uint64_t ecs_wall_us(void);
  * ECS_EINVAL (missing/invalid port, host too long). */
 int ecs_net_parse_hostport(const char *s, char *host, size_t host_cap, int *port);
 
-/* A non-blocking listening TCP socket bound to host:port (SO_REUSEADDR). */
+/* A non-blocking listening TCP socket bound to host:port (SO_REUSEADDR).
+ * backlog < 0: bound only; the caller calls listen(2) later. */
 int ecs_net_listen(const char *host, int port, int backlog, int *fd_out);
 
 /* The port a socket is bound to (for --listen HOST:0), or -1. */

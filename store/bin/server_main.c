@@ -1,0 +1,340 @@
+/* ecstore-server: command line, config file and signals around store/server.c. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ecstore/error.h"
+#include "store/log.h"
+#include "store/net.h"
+#include "store/parse.h"
+#include "store/server.h"
+
+static ecs_server_t *g_server;
+
+static void on_signal(int sig) {
+  (void)sig;
+  if (g_server)
+    ecs_server_stop(g_server);
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ecstore-server [options]\n"
+          "\n"
+          "Serves tensors by key from one pinned memory pool; publishes object\n"
+          "records and its own registration to Redis.\n"
+          "\n"
+          "  --listen HOST:PORT        address to serve on (default 127.0.0.1:7700; port 0 picks one)\n"
+          "  --advertise HOST:PORT     address clients should use, put in the registry (default: listen)\n"
+          "  --pool-size SIZE          pool bytes, e.g. 512M, 4G (default 1G)\n"
+          "  --min-block SIZE          smallest pool block, a power of two >= 4K (default 4K)\n"
+          "  --hugepages off|try|require  back the pool with huge pages (default off)\n"
+          "  --no-mlock                do not pin the pool\n"
+          "  --cuda-register           cudaHostRegister the pool when libcudart is present\n"
+          "  --redis URL               redis://HOST:PORT[/DB] or HOST:PORT; 'none' to run without\n"
+          "                            (default 127.0.0.1:6379)\n"
+          "  --ns NAME                 namespace served, e.g. the model name (default 'default')\n"
+          "  --node-id ID              node id in Redis (default HOST:PORT)\n"
+          "  --auth-token-file FILE    clients must present this token (first line of FILE)\n"
+          "  --io-timeout-ms MS        drop a request stalled this long (default 30000)\n"
+          "  --redis-timeout-ms MS     bound on each Redis call (default 500)\n"
+          "  --heartbeat-ttl S         registry TTL in seconds (default 10)\n"
+          "  --high-watermark F        background eviction starts above this fill (default 0.95)\n"
+          "  --low-watermark F         ...and stops at this fill (default 0.85)\n"
+          "  --max-request SIZE        largest payload of one request (default 4G)\n"
+          "  --max-conns N             connection limit (default 1024)\n"
+          "  --port-file FILE          write the bound port to FILE once listening\n"
+          "  --log-level LEVEL         error, warn, info or debug (default info)\n"
+          "  --config FILE             read options from FILE ('name = value' lines);\n"
+          "                            command-line options override it\n"
+          "  --enable-debug-ops        allow test-only requests (corrupting objects); never in production\n"
+          "  --help                    this text\n"
+          "\n"
+          "SIGTERM or SIGINT stops the server gracefully and removes its records from Redis.\n");
+}
+
+enum {
+  O_LISTEN = 256,
+  O_ADVERTISE,
+  O_POOL,
+  O_MINBLOCK,
+  O_HUGE,
+  O_NOMLOCK,
+  O_CUDA,
+  O_REDIS,
+  O_NS,
+  O_NODE,
+  O_AUTH,
+  O_IOTO,
+  O_RTO,
+  O_TTL,
+  O_HIGH,
+  O_LOW,
+  O_MAXREQ,
+  O_MAXCONN,
+  O_PORTFILE,
+  O_LOG,
+  O_CONFIG,
+  O_DEBUGOPS,
+  O_HELP
+};
+
+static const struct option long_opts[] = {
+    {"listen", required_argument, 0, O_LISTEN},
+    {"advertise", required_argument, 0, O_ADVERTISE},
+    {"pool-size", required_argument, 0, O_POOL},
+    {"min-block", required_argument, 0, O_MINBLOCK},
+    {"hugepages", required_argument, 0, O_HUGE},
+    {"no-mlock", no_argument, 0, O_NOMLOCK},
+    {"cuda-register", no_argument, 0, O_CUDA},
+    {"redis", required_argument, 0, O_REDIS},
+    {"ns", required_argument, 0, O_NS},
+    {"node-id", required_argument, 0, O_NODE},
+    {"auth-token-file", required_argument, 0, O_AUTH},
+    {"io-timeout-ms", required_argument, 0, O_IOTO},
+    {"redis-timeout-ms", required_argument, 0, O_RTO},
+    {"heartbeat-ttl", required_argument, 0, O_TTL},
+    {"high-watermark", required_argument, 0, O_HIGH},
+    {"low-watermark", required_argument, 0, O_LOW},
+    {"max-request", required_argument, 0, O_MAXREQ},
+    {"max-conns", required_argument, 0, O_MAXCONN},
+    {"port-file", required_argument, 0, O_PORTFILE},
+    {"log-level", required_argument, 0, O_LOG},
+    {"config", required_argument, 0, O_CONFIG},
+    {"enable-debug-ops", no_argument, 0, O_DEBUGOPS},
+    {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0},
+};
+
+static int bad(const char *opt, const char *val, const char *why) {
+  fprintf(stderr, "ecstore-server: --%s '%s': %s\n", opt, val, why);
+  return 2;
+}
+
+static int read_token(const char *path, char *out, size_t cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "ecstore-server: --auth-token-file '%s': %s\n", path, strerror(errno));
+    return 2;
+  }
+  char line[512];
+  if (!fgets(line, sizeof line, f)) {
+    fclose(f);
+    fprintf(stderr, "ecstore-server: --auth-token-file '%s': empty file\n", path);
+    return 2;
+  }
+  fclose(f);
+  line[strcspn(line, "\r\n")] = '\0';
+  if (!line[0] || strlen(line) >= cap)
+    return bad("auth-token-file", path, "token must be 1..256 bytes on the first line");
+  snprintf(out, cap, "%s", line);
+  return 0;
+}
+
+/* Applies one option.  Returns 0, or an exit status. */
+static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, size_t pf_cap) {
+  long long v;
+  uint64_t sz;
+  double d;
+  switch (c) {
+  case O_LISTEN:
+    if (ecs_net_parse_hostport(arg, o->listen_host, sizeof o->listen_host, &o->listen_port))
+      return bad("listen", arg, "expected HOST:PORT");
+    return 0;
+  case O_ADVERTISE: {
+    char h[128];
+    int p;
+    if (ecs_net_parse_hostport(arg, h, sizeof h, &p) || p == 0)
+      return bad("advertise", arg, "expected HOST:PORT");
+    snprintf(o->advertise, sizeof o->advertise, "%s", arg);
+    return 0;
+  }
+  case O_POOL:
+    if (ecs_parse_size(arg, &sz) || sz < (1u << 20))
+      return bad("pool-size", arg, "expected a size of at least 1M, e.g. 512M or 4G");
+    o->pool_size = sz;
+    return 0;
+  case O_MINBLOCK:
+    if (ecs_parse_size(arg, &sz) || sz < 4096 || (sz & (sz - 1)))
+      return bad("min-block", arg, "expected a power of two >= 4K");
+    o->min_block = sz;
+    return 0;
+  case O_HUGE:
+    if (!strcmp(arg, "off"))
+      o->hugepages = 0;
+    else if (!strcmp(arg, "try"))
+      o->hugepages = 1;
+    else if (!strcmp(arg, "require"))
+      o->hugepages = 2;
+    else
+      return bad("hugepages", arg, "expected off, try or require");
+    return 0;
+  case O_NOMLOCK: o->lock_pool = 0; return 0;
+  case O_CUDA: o->cuda_register = 1; return 0;
+  case O_REDIS:
+    if (strlen(arg) >= sizeof o->redis_url)
+      return bad("redis", arg, "too long");
+    snprintf(o->redis_url, sizeof o->redis_url, "%s", arg);
+    return 0;
+  case O_NS:
+    if (!*arg || strlen(arg) >= sizeof o->ns)
+      return bad("ns", arg, "expected 1..128 bytes");
+    snprintf(o->ns, sizeof o->ns, "%s", arg);
+    return 0;
+  case O_NODE:
+    if (!*arg || strlen(arg) >= sizeof o->node_id)
+      return bad("node-id", arg, "expected 1..63 bytes");
+    snprintf(o->node_id, sizeof o->node_id, "%s", arg);
+    return 0;
+  case O_AUTH: return read_token(arg, o->auth_token, sizeof o->auth_token);
+  case O_IOTO:
+    if (ecs_parse_int(arg, 100, 3600000, &v))
+      return bad("io-timeout-ms", arg, "expected 100..3600000");
+    o->io_timeout_ms = (int)v;
+    return 0;
+  case O_RTO:
+    if (ecs_parse_int(arg, 10, 60000, &v))
+      return bad("redis-timeout-ms", arg, "expected 10..60000");
+    o->redis_timeout_ms = (int)v;
+    return 0;
+  case O_TTL:
+    if (ecs_parse_int(arg, 2, 3600, &v))
+      return bad("heartbeat-ttl", arg, "expected 2..3600 seconds");
+    o->heartbeat_ttl_s = (int)v;
+    return 0;
+  case O_HIGH:
+    if (ecs_parse_double(arg, 0.05, 1.0, &d))
+      return bad("high-watermark", arg, "expected 0.05..1.0");
+    o->high_watermark = d;
+    return 0;
+  case O_LOW:
+    if (ecs_parse_double(arg, 0.0, 1.0, &d))
+      return bad("low-watermark", arg, "expected 0..1.0");
+    o->low_watermark = d;
+    return 0;
+  case O_MAXREQ:
+    if (ecs_parse_size(arg, &sz) || sz < (1u << 20))
+      return bad("max-request", arg, "expected a size of at least 1M");
+    o->max_request = sz;
+    return 0;
+  case O_MAXCONN:
+    if (ecs_parse_int(arg, 1, 65536, &v))
+      return bad("max-conns", arg, "expected 1..65536");
+    o->max_conns = (int)v;
+    return 0;
+  case O_PORTFILE: snprintf(port_file, pf_cap, "%s", arg); return 0;
+  case O_LOG: {
+    ecs_log_level_t l;
+    if (ecs_log_parse_level(arg, &l))
+      return bad("log-level", arg, "expected error, warn, info or debug");
+    ecs_log_set_level(l);
+    return 0;
+  }
+  case O_DEBUGOPS: o->enable_debug_ops = 1; return 0;
+  default: return 2;
+  }
+}
+
+static int parse(ecs_server_opts_t *o, int argc, char **argv, char *port_file, size_t pf_cap,
+                 int from_config) {
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+    if (c == 'h' || c == O_HELP) {
+      usage(stdout);
+      exit(0);
+    }
+    if (c == '?' || c == ':') {
+      fprintf(stderr, "ecstore-server: %s option '%s' (see --help)\n",
+              c == ':' ? "missing value for" : "unknown or incomplete", argv[optind - 1]);
+      return 2;
+    }
+    if (c == O_CONFIG) {
+      if (from_config) {
+        fprintf(stderr, "ecstore-server: --config inside a config file is not allowed\n");
+        return 2;
+      }
+      continue; /* read before the command line */
+    }
+    int rc = apply(o, c, optarg, port_file, pf_cap);
+    if (rc)
+      return rc;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "ecstore-server: unexpected argument '%s' (see --help)\n", argv[optind]);
+    return 2;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  ecs_server_opts_t o;
+  ecs_server_opts_init(&o);
+  ecs_log_set_tag("server");
+  char port_file[512] = "";
+
+  /* The config file first, so that the command line overrides it. */
+  for (int i = 1; i < argc; i++) {
+    const char *path = NULL;
+    if (!strcmp(argv[i], "--config") && i + 1 < argc)
+      path = argv[i + 1];
+    else if (!strncmp(argv[i], "--config=", 9))
+      path = argv[i] + 9;
+    if (!path)
+      continue;
+    int cargc;
+    char **cargv;
+    char err[600];
+    if (ecs_conf_to_argv(path, &cargc, &cargv, err, sizeof err) != ECS_OK) {
+      fprintf(stderr, "ecstore-server: config: %s\n", err);
+      return 2;
+    }
+    char **full = calloc((size_t)cargc + 2, sizeof *full);
+    if (!full)
+      return 1;
+    full[0] = argv[0];
+    memcpy(full + 1, cargv, (size_t)cargc * sizeof *full);
+    int rc = parse(&o, cargc + 1, full, port_file, sizeof port_file, 1);
+    free(full);
+    ecs_conf_free_argv(cargc, cargv);
+    if (rc) {
+      fprintf(stderr, "ecstore-server: (in config file %s)\n", path);
+      return rc;
+    }
+  }
+  int rc = parse(&o, argc, argv, port_file, sizeof port_file, 0);
+  if (rc)
+    return rc;
+  if (o.low_watermark > o.high_watermark) {
+    fprintf(stderr, "ecstore-server: --low-watermark must not exceed --high-watermark\n");
+    return 2;
+  }
+
+  rc = ecs_server_create(&o, &g_server);
+  if (rc) {
+    fprintf(stderr, "ecstore-server: cannot start: %s\n", ecs_strerror(rc));
+    return 1;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  if (port_file[0]) {
+    FILE *f = fopen(port_file, "w");
+    if (!f || fprintf(f, "%d\n", ecs_server_port(g_server)) < 0 || fclose(f) != 0) {
+      fprintf(stderr, "ecstore-server: cannot write --port-file '%s'\n", port_file);
+      ecs_server_destroy(g_server);
+      return 1;
+    }
+  }
+  rc = ecs_server_run(g_server);
+  ecs_server_destroy(g_server);
+  g_server = NULL;
+  return rc ? 1 : 0;
+}
