@@ -1,0 +1,140 @@
+/*
+ * libecstore: the client library of the ecstore tensor store.
+ *
+ * A client holds one connection per configured server (TCP) and optionally
+ * one to Redis.  Every data call takes a batch of N items and fills N
+ * per-item statuses, so one bad item never fails its neighbours; the return
+ * value is ECS_OK when every server answered, or the first whole-batch
+ * error (ECS_ETIMEDOUT, ECS_ECONN, ...) -- the items that error touched
+ * carry it as their status too.
+ *
+ * Placement: an object lives on the server chosen by hashing its key over
+ * the configured server list, so every client of one store must list the
+ * same servers in the same order.
+ *
+ * Deadlines: every call finishes within config.timeout_ms (connects within
+ * connect_timeout_ms): a dead or stopped server or Redis becomes
+ * ECS_ETIMEDOUT or ECS_ECONN, never a hang.  A connection that failed is
+ * dropped and re-opened by the next call.
+ *
+ * Ownership: the library never keeps pointers to keys, tensors or buffers
+ * after a call returns.  Buffers filled by ecs_get_batch_alloc() belong to
+ * the caller, who frees them with ecs_free().
+ *
+ * Thread safety: a client handle must not be used by two threads at once;
+ * use one handle per thread (they are cheap) or a lock of your own.
+ * Different handles are independent.
+ */
+#ifndef ECSTORE_ECSTORE_H
+#define ECSTORE_ECSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ecstore/error.h"
+#include "ecstore/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ECS_VERSION_STRING "0.1.0"
+
+typedef struct ecs_client ecs_client_t;
+
+typedef struct ecs_client_config {
+  const char *servers;    /* "HOST:PORT[,HOST:PORT...]" (default "127.0.0.1:7700") */
+  const char *redis_url;  /* "redis://HOST:PORT[/DB]" or NULL: exists_batch then asks the servers */
+  const char *ns;         /* namespace, e.g. the model name (default "default") */
+  const char *auth_token; /* token the servers require, or NULL */
+  int connect_timeout_ms; /* per connection attempt (default 2000) */
+  int timeout_ms;         /* deadline of one call (default 10000) */
+  int verify_checksum;    /* 1: check xxh3 of every object received (default 1) */
+} ecs_client_config_t;
+
+/* A key: 1..ECS_MAX_KEY opaque bytes (borrowed for the call). */
+typedef struct ecs_key {
+  const void *data;
+  size_t len;
+} ecs_key_t;
+
+/* A tensor to put: nbytes must equal the byte size of desc. */
+typedef struct ecs_tensor {
+  const void *data;       /* the bytes (borrowed for the call) */
+  uint64_t nbytes;        /* byte count */
+  ecs_tensor_desc_t desc; /* dtype and shape */
+} ecs_tensor_t;
+
+/* One item of a get: in, where to put the bytes; out, what came back. */
+typedef struct ecs_get_buf {
+  void *data;             /* in: destination (get_batch); out: malloc'd (get_batch_alloc) */
+  uint64_t capacity;      /* in: bytes available at data (ignored by get_batch_alloc) */
+  int status;             /* out: ECS_OK, ECS_ENOTFOUND, ECS_EBUFSMALL, ECS_ECHECKSUM, ... */
+  uint64_t nbytes;        /* out: bytes written (OK) or needed (EBUFSMALL) */
+  ecs_tensor_desc_t desc; /* out: dtype and shape (OK and EBUFSMALL) */
+} ecs_get_buf_t;
+
+/* A server's counters (see docs/protocol.md, STAT). */
+typedef struct ecs_server_stat {
+  uint64_t pool_size, bytes_in_use, bytes_free, largest_free, bytes_requested;
+  uint64_t objects, puts, gets, hits, misses, evictions, removes;
+  uint64_t connections, epoch, redis_ok, pool_locked;
+  char node_id[64];
+  char address[160];
+} ecs_server_stat_t;
+
+/* Fills cfg with the defaults above. */
+void ecs_client_config_init(ecs_client_config_t *cfg);
+
+/* Connects to every server (HELLO: namespace and token) and to Redis when
+ * configured.  On failure *out is NULL and, when errbuf is given, it says
+ * which server failed and why. */
+int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char *errbuf, size_t errlen);
+
+/* Closes every connection and frees the handle; accepts NULL. */
+void ecs_client_close(ecs_client_t *c);
+
+/* Detail of the last whole-batch error of this handle ("" if none). */
+const char *ecs_client_errmsg(const ecs_client_t *c);
+
+/* Stores n tensors.  status[i]: ECS_OK (stored, or already stored with the
+ * same content), ECS_ECONFLICT (the key holds different content),
+ * ECS_ENOSPC / ECS_ETOOBIG, ECS_EKEY / ECS_EDTYPE / ECS_EINVAL (bad item,
+ * never sent), or the whole-batch error. */
+int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n, int *status);
+
+/* Fetches n objects into caller buffers: the bytes go from the socket
+ * straight into bufs[i].data.  A buffer smaller than the object gives
+ * ECS_EBUFSMALL with bufs[i].nbytes = the size needed (no bytes sent).  A
+ * checksum mismatch gives ECS_ECHECKSUM (the buffer's contents are then
+ * undefined and nbytes is 0). */
+int ecs_get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n);
+
+/* As ecs_get_batch, but allocates each found object's buffer (one round
+ * trip: the sizes arrive before the bytes).  bufs[i].data is NULL unless
+ * status is ECS_OK; free it with ecs_free(). */
+int ecs_get_batch_alloc(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n);
+
+/* Frees a buffer from ecs_get_batch_alloc(); accepts NULL. */
+void ecs_free(void *p);
+
+/* exists[i] = 1 when the object is stored.  Answered from Redis alone when
+ * a Redis URL is configured (the scheduler's call: it never touches the
+ * data servers), else by the servers.  On a whole-batch error every
+ * exists[i] is 0 and the error is returned: an error is never "exists". */
+int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists);
+
+/* Removes n objects.  status[i]: ECS_OK or ECS_ENOTFOUND. */
+int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status);
+
+/* Number of configured servers, and the counters of server i. */
+size_t ecs_client_server_count(const ecs_client_t *c);
+int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st);
+
+/* Round trip to every server. */
+int ecs_ping(ecs_client_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ECSTORE_ECSTORE_H */

@@ -1,0 +1,873 @@
+/*
+ * libecstore client over TCP; see include/ecstore/ecstore.h.
+ *
+ * A call splits its batch by server (key hash), and for each server sends
+ * one request and reads one reply.  GET replies are read in two steps: the
+ * header and the item records first, then the payload with one readv whose
+ * iovecs point straight into the caller's buffers, so no payload byte is
+ * copied in user space.  Every socket wait is bounded by the call's
+ * deadline; a connection that timed out or broke mid-reply is closed (its
+ * stream position is unknown) and re-opened by the next call.
+ */
+#include "ecstore/ecstore.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "store/client_internal.h"
+#include "store/meta.h"
+#include "store/net.h"
+#include "store/proto.h"
+
+#define MAX_SERVERS 64
+#define IOV_CHUNK 256
+
+typedef struct srv {
+  char host[128]; /* from the config */
+  int port;
+  char addr[160];    /* "HOST:PORT" as configured */
+  int fd;            /* -1 when not connected */
+  char node_id[64];  /* from HELLO */
+  uint64_t epoch;    /* from HELLO */
+  uint64_t max_data; /* from HELLO */
+} srv_t;
+
+struct ecs_client {
+  ecs_client_config_t cfg; /* strings below are owned copies */
+  char *servers_s, *redis_s, *ns_s, *token_s;
+  srv_t srv[MAX_SERVERS];
+  size_t nsrv;
+  ecs_meta_t *meta;  /* Redis link for exists_batch, or NULL */
+  uint32_t next_req; /* request ids */
+  uint8_t *rmeta;    /* reply records buffer */
+  size_t rmeta_cap;
+  ecs_wbuf_t w;     /* request records */
+  char errmsg[256]; /* last whole-batch error detail */
+};
+
+static void set_err(ecs_client_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(ecs_client_t *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+  va_end(ap);
+}
+
+const char *ecs_client_errmsg(const ecs_client_t *c) {
+  return c ? c->errmsg : "";
+}
+
+void ecs_client_config_init(ecs_client_config_t *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->servers = "127.0.0.1:7700";
+  cfg->ns = "default";
+  cfg->connect_timeout_ms = 2000;
+  cfg->timeout_ms = 10000;
+  cfg->verify_checksum = 1;
+}
+
+void ecs_free(void *p) {
+  free(p);
+}
+
+static void srv_drop(srv_t *s) {
+  if (s->fd >= 0)
+    close(s->fd);
+  s->fd = -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* one request / reply                                                  */
+
+static uint64_t deadline_of(const ecs_client_t *c) {
+  return ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+}
+
+/* Sends header + c->w records + data iovecs. */
+static int send_req(ecs_client_t *c, srv_t *s, uint8_t op, uint32_t count, const struct iovec *data,
+                    int ndata, uint64_t data_len, uint32_t *req_id, uint64_t deadline) {
+  if (c->w.err)
+    return c->w.err;
+  ecs_hdr_t h = {.magic = ECS_PROTO_MAGIC,
+                 .version = ECS_PROTO_VERSION,
+                 .opcode = op,
+                 .req_id = ++c->next_req,
+                 .count = count,
+                 .meta_len = (uint32_t)c->w.len,
+                 .data_len = data_len};
+  *req_id = h.req_id;
+  uint8_t hb[ECS_PROTO_HDR_SIZE];
+  ecs_proto_hdr_encode(&h, hb);
+  struct iovec iov[2 + IOV_CHUNK];
+  iov[0].iov_base = hb;
+  iov[0].iov_len = sizeof hb;
+  iov[1].iov_base = c->w.p;
+  iov[1].iov_len = c->w.len;
+  int cnt = 2;
+  int i = 0;
+  /* header, records and the first data chunk in one sendmsg; then the rest */
+  for (; i < ndata && cnt < 2 + IOV_CHUNK; i++)
+    iov[cnt++] = data[i];
+  int rc = ecs_net_writev_all(s->fd, iov, cnt, deadline);
+  while (rc == ECS_OK && i < ndata) {
+    cnt = 0;
+    for (; i < ndata && cnt < IOV_CHUNK; i++)
+      iov[cnt++] = data[i];
+    rc = ecs_net_writev_all(s->fd, iov, cnt, deadline);
+  }
+  return rc;
+}
+
+/* Reads a reply header and its records into c->rmeta. */
+static int recv_reply(ecs_client_t *c, srv_t *s, uint8_t op, uint32_t req_id, ecs_hdr_t *h,
+                      uint64_t deadline) {
+  uint8_t hb[ECS_PROTO_HDR_SIZE];
+  int rc = ecs_net_read_all(s->fd, hb, sizeof hb, deadline);
+  if (rc)
+    return rc;
+  rc = ecs_proto_hdr_decode(hb, UINT64_MAX, h);
+  if (rc || !(h->flags & ECS_FLAG_REPLY) || h->opcode != op || h->req_id != req_id) {
+    set_err(c, "%s: malformed reply", s->addr);
+    return ECS_EPROTO;
+  }
+  if (h->meta_len > c->rmeta_cap) {
+    uint8_t *m = realloc(c->rmeta, h->meta_len);
+    if (!m)
+      return ECS_ENOMEM;
+    c->rmeta = m;
+    c->rmeta_cap = h->meta_len;
+  }
+  return ecs_net_read_all(s->fd, c->rmeta, h->meta_len, deadline);
+}
+
+static int hello(ecs_client_t *c, srv_t *s, uint64_t deadline) {
+  ecs_hello_t hl = {.token = (const uint8_t *)c->token_s,
+                    .token_len = (uint16_t)(c->token_s ? strlen(c->token_s) : 0),
+                    .ns = (const uint8_t *)c->ns_s,
+                    .ns_len = (uint16_t)strlen(c->ns_s)};
+  ecs_wbuf_reset(&c->w);
+  ecs_proto_hello_write(&c->w, &hl);
+  uint32_t id;
+  int rc = send_req(c, s, ECS_OP_HELLO, 0, NULL, 0, 0, &id, deadline);
+  ecs_hdr_t h;
+  if (rc == ECS_OK)
+    rc = recv_reply(c, s, ECS_OP_HELLO, id, &h, deadline);
+  if (rc == ECS_OK && h.status != ECS_OK) {
+    rc = h.status;
+    if (rc == ECS_EINVAL)
+      set_err(c, "%s refused the namespace '%s' (it serves another one)", s->addr, c->ns_s);
+    else if (rc == ECS_EAUTH)
+      set_err(c, "%s refused the auth token", s->addr);
+    else
+      set_err(c, "%s refused HELLO: %s", s->addr, ecs_strerror(rc));
+    return rc;
+  }
+  if (rc == ECS_OK) {
+    ecs_rbuf_t r;
+    ecs_hello_reply_t hr;
+    ecs_rbuf_init(&r, c->rmeta, h.meta_len);
+    rc = ecs_proto_hello_reply_read(&r, &hr);
+    if (rc == ECS_OK) {
+      snprintf(s->node_id, sizeof s->node_id, "%s", hr.node_id);
+      s->epoch = hr.epoch;
+      s->max_data = hr.max_data;
+    }
+  }
+  return rc;
+}
+
+/* Makes sure server s is connected and greeted. */
+static int srv_ensure(ecs_client_t *c, srv_t *s, uint64_t deadline) {
+  if (s->fd >= 0)
+    return ECS_OK;
+  uint64_t now = ecs_now_ms();
+  int left = now >= deadline ? 0 : (int)((deadline - now) > INT_MAX ? INT_MAX : deadline - now);
+  if (left == 0)
+    return ECS_ETIMEDOUT;
+  int to = c->cfg.connect_timeout_ms < left ? c->cfg.connect_timeout_ms : left;
+  int rc = ecs_net_connect(s->host, s->port, to, &s->fd);
+  if (rc) {
+    s->fd = -1;
+    set_err(c, "cannot connect to %s: %s", s->addr, ecs_strerror(rc));
+    return rc;
+  }
+  rc = hello(c, s, deadline);
+  if (rc) {
+    if (!c->errmsg[0])
+      set_err(c, "%s: HELLO failed: %s", s->addr, ecs_strerror(rc));
+    srv_drop(s);
+  }
+  return rc;
+}
+
+/* After a whole-request failure the stream position is unknown: drop. */
+static int fail_srv(ecs_client_t *c, srv_t *s, int rc) {
+  if (!c->errmsg[0] || rc == ECS_ETIMEDOUT)
+    set_err(c, "%s: %s", s->addr, ecs_strerror(rc));
+  srv_drop(s);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* connect / close                                                      */
+
+static int parse_servers(ecs_client_t *c, char *errbuf, size_t errlen) {
+  char *save = NULL;
+  for (char *tok = strtok_r(c->servers_s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    while (*tok == ' ')
+      tok++;
+    if (!*tok)
+      continue;
+    if (c->nsrv == MAX_SERVERS) {
+      snprintf(errbuf, errlen, "too many servers (at most %d)", MAX_SERVERS);
+      return ECS_EINVAL;
+    }
+    srv_t *s = &c->srv[c->nsrv];
+    if (ecs_net_parse_hostport(tok, s->host, sizeof s->host, &s->port) || s->port == 0) {
+      snprintf(errbuf, errlen, "bad server address '%s' (expected HOST:PORT)", tok);
+      return ECS_EINVAL;
+    }
+    snprintf(s->addr, sizeof s->addr, "%s", tok);
+    s->fd = -1;
+    c->nsrv++;
+  }
+  if (c->nsrv == 0) {
+    snprintf(errbuf, errlen, "no server address given");
+    return ECS_EINVAL;
+  }
+  return ECS_OK;
+}
+
+int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char *errbuf, size_t errlen) {
+  char dummy[8];
+  if (!errbuf) {
+    errbuf = dummy;
+    errlen = sizeof dummy;
+  }
+  errbuf[0] = '\0';
+  *out = NULL;
+  ecs_client_config_t def;
+  ecs_client_config_init(&def);
+  if (!cfg)
+    cfg = &def;
+  ecs_client_t *c = calloc(1, sizeof *c);
+  if (!c)
+    return ECS_ENOMEM;
+  c->cfg = *cfg;
+  if (c->cfg.connect_timeout_ms <= 0)
+    c->cfg.connect_timeout_ms = def.connect_timeout_ms;
+  if (c->cfg.timeout_ms <= 0)
+    c->cfg.timeout_ms = def.timeout_ms;
+  c->servers_s = strdup(cfg->servers ? cfg->servers : def.servers);
+  c->ns_s = strdup(cfg->ns && *cfg->ns ? cfg->ns : def.ns);
+  c->redis_s = cfg->redis_url && *cfg->redis_url ? strdup(cfg->redis_url) : NULL;
+  c->token_s = cfg->auth_token && *cfg->auth_token ? strdup(cfg->auth_token) : NULL;
+  ecs_wbuf_init(&c->w);
+  int rc = ECS_ENOMEM;
+  if (!c->servers_s || !c->ns_s || (cfg->redis_url && *cfg->redis_url && !c->redis_s) ||
+      (cfg->auth_token && *cfg->auth_token && !c->token_s))
+    goto fail;
+  rc = ECS_EINVAL;
+  if (strlen(c->ns_s) > ECS_PROTO_MAX_NS) {
+    snprintf(errbuf, errlen, "namespace longer than %d bytes", ECS_PROTO_MAX_NS);
+    goto fail;
+  }
+  if (c->token_s && strlen(c->token_s) > ECS_PROTO_MAX_TOKEN) {
+    snprintf(errbuf, errlen, "auth token longer than %d bytes", ECS_PROTO_MAX_TOKEN);
+    goto fail;
+  }
+  rc = parse_servers(c, errbuf, errlen);
+  if (rc)
+    goto fail;
+  uint64_t deadline = ecs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms + (uint64_t)c->cfg.timeout_ms;
+  for (size_t i = 0; i < c->nsrv; i++) {
+    rc = srv_ensure(c, &c->srv[i], deadline);
+    if (rc) {
+      snprintf(errbuf, errlen, "%s", c->errmsg);
+      goto fail;
+    }
+  }
+  if (c->redis_s) {
+    ecs_meta_opts_t mo;
+    ecs_meta_opts_init(&mo);
+    mo.redis_url = c->redis_s;
+    mo.ns = c->ns_s;
+    mo.timeout_ms = c->cfg.timeout_ms < 2000 ? c->cfg.timeout_ms : 2000;
+    rc = ecs_meta_open(&mo, &c->meta);
+    if (rc) {
+      snprintf(errbuf, errlen, "bad Redis URL '%s'", c->redis_s);
+      goto fail;
+    }
+    if (!ecs_meta_is_up(c->meta)) {
+      snprintf(errbuf, errlen, "cannot reach Redis at %s: %s", c->redis_s, ecs_meta_errstr(c->meta));
+      rc = ECS_EREDIS;
+      goto fail;
+    }
+  }
+  c->errmsg[0] = '\0';
+  *out = c;
+  return ECS_OK;
+fail:
+  ecs_client_close(c);
+  return rc;
+}
+
+void ecs_client_close(ecs_client_t *c) {
+  if (!c)
+    return;
+  for (size_t i = 0; i < c->nsrv; i++)
+    srv_drop(&c->srv[i]);
+  ecs_meta_close(c->meta);
+  ecs_wbuf_free(&c->w);
+  free(c->rmeta);
+  free(c->servers_s);
+  free(c->redis_s);
+  free(c->ns_s);
+  free(c->token_s);
+  free(c);
+}
+
+size_t ecs_client_server_count(const ecs_client_t *c) {
+  return c->nsrv;
+}
+
+/* The server an object lives on. */
+static size_t route(const ecs_client_t *c, const ecs_key_t *k) {
+  if (c->nsrv == 1)
+    return 0;
+  return (size_t)(XXH3_64bits(k->data, k->len) % c->nsrv);
+}
+
+/* Items of a batch that go to server si, as indices into the caller's
+ * arrays.  idx must hold n entries. */
+static size_t pick(const ecs_client_t *c, const ecs_key_t *keys, const int *skip, size_t n, size_t si,
+                   size_t *idx) {
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if ((!skip || !skip[i]) && route(c, &keys[i]) == si)
+      idx[m++] = i;
+  return m;
+}
+
+static int key_ok(const ecs_key_t *k) {
+  return k->data && ecs_key_check(k->data, k->len) == ECS_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* put                                                                  */
+
+static int put_validate(const ecs_key_t *k, const ecs_tensor_t *t) {
+  if (!key_ok(k))
+    return ECS_EKEY;
+  uint64_t want;
+  int rc = ecs_tensor_nbytes(&t->desc, &want);
+  if (rc)
+    return ECS_EDTYPE;
+  if (want != t->nbytes)
+    return ECS_EDTYPE;
+  if (t->nbytes && !t->data)
+    return ECS_EINVAL;
+  return ECS_OK;
+}
+
+static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                          const size_t *idx, size_t m, int *status, uint64_t deadline) {
+  int rc = srv_ensure(c, s, deadline);
+  if (rc)
+    return rc;
+  struct iovec *data = malloc(m * sizeof *data);
+  if (!data)
+    return ECS_ENOMEM;
+  ecs_wbuf_reset(&c->w);
+  uint64_t total = 0;
+  int nd = 0;
+  for (size_t j = 0; j < m; j++) {
+    const ecs_tensor_t *t = &ts[idx[j]];
+    ecs_put_item_t it = {.key = keys[idx[j]].data,
+                         .key_len = (uint16_t)keys[idx[j]].len,
+                         .codec = ECS_CODEC_NONE,
+                         .desc = t->desc,
+                         .nbytes = t->nbytes,
+                         .raw_nbytes = t->nbytes,
+                         .checksum = ecs_checksum(t->data, (size_t)t->nbytes)};
+    ecs_proto_put_item_write(&c->w, &it);
+    if (t->nbytes) {
+      data[nd].iov_base = (void *)t->data;
+      data[nd].iov_len = (size_t)t->nbytes;
+      nd++;
+    }
+    total += t->nbytes;
+  }
+  if (total > s->max_data) {
+    free(data);
+    for (size_t j = 0; j < m; j++)
+      status[idx[j]] = ECS_ETOOBIG;
+    return ECS_OK;
+  }
+  uint32_t id;
+  rc = send_req(c, s, ECS_OP_PUT, (uint32_t)m, data, nd, total, &id, deadline);
+  free(data);
+  ecs_hdr_t h;
+  if (rc == ECS_OK)
+    rc = recv_reply(c, s, ECS_OP_PUT, id, &h, deadline);
+  if (rc)
+    return fail_srv(c, s, rc);
+  if (h.status != ECS_OK || h.count != m || h.data_len != 0) {
+    rc = h.status != ECS_OK ? h.status : ECS_EPROTO;
+    set_err(c, "%s: put refused: %s", s->addr, ecs_strerror(rc));
+    return fail_srv(c, s, rc);
+  }
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
+  for (size_t j = 0; j < m; j++) {
+    int32_t st;
+    if (ecs_proto_status_read(&r, &st) != ECS_OK)
+      return fail_srv(c, s, ECS_EPROTO);
+    status[idx[j]] = st;
+  }
+  return ECS_OK;
+}
+
+int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
+                  int *status) {
+  if (!c || (n && (!keys || !tensors || !status)))
+    return ECS_EINVAL;
+  c->errmsg[0] = '\0';
+  uint64_t deadline = deadline_of(c);
+  int *skip = calloc(n ? n : 1, sizeof *skip);
+  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+  if (!skip || !idx) {
+    free(skip);
+    free(idx);
+    return ECS_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++) {
+    status[i] = put_validate(&keys[i], &tensors[i]);
+    skip[i] = status[i] != ECS_OK;
+  }
+  int ret = ECS_OK;
+  for (size_t si = 0; si < c->nsrv; si++) {
+    size_t m = pick(c, keys, skip, n, si, idx);
+    for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
+      size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
+      srv_t *sv = &c->srv[si];
+      int reused = sv->fd >= 0;
+      int rc = put_one_server(c, sv, keys, tensors, idx + off, k, status, deadline);
+      if (rc == ECS_ECONN && reused) /* a stale connection (server restarted): puts are idempotent */
+        rc = put_one_server(c, sv, keys, tensors, idx + off, k, status, deadline);
+      if (rc) {
+        for (size_t j = off; j < m; j++)
+          status[idx[j]] = rc;
+        if (ret == ECS_OK)
+          ret = rc;
+        break;
+      }
+    }
+  }
+  free(skip);
+  free(idx);
+  return ret;
+}
+
+/* ------------------------------------------------------------------ */
+/* get                                                                  */
+
+static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
+                          const size_t *idx, size_t m, int alloc, uint64_t deadline) {
+  int rc = srv_ensure(c, s, deadline);
+  if (rc)
+    return rc;
+  ecs_wbuf_reset(&c->w);
+  for (size_t j = 0; j < m; j++) {
+    ecs_get_item_t it = {.key = keys[idx[j]].data,
+                         .key_len = (uint16_t)keys[idx[j]].len,
+                         .capacity = alloc ? UINT64_MAX : (bufs[idx[j]].data ? bufs[idx[j]].capacity : 0)};
+    ecs_proto_get_item_write(&c->w, &it);
+  }
+  uint32_t id;
+  rc = send_req(c, s, ECS_OP_GET, (uint32_t)m, NULL, 0, 0, &id, deadline);
+  ecs_hdr_t h;
+  if (rc == ECS_OK)
+    rc = recv_reply(c, s, ECS_OP_GET, id, &h, deadline);
+  if (rc)
+    return fail_srv(c, s, rc);
+  if (h.status != ECS_OK || h.count != m) {
+    rc = h.status != ECS_OK ? h.status : ECS_EPROTO;
+    set_err(c, "%s: get refused: %s", s->addr, ecs_strerror(rc));
+    return fail_srv(c, s, rc);
+  }
+  /* Records first: they say where each payload goes. */
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
+  struct iovec *iov = malloc((m ? m : 1) * sizeof *iov);
+  uint64_t *sums = malloc((m ? m : 1) * sizeof *sums);
+  if (!iov || !sums) {
+    free(iov);
+    free(sums);
+    return fail_srv(c, s, ECS_ENOMEM);
+  }
+  int niov = 0;
+  uint64_t total = 0;
+  rc = ECS_OK;
+  for (size_t j = 0; j < m; j++) {
+    ecs_get_buf_t *b = &bufs[idx[j]];
+    ecs_get_reply_t rep;
+    if (ecs_proto_get_reply_read(&r, &rep) != ECS_OK) {
+      rc = ECS_EPROTO;
+      break;
+    }
+    b->status = rep.status;
+    b->nbytes = rep.nbytes;
+    b->desc = rep.desc;
+    sums[j] = rep.checksum;
+    if (rep.status != ECS_OK)
+      continue;
+    if (rep.codec != ECS_CODEC_NONE) {
+      /* Compressed objects need the codec layer (not wired into this path yet). */
+      rc = ECS_EPROTO;
+      break;
+    }
+    if (alloc) {
+      b->data = malloc(rep.nbytes ? (size_t)rep.nbytes : 1);
+      if (!b->data) {
+        rc = ECS_ENOMEM;
+        break;
+      }
+      b->capacity = rep.nbytes;
+    } else if (rep.nbytes > b->capacity) {
+      rc = ECS_EPROTO; /* the server sent more than we asked for */
+      break;
+    }
+    if (rep.nbytes) {
+      iov[niov].iov_base = b->data;
+      iov[niov].iov_len = (size_t)rep.nbytes;
+      niov++;
+    }
+    total += rep.nbytes;
+  }
+  if (rc == ECS_OK && total != h.data_len)
+    rc = ECS_EPROTO;
+  for (int done = 0; rc == ECS_OK && done < niov;) {
+    int k = niov - done > IOV_CHUNK ? IOV_CHUNK : niov - done;
+    rc = ecs_net_readv_all(s->fd, iov + done, k, deadline);
+    done += k;
+  }
+  free(iov);
+  if (rc) {
+    free(sums);
+    return fail_srv(c, s, rc);
+  }
+  if (c->cfg.verify_checksum) {
+    for (size_t j = 0; j < m; j++) {
+      ecs_get_buf_t *b = &bufs[idx[j]];
+      if (b->status == ECS_OK && ecs_checksum(b->data, (size_t)b->nbytes) != sums[j]) {
+        b->status = ECS_ECHECKSUM;
+        b->nbytes = 0;
+      }
+    }
+  }
+  free(sums);
+  return ECS_OK;
+}
+
+static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n, int alloc) {
+  if (!c || (n && (!keys || !bufs)))
+    return ECS_EINVAL;
+  c->errmsg[0] = '\0';
+  uint64_t deadline = deadline_of(c);
+  int *skip = calloc(n ? n : 1, sizeof *skip);
+  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+  if (!skip || !idx) {
+    free(skip);
+    free(idx);
+    return ECS_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (alloc)
+      bufs[i].data = NULL;
+    bufs[i].nbytes = 0;
+    memset(&bufs[i].desc, 0, sizeof bufs[i].desc);
+    bufs[i].status = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
+    skip[i] = bufs[i].status != ECS_OK;
+  }
+  int ret = ECS_OK;
+  for (size_t si = 0; si < c->nsrv; si++) {
+    size_t m = pick(c, keys, skip, n, si, idx);
+    for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
+      size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
+      srv_t *sv = &c->srv[si];
+      int reused = sv->fd >= 0;
+      int rc = get_one_server(c, sv, keys, bufs, idx + off, k, alloc, deadline);
+      if (rc == ECS_ECONN && reused) /* a stale connection (server restarted): retry once */
+        rc = get_one_server(c, sv, keys, bufs, idx + off, k, alloc, deadline);
+      if (rc) {
+        for (size_t j = off; j < m; j++) {
+          ecs_get_buf_t *b = &bufs[idx[j]];
+          if (alloc) {
+            free(b->data);
+            b->data = NULL;
+          }
+          b->status = rc;
+          b->nbytes = 0;
+        }
+        if (ret == ECS_OK)
+          ret = rc;
+        break;
+      }
+    }
+  }
+  if (alloc) { /* only OK items keep a buffer */
+    for (size_t i = 0; i < n; i++) {
+      if (bufs[i].status != ECS_OK && bufs[i].data) {
+        free(bufs[i].data);
+        bufs[i].data = NULL;
+      }
+    }
+  }
+  free(skip);
+  free(idx);
+  return ret;
+}
+
+int ecs_get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n) {
+  return get_batch(c, keys, bufs, n, 0);
+}
+
+int ecs_get_batch_alloc(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n) {
+  return get_batch(c, keys, bufs, n, 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* exists / remove: key items in, statuses out                          */
+
+static int keys_one_server(ecs_client_t *c, srv_t *s, uint8_t op, const ecs_key_t *keys, const size_t *idx,
+                           size_t m, int *out, uint64_t deadline) {
+  int rc = srv_ensure(c, s, deadline);
+  if (rc)
+    return rc;
+  ecs_wbuf_reset(&c->w);
+  for (size_t j = 0; j < m; j++)
+    ecs_proto_key_write(&c->w, keys[idx[j]].data, (uint16_t)keys[idx[j]].len);
+  uint32_t id;
+  rc = send_req(c, s, op, (uint32_t)m, NULL, 0, 0, &id, deadline);
+  ecs_hdr_t h;
+  if (rc == ECS_OK)
+    rc = recv_reply(c, s, op, id, &h, deadline);
+  if (rc)
+    return fail_srv(c, s, rc);
+  if (h.status != ECS_OK || h.count != m || h.data_len != 0)
+    return fail_srv(c, s, h.status != ECS_OK ? h.status : ECS_EPROTO);
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
+  for (size_t j = 0; j < m; j++) {
+    int32_t st;
+    if (ecs_proto_status_read(&r, &st) != ECS_OK)
+      return fail_srv(c, s, ECS_EPROTO);
+    out[idx[j]] = st;
+  }
+  return ECS_OK;
+}
+
+static int keys_batch(ecs_client_t *c, uint8_t op, const ecs_key_t *keys, size_t n, int *out) {
+  c->errmsg[0] = '\0';
+  uint64_t deadline = deadline_of(c);
+  int *skip = calloc(n ? n : 1, sizeof *skip);
+  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+  if (!skip || !idx) {
+    free(skip);
+    free(idx);
+    return ECS_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++) {
+    out[i] = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
+    skip[i] = out[i] != ECS_OK;
+  }
+  int ret = ECS_OK;
+  for (size_t si = 0; si < c->nsrv; si++) {
+    size_t m = pick(c, keys, skip, n, si, idx);
+    for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
+      size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
+      srv_t *sv = &c->srv[si];
+      int reused = sv->fd >= 0;
+      int rc = keys_one_server(c, sv, op, keys, idx + off, k, out, deadline);
+      if (rc == ECS_ECONN && reused) /* a stale connection (server restarted): retry once */
+        rc = keys_one_server(c, sv, op, keys, idx + off, k, out, deadline);
+      if (rc) {
+        for (size_t j = off; j < m; j++)
+          out[idx[j]] = rc;
+        if (ret == ECS_OK)
+          ret = rc;
+        break;
+      }
+    }
+  }
+  free(skip);
+  free(idx);
+  return ret;
+}
+
+int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status) {
+  if (!c || (n && (!keys || !status)))
+    return ECS_EINVAL;
+  return keys_batch(c, ECS_OP_REMOVE, keys, n, status);
+}
+
+int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists) {
+  if (!c || (n && (!keys || !exists)))
+    return ECS_EINVAL;
+  c->errmsg[0] = '\0';
+  for (size_t i = 0; i < n; i++)
+    exists[i] = 0;
+  if (n == 0)
+    return ECS_OK;
+  if (c->meta) {
+    const uint8_t **kp = malloc(n * sizeof *kp);
+    uint16_t *kl = malloc(n * sizeof *kl);
+    int *ex = malloc(n * sizeof *ex);
+    int rc = ECS_ENOMEM;
+    if (kp && kl && ex) {
+      size_t m = 0;
+      size_t *map = (size_t *)malloc(n * sizeof *map);
+      if (map) {
+        for (size_t i = 0; i < n; i++) {
+          if (!key_ok(&keys[i]))
+            continue; /* a bad key exists nowhere */
+          kp[m] = keys[i].data;
+          kl[m] = (uint16_t)keys[i].len;
+          map[m++] = i;
+        }
+        rc = m ? ecs_meta_exists_batch(c->meta, kp, kl, m, ex) : ECS_OK;
+        if (rc == ECS_OK)
+          for (size_t j = 0; j < m; j++)
+            exists[map[j]] = ex[j] == 1;
+        else
+          set_err(c, "redis: %s", ecs_meta_errstr(c->meta));
+        free(map);
+      }
+    }
+    free(kp);
+    free(kl);
+    free(ex);
+    return rc;
+  }
+  int *st = malloc(n * sizeof *st);
+  if (!st)
+    return ECS_ENOMEM;
+  int rc = keys_batch(c, ECS_OP_EXISTS, keys, n, st);
+  if (rc == ECS_OK)
+    for (size_t i = 0; i < n; i++)
+      exists[i] = st[i] == ECS_OK;
+  free(st);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* stat / ping / debug                                                  */
+
+/* A request whose records the caller builds in c->w *after* this connects
+ * (a reconnect's HELLO reuses c->w); the reply's records stay in c->rmeta. */
+typedef void (*build_fn)(ecs_client_t *c, const void *arg, size_t len);
+
+static int simple_rpc_once(ecs_client_t *c, srv_t *s, uint8_t op, build_fn build, const void *arg, size_t len,
+                           ecs_hdr_t *h, uint64_t deadline) {
+  int rc = srv_ensure(c, s, deadline);
+  if (rc)
+    return rc;
+  ecs_wbuf_reset(&c->w);
+  if (build)
+    build(c, arg, len);
+  uint32_t id;
+  rc = send_req(c, s, op, 0, NULL, 0, 0, &id, deadline);
+  if (rc == ECS_OK)
+    rc = recv_reply(c, s, op, id, h, deadline);
+  if (rc == ECS_OK && h->data_len != 0)
+    rc = ECS_EPROTO;
+  if (rc)
+    return fail_srv(c, s, rc);
+  return h->status;
+}
+
+static int simple_rpc(ecs_client_t *c, srv_t *s, uint8_t op, build_fn build, const void *arg, size_t len,
+                      ecs_hdr_t *h) {
+  uint64_t deadline = deadline_of(c);
+  int reused = s->fd >= 0;
+  int rc = simple_rpc_once(c, s, op, build, arg, len, h, deadline);
+  if (rc == ECS_ECONN && reused) /* a stale connection: retry once on a fresh one */
+    rc = simple_rpc_once(c, s, op, build, arg, len, h, deadline);
+  return rc;
+}
+
+int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st) {
+  if (!c || !st || server >= c->nsrv)
+    return ECS_EINVAL;
+  c->errmsg[0] = '\0';
+  srv_t *s = &c->srv[server];
+  ecs_hdr_t h;
+  int rc = simple_rpc(c, s, ECS_OP_STAT, NULL, NULL, 0, &h);
+  if (rc)
+    return rc;
+  ecs_stat_reply_t sr;
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
+  rc = ecs_proto_stat_read(&r, &sr);
+  if (rc)
+    return fail_srv(c, s, rc);
+  memset(st, 0, sizeof *st);
+  st->pool_size = sr.pool_size;
+  st->bytes_in_use = sr.bytes_in_use;
+  st->bytes_free = sr.bytes_free;
+  st->largest_free = sr.largest_free;
+  st->bytes_requested = sr.bytes_requested;
+  st->objects = sr.objects;
+  st->puts = sr.puts;
+  st->gets = sr.gets;
+  st->hits = sr.hits;
+  st->misses = sr.misses;
+  st->evictions = sr.evictions;
+  st->removes = sr.removes;
+  st->connections = sr.connections;
+  st->epoch = sr.epoch;
+  st->redis_ok = sr.redis_ok;
+  st->pool_locked = sr.pool_locked;
+  snprintf(st->node_id, sizeof st->node_id, "%s", s->node_id);
+  snprintf(st->address, sizeof st->address, "%s", s->addr);
+  return ECS_OK;
+}
+
+int ecs_ping(ecs_client_t *c) {
+  if (!c)
+    return ECS_EINVAL;
+  c->errmsg[0] = '\0';
+  for (size_t i = 0; i < c->nsrv; i++) {
+    ecs_hdr_t h;
+    int rc = simple_rpc(c, &c->srv[i], ECS_OP_PING, NULL, NULL, 0, &h);
+    if (rc)
+      return rc;
+  }
+  return ECS_OK;
+}
+
+static void build_corrupt(ecs_client_t *c, const void *key, size_t key_len) {
+  ecs_wbuf_u32(&c->w, 1); /* DEBUG subcode 1: corrupt one byte */
+  ecs_proto_key_write(&c->w, key, (uint16_t)key_len);
+}
+
+int ecs__client_debug_corrupt(ecs_client_t *c, const void *key, size_t key_len) {
+  ecs_key_t k = {key, key_len};
+  if (!c || !key_ok(&k))
+    return ECS_EINVAL;
+  ecs_hdr_t h;
+  return simple_rpc(c, &c->srv[route(c, &k)], ECS_OP_DEBUG, build_corrupt, key, key_len, &h);
+}
+
+int ecs__client_server_fd(ecs_client_t *c, size_t server) {
+  return server < c->nsrv ? c->srv[server].fd : -1;
+}

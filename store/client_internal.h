@@ -1,0 +1,17 @@
+/* Internal client entry points for tests (not installed). */
+#ifndef ECS_CLIENT_INTERNAL_H
+#define ECS_CLIENT_INTERNAL_H
+
+#include <stddef.h>
+
+#include "ecstore/ecstore.h"
+
+/* Asks the server owning key to flip one byte of the stored object (the
+ * server must run with --enable-debug-ops).  ECS_OK, ECS_ENOTFOUND or
+ * ECS_ENOTSUP. */
+int ecs__client_debug_corrupt(ecs_client_t *c, const void *key, size_t key_len);
+
+/* The socket of server i (-1 when not connected), for fault tests. */
+int ecs__client_server_fd(ecs_client_t *c, size_t server);
+
+#endif
