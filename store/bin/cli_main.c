@@ -1,0 +1,332 @@
+/* ecstore-cli: put, get, exists, rm, stat and ping from the shell. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ecstore/ecstore.h"
+#include "store/parse.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ecstore-cli [options] COMMAND [args]\n"
+          "\n"
+          "commands:\n"
+          "  put KEY FILE [--dtype D --shape A,B,...]  store FILE's bytes under KEY\n"
+          "                                           (default dtype u8, shape = file size)\n"
+          "  get KEY FILE                             write KEY's bytes to FILE ('-': stdout)\n"
+          "  exists KEY...                            one line per key: 'KEY yes' or 'KEY no'\n"
+          "  rm KEY...                                remove keys; one line per key\n"
+          "  stat                                     counters of every server\n"
+          "  ping                                     round trip to every server\n"
+          "\n"
+          "options:\n"
+          "  --server HOST:PORT[,...]  servers (default 127.0.0.1:7700, or $ECSTORE_SERVERS)\n"
+          "  --redis URL               Redis for 'exists' (default $ECSTORE_REDIS; none: ask the servers)\n"
+          "  --ns NAME                 namespace (default 'default', or $ECSTORE_NS)\n"
+          "  --auth-token-file FILE    token the servers require\n"
+          "  --timeout-ms MS           deadline of each call (default 10000)\n"
+          "  --dtype D                 f32 f16 bf16 f8e4m3 f8e5m2 i8 u8 i32 i64 (put)\n"
+          "  --shape A,B,...           tensor shape (put)\n"
+          "  --help                    this text\n"
+          "\n"
+          "Exit status: 0 on success, 1 when an operation failed (a missing key for\n"
+          "get, a failed put), 2 on bad usage.\n");
+}
+
+static int die_usage(const char *msg, const char *arg) {
+  fprintf(stderr, "ecstore-cli: %s%s%s (see --help)\n", msg, arg ? ": " : "", arg ? arg : "");
+  return 2;
+}
+
+static int read_file(const char *path, void **data, size_t *len) {
+  FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+  if (!f) {
+    fprintf(stderr, "ecstore-cli: %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  size_t cap = 1 << 20, n = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (r == 0)
+      break;
+    if (n == cap) {
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+  }
+  int err = ferror(f);
+  if (f != stdin)
+    fclose(f);
+  if (!buf || err) {
+    free(buf);
+    fprintf(stderr, "ecstore-cli: %s: read failed\n", path);
+    return 1;
+  }
+  *data = buf;
+  *len = n;
+  return 0;
+}
+
+static int read_token(const char *path, char *out, size_t cap) {
+  FILE *f = fopen(path, "r");
+  if (!f || !fgets(out, (int)cap, f)) {
+    fprintf(stderr, "ecstore-cli: --auth-token-file %s: %s\n", path, f ? "empty" : strerror(errno));
+    if (f)
+      fclose(f);
+    return 2;
+  }
+  fclose(f);
+  out[strcspn(out, "\r\n")] = '\0';
+  return 0;
+}
+
+static void print_shape(FILE *f, const ecs_tensor_desc_t *d) {
+  for (unsigned i = 0; i < d->ndim; i++)
+    fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)d->shape[i]);
+}
+
+static int cmd_put(ecs_client_t *c, int argc, char **argv, const char *dtype, const char *shape) {
+  if (argc != 2)
+    return die_usage("put takes KEY FILE", NULL);
+  void *data;
+  size_t len;
+  if (read_file(argv[1], &data, &len))
+    return 1;
+  ecs_tensor_t t = {.data = data, .nbytes = len};
+  ecs_dtype_t dt = ECS_DTYPE_U8;
+  if (dtype && ecs_dtype_parse(dtype, &dt) != ECS_OK) {
+    free(data);
+    return die_usage("unknown dtype", dtype);
+  }
+  t.desc.dtype = (uint8_t)dt;
+  if (shape) {
+    if (ecs_shape_parse(shape, &t.desc) != ECS_OK) {
+      free(data);
+      return die_usage("bad shape", shape);
+    }
+  } else {
+    size_t es = ecs_dtype_size(dt);
+    if (len % es) {
+      free(data);
+      fprintf(stderr, "ecstore-cli: %s: %zu bytes is not a whole number of %s elements\n", argv[1], len,
+              ecs_dtype_name(dt));
+      return 1;
+    }
+    t.desc.ndim = 1;
+    t.desc.shape[0] = len / es;
+  }
+  uint64_t want;
+  if (ecs_tensor_nbytes(&t.desc, &want) != ECS_OK || want != len) {
+    free(data);
+    fprintf(stderr, "ecstore-cli: %s holds %zu bytes but dtype %s and shape %s make %llu\n", argv[1], len,
+            ecs_dtype_name(dt), shape ? shape : "?", (unsigned long long)want);
+    return 1;
+  }
+  ecs_key_t k = {argv[0], strlen(argv[0])};
+  int st;
+  int rc = ecs_put_batch(c, &k, &t, 1, &st);
+  free(data);
+  if (rc || st) {
+    fprintf(stderr, "ecstore-cli: put %s: %s%s%s\n", argv[0], ecs_strerror(rc ? rc : st),
+            rc && *ecs_client_errmsg(c) ? " -- " : "", rc ? ecs_client_errmsg(c) : "");
+    return 1;
+  }
+  return 0;
+}
+
+static int cmd_get(ecs_client_t *c, int argc, char **argv) {
+  if (argc != 2)
+    return die_usage("get takes KEY FILE", NULL);
+  ecs_key_t k = {argv[0], strlen(argv[0])};
+  ecs_get_buf_t b;
+  memset(&b, 0, sizeof b);
+  int rc = ecs_get_batch_alloc(c, &k, &b, 1);
+  if (rc || b.status) {
+    fprintf(stderr, "ecstore-cli: get %s: %s%s%s\n", argv[0], ecs_strerror(rc ? rc : b.status),
+            rc && *ecs_client_errmsg(c) ? " -- " : "", rc ? ecs_client_errmsg(c) : "");
+    ecs_free(b.data);
+    return 1;
+  }
+  int to_stdout = !strcmp(argv[1], "-");
+  FILE *f = to_stdout ? stdout : fopen(argv[1], "wb");
+  if (!f || (b.nbytes && fwrite(b.data, 1, (size_t)b.nbytes, f) != b.nbytes) ||
+      (!to_stdout && fclose(f) != 0)) {
+    fprintf(stderr, "ecstore-cli: %s: %s\n", argv[1], strerror(errno));
+    ecs_free(b.data);
+    return 1;
+  }
+  ecs_free(b.data);
+  FILE *info = to_stdout ? stderr : stdout;
+  fprintf(info, "%s: %llu bytes, dtype %s, shape ", argv[0], (unsigned long long)b.nbytes,
+          ecs_dtype_name(b.desc.dtype));
+  print_shape(info, &b.desc);
+  fprintf(info, "\n");
+  return 0;
+}
+
+static int cmd_keys(ecs_client_t *c, int argc, char **argv, int remove) {
+  if (argc < 1)
+    return die_usage(remove ? "rm takes KEY..." : "exists takes KEY...", NULL);
+  ecs_key_t *keys = calloc((size_t)argc, sizeof *keys);
+  int *out = calloc((size_t)argc, sizeof *out);
+  if (!keys || !out) {
+    free(keys);
+    free(out);
+    return 1;
+  }
+  for (int i = 0; i < argc; i++) {
+    keys[i].data = argv[i];
+    keys[i].len = strlen(argv[i]);
+  }
+  int rc =
+      remove ? ecs_remove_batch(c, keys, (size_t)argc, out) : ecs_exists_batch(c, keys, (size_t)argc, out);
+  int ret = 0;
+  if (rc) {
+    fprintf(stderr, "ecstore-cli: %s: %s%s%s\n", remove ? "rm" : "exists", ecs_strerror(rc),
+            *ecs_client_errmsg(c) ? " -- " : "", ecs_client_errmsg(c));
+    ret = 1;
+  } else {
+    for (int i = 0; i < argc; i++) {
+      if (remove) {
+        printf("%s %s\n", argv[i], out[i] == ECS_OK ? "removed" : ecs_strerror(out[i]));
+        ret |= out[i] != ECS_OK;
+      } else {
+        printf("%s %s\n", argv[i], out[i] ? "yes" : "no");
+      }
+    }
+  }
+  free(keys);
+  free(out);
+  return ret;
+}
+
+static int cmd_stat(ecs_client_t *c) {
+  int ret = 0;
+  for (size_t i = 0; i < ecs_client_server_count(c); i++) {
+    ecs_server_stat_t st;
+    int rc = ecs_stat(c, i, &st);
+    if (rc) {
+      fprintf(stderr, "ecstore-cli: stat server %zu: %s -- %s\n", i, ecs_strerror(rc), ecs_client_errmsg(c));
+      ret = 1;
+      continue;
+    }
+    double mib = 1024.0 * 1024.0;
+    printf("server %s (node %s, epoch %llu)\n", st.address, st.node_id, (unsigned long long)st.epoch);
+    printf("  pool        %.1f MiB, %s\n", (double)st.pool_size / mib,
+           st.pool_locked ? "pinned" : "not pinned");
+    printf("  in use      %.1f MiB (requested %.1f MiB), free %.1f MiB, largest free %.1f MiB\n",
+           (double)st.bytes_in_use / mib, (double)st.bytes_requested / mib, (double)st.bytes_free / mib,
+           (double)st.largest_free / mib);
+    printf("  objects     %llu\n", (unsigned long long)st.objects);
+    printf("  puts %llu, gets %llu (hits %llu, misses %llu), evictions %llu, removes %llu\n",
+           (unsigned long long)st.puts, (unsigned long long)st.gets, (unsigned long long)st.hits,
+           (unsigned long long)st.misses, (unsigned long long)st.evictions, (unsigned long long)st.removes);
+    printf("  connections %llu, redis %s, path tcp\n", (unsigned long long)st.connections,
+           st.redis_ok ? "up" : "DOWN");
+  }
+  return ret;
+}
+
+int main(int argc, char **argv) {
+  ecs_client_config_t cfg;
+  ecs_client_config_init(&cfg);
+  if (getenv("ECSTORE_SERVERS"))
+    cfg.servers = getenv("ECSTORE_SERVERS");
+  if (getenv("ECSTORE_REDIS"))
+    cfg.redis_url = getenv("ECSTORE_REDIS");
+  if (getenv("ECSTORE_NS"))
+    cfg.ns = getenv("ECSTORE_NS");
+  const char *dtype = NULL, *shape = NULL;
+  static char token[300];
+  enum { O_SERVER = 256, O_REDIS, O_NS, O_AUTH, O_TIMEOUT, O_DTYPE, O_SHAPE, O_HELP };
+  static const struct option opts[] = {{"server", required_argument, 0, O_SERVER},
+                                       {"redis", required_argument, 0, O_REDIS},
+                                       {"ns", required_argument, 0, O_NS},
+                                       {"auth-token-file", required_argument, 0, O_AUTH},
+                                       {"timeout-ms", required_argument, 0, O_TIMEOUT},
+                                       {"dtype", required_argument, 0, O_DTYPE},
+                                       {"shape", required_argument, 0, O_SHAPE},
+                                       {"help", no_argument, 0, O_HELP},
+                                       {0, 0, 0, 0}};
+  opterr = 0;
+  int o;
+  long long v;
+  while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (o) {
+    case O_SERVER: cfg.servers = optarg; break;
+    case O_REDIS: cfg.redis_url = strcmp(optarg, "none") ? optarg : NULL; break;
+    case O_NS: cfg.ns = optarg; break;
+    case O_AUTH:
+      if (read_token(optarg, token, sizeof token))
+        return 2;
+      cfg.auth_token = token;
+      break;
+    case O_TIMEOUT:
+      if (ecs_parse_int(optarg, 1, 3600000, &v))
+        return die_usage("--timeout-ms expects 1..3600000", optarg);
+      cfg.timeout_ms = (int)v;
+      cfg.connect_timeout_ms = (int)v < cfg.connect_timeout_ms ? (int)v : cfg.connect_timeout_ms;
+      break;
+    case O_DTYPE: dtype = optarg; break;
+    case O_SHAPE: shape = optarg; break;
+    case 'h':
+    case O_HELP: usage(stdout); return 0;
+    default: return die_usage("unknown or incomplete option", argv[optind - 1]);
+    }
+  }
+  if (optind >= argc) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[optind];
+  int cargc = argc - optind - 1;
+  char **cargv = argv + optind + 1;
+  static const char *known[] = {"put", "get", "exists", "rm", "stat", "ping"};
+  int ok = 0;
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    ok |= !strcmp(cmd, known[i]);
+  if (!ok)
+    return die_usage("unknown command", cmd);
+  if ((dtype || shape) && strcmp(cmd, "put"))
+    return die_usage("--dtype and --shape go with put", NULL);
+
+  ecs_client_t *c;
+  char err[300];
+  int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "ecstore-cli: %s: %s\n", ecs_strerror(rc), err);
+    return 1;
+  }
+  int ret;
+  if (!strcmp(cmd, "put"))
+    ret = cmd_put(c, cargc, cargv, dtype, shape);
+  else if (!strcmp(cmd, "get"))
+    ret = cmd_get(c, cargc, cargv);
+  else if (!strcmp(cmd, "exists"))
+    ret = cmd_keys(c, cargc, cargv, 0);
+  else if (!strcmp(cmd, "rm"))
+    ret = cmd_keys(c, cargc, cargv, 1);
+  else if (!strcmp(cmd, "stat"))
+    ret = cmd_stat(c);
+  else {
+    rc = ecs_ping(c);
+    if (rc)
+      fprintf(stderr, "ecstore-cli: ping: %s -- %s\n", ecs_strerror(rc), ecs_client_errmsg(c));
+    else
+      printf("pong\n");
+    ret = rc ? 1 : 0;
+  }
+  ecs_client_close(c);
+  return ret;
+}
