@@ -28,6 +28,7 @@ void ecs_bench_print_machine(void);
 
 /* Subcommands (one per bench_*.c file). */
 int ecs_bench_pool(int argc, char **argv);
+int ecs_bench_net(int argc, char **argv);
 int ecs_bench_codec(int argc, char **argv);
 
 #endif

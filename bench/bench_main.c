@@ -9,6 +9,7 @@ static const struct {
   ecs_bench_fn fn;
   const char *help;
 } cmds[] = {
+    {"net", ecs_bench_net, "ecstore put/get over loopback TCP vs a raw socket stream and Redis"},
     {"pool", ecs_bench_pool, "buddy pool alloc/free vs glibc malloc, and a FIFO eviction workload"},
     {"codec", ecs_bench_codec, "lz4/zstd ratio and speed, with and without byte shuffle, vs memcpy"},
 };
