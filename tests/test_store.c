@@ -80,13 +80,19 @@ static int start_env(env_t *e, const char *const extra[]) {
   return e->c && e->cr ? 0 : -1;
 }
 
-static void stop_env(env_t *e) {
+/* Stops everything; returns the server's exit status, so that a crash or a
+ * sanitizer report inside the server fails the test (0 when it was not
+ * running any more). */
+static int stop_env(env_t *e) {
   ecs_client_close(e->c);
   ecs_client_close(e->cr);
+  e->c = e->cr = NULL;
+  int st = 0;
   if (e->server.pid)
-    ecs_ts_stop(&e->server, 5000);
+    st = ecs_ts_stop(&e->server, 5000);
   if (e->redis.pid)
     ecs_ts_stop(&e->redis, 5000);
+  return st;
 }
 
 static int group_setup(void **state) {
@@ -104,9 +110,11 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
   env_t *e = *state;
-  stop_env(e);
+  int st = stop_env(e);
   free(e);
-  return 0;
+  if (st != 0)
+    fprintf(stderr, "ecstore-server exited with status %d\n", st);
+  return st == 0 ? 0 : -1;
 }
 
 static int put1(ecs_client_t *c, const char *key, const void *data, uint64_t n, int dtype) {
@@ -648,7 +656,7 @@ static void test_fifo_eviction(void **state) {
   assert_int_equal(put1(e.c, "too-big", big, 17 * MIB, ECS_DTYPE_U8), ECS_ETOOBIG);
   free(big);
   redisFree(r);
-  stop_env(&e);
+  assert_int_equal(stop_env(&e), 0);
 }
 
 static void test_background_eviction(void **state) {
@@ -674,7 +682,7 @@ static void test_background_eviction(void **state) {
   }
   assert_true(st.bytes_in_use <= 4 * MIB);
   assert_true(st.evictions >= 8);
-  stop_env(&e);
+  assert_int_equal(stop_env(&e), 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -706,7 +714,7 @@ static void test_deadline_server_stopped(void **state) {
   ecs_ts_kill9(&e.server);
   c = connect_to(e.servers, NULL, NULL, 800);
   assert_null(c);
-  stop_env(&e);
+  assert_int_equal(stop_env(&e), 0);
 }
 
 static void test_redis_down(void **state) {
@@ -750,7 +758,7 @@ static void test_redis_down(void **state) {
   }
   assert_int_equal(ex, 1);
   ecs_client_close(cr);
-  stop_env(&e);
+  assert_int_equal(stop_env(&e), 0);
 }
 
 static void test_kill9_restart_stale_records(void **state) {
@@ -796,8 +804,8 @@ static void test_kill9_restart_stale_records(void **state) {
   uint8_t out[4096];
   assert_int_equal(get1(e.c, "pre-crash", out, sizeof out, NULL), ECS_ENOTFOUND);
   redisFree(r);
-  ecs_ts_stop(&s2, 5000);
-  stop_env(&e);
+  assert_int_equal(ecs_ts_stop(&s2, 5000), 0);
+  assert_int_equal(stop_env(&e), 0);
 }
 
 static void test_sigterm_removes_records(void **state) {
@@ -817,7 +825,7 @@ static void test_sigterm_removes_records(void **state) {
   assert_int_equal(rep->integer, 0);
   freeReplyObject(rep);
   redisFree(r);
-  stop_env(&e);
+  assert_int_equal(stop_env(&e), 0);
 }
 
 static void test_auth_and_namespace(void **state) {
@@ -855,7 +863,7 @@ static void test_auth_and_namespace(void **state) {
   assert_non_null(strstr(err, "namespace"));
   unlink(tok);
   rmdir(dir);
-  stop_env(&e);
+  assert_int_equal(stop_env(&e), 0);
 }
 
 static void test_two_servers(void **state) {
@@ -908,8 +916,8 @@ static void test_two_servers(void **state) {
   assert_int_equal(s0.objects + s1.objects, N);
   assert_true(s0.objects > 0 && s1.objects > 0); /* both hold a share */
   ecs_client_close(c);
-  ecs_ts_stop(&s2, 5000);
-  stop_env(&e);
+  assert_int_equal(ecs_ts_stop(&s2, 5000), 0);
+  assert_int_equal(stop_env(&e), 0);
 }
 
 int main(void) {
