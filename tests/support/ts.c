@@ -11,6 +11,11 @@
  * ecs_ts_kill9() the same struct starts a new process on the same port in the
  * same directory.  Zero-initialise a fresh struct.  ecs_ts_stop() clears the
  * whole struct.
+ *
+ * A failed cmocka assertion can skip a test's cleanup, so every spawned
+ * process and its directory are also tracked here and, if still there at
+ * exit, killed and removed (set ECS_TS_KEEP=1 to keep the directories and
+ * their logs for a post-mortem).
  */
 #include "support/ts.h"
 
@@ -35,6 +40,66 @@
 #define TS_REDIS_START_MS 10000  /* redis-server listens in ~10 ms; ASan runs are slower */
 #define TS_SERVER_START_MS 15000 /* ecstore-server maps and locks its pool first */
 #define TS_START_TRIES 3         /* a "free" port can be taken before the child binds it */
+
+#define TS_TRACK_MAX 64 /* processes one test binary may have at once */
+
+/* What exit-time cleanup must undo. */
+typedef struct ts_track {
+  pid_t pid;     /* running child, or 0 */
+  char dir[256]; /* its directory, "" for a free slot */
+} ts_track_t;
+
+static ts_track_t ts_tracked[TS_TRACK_MAX];
+static int ts_atexit_set;
+
+static void ts_rmdir(const char *dir);
+
+static void ts_cleanup_at_exit(void) {
+  const char *keep = getenv("ECS_TS_KEEP");
+  for (int i = 0; i < TS_TRACK_MAX; i++) {
+    ts_track_t *t = &ts_tracked[i];
+    if (t->pid > 0) {
+      kill(-t->pid, SIGKILL);
+      kill(t->pid, SIGKILL);
+      while (waitpid(t->pid, NULL, 0) < 0 && errno == EINTR) {
+      }
+    }
+    if (t->dir[0] != '\0') {
+      if (keep != NULL && keep[0] == '1')
+        fprintf(stderr, "ts: kept %s\n", t->dir);
+      else
+        ts_rmdir(t->dir);
+    }
+    memset(t, 0, sizeof *t);
+  }
+}
+
+/* Records dir's process (pid 0: none running now). */
+static void ts_track(const char *dir, pid_t pid) {
+  ts_track_t *slot = NULL;
+  for (int i = 0; i < TS_TRACK_MAX && slot == NULL; i++)
+    if (strcmp(ts_tracked[i].dir, dir) == 0)
+      slot = &ts_tracked[i];
+  for (int i = 0; i < TS_TRACK_MAX && slot == NULL; i++)
+    if (ts_tracked[i].dir[0] == '\0')
+      slot = &ts_tracked[i];
+  if (slot == NULL)
+    return; /* full: this one is cleaned only by ecs_ts_stop() */
+  if (!ts_atexit_set && atexit(ts_cleanup_at_exit) == 0)
+    ts_atexit_set = 1;
+  snprintf(slot->dir, sizeof slot->dir, "%s", dir);
+  slot->pid = pid;
+}
+
+static void ts_untrack(const char *dir, int remove) {
+  for (int i = 0; i < TS_TRACK_MAX; i++)
+    if (dir[0] != '\0' && strcmp(ts_tracked[i].dir, dir) == 0) {
+      if (remove)
+        memset(&ts_tracked[i], 0, sizeof ts_tracked[i]);
+      else
+        ts_tracked[i].pid = 0;
+    }
+}
 
 static uint64_t ts_now_ms(void) {
   struct timespec ts;
@@ -155,6 +220,7 @@ int ecs_ts_spawn(ecs_ts_proc_t *p, char *const argv[]) {
     ts_child(p->log, parent, argv);
   setpgid(pid, pid); /* also here, so kill(-pid) works before the child runs */
   p->pid = pid;
+  ts_track(p->dir, pid);
   return 0;
 }
 
@@ -165,6 +231,7 @@ static int ts_reaped(ecs_ts_proc_t *p, int *status) {
   pid_t r = waitpid(p->pid, status, WNOHANG);
   if (r == p->pid || (r < 0 && errno == ECHILD)) {
     p->pid = 0;
+    ts_untrack(p->dir, 0);
     return 1;
   }
   return 0;
@@ -390,6 +457,7 @@ int ecs_ts_stop(ecs_ts_proc_t *p, int timeout_ms) {
     }
     rc = ts_exit_code(status);
   }
+  ts_untrack(p->dir, 1);
   ts_rmdir(p->dir);
   memset(p, 0, sizeof *p);
   return rc;
@@ -404,6 +472,7 @@ void ecs_ts_kill9(ecs_ts_proc_t *p) {
   while (waitpid(p->pid, &status, 0) < 0 && errno == EINTR) {
   }
   p->pid = 0;
+  ts_untrack(p->dir, 0);
 }
 
 const char *ecs_ts_bin(const char *name) {
