@@ -287,6 +287,21 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
   rc = parse_servers(c, errbuf, errlen);
   if (rc)
     goto fail;
+  if (c->cfg.transport && *c->cfg.transport && strcmp(c->cfg.transport, "auto") != 0 &&
+      strcmp(c->cfg.transport, "tcp") != 0) {
+    if (!strcmp(c->cfg.transport, "shm") || !strcmp(c->cfg.transport, "rdma")) {
+      snprintf(errbuf, errlen, "transport '%s' is not built into this client yet", c->cfg.transport);
+      rc = ECS_ENOTSUP;
+    } else {
+      snprintf(errbuf, errlen, "unknown transport '%s' (expected auto, tcp, shm or rdma)", c->cfg.transport);
+    }
+    goto fail;
+  }
+  if (c->cfg.compression && *c->cfg.compression && strcmp(c->cfg.compression, "none") != 0) {
+    snprintf(errbuf, errlen, "compression '%s' is not built into this client yet", c->cfg.compression);
+    rc = ECS_ENOTSUP;
+    goto fail;
+  }
   uint64_t deadline = ecs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms + (uint64_t)c->cfg.timeout_ms;
   for (size_t i = 0; i < c->nsrv; i++) {
     rc = srv_ensure(c, &c->srv[i], deadline);

@@ -43,13 +43,20 @@ extern "C" {
 typedef struct ecs_client ecs_client_t;
 
 typedef struct ecs_client_config {
-  const char *servers;    /* "HOST:PORT[,HOST:PORT...]" (default "127.0.0.1:7700") */
-  const char *redis_url;  /* "redis://HOST:PORT[/DB]" or NULL: exists_batch then asks the servers */
-  const char *ns;         /* namespace, e.g. the model name (default "default") */
-  const char *auth_token; /* token the servers require, or NULL */
-  int connect_timeout_ms; /* per connection attempt (default 2000) */
-  int timeout_ms;         /* deadline of one call (default 10000) */
-  int verify_checksum;    /* 1: check xxh3 of every object received (default 1) */
+  const char *servers;     /* "HOST:PORT[,HOST:PORT...]" (default "127.0.0.1:7700") */
+  const char *redis_url;   /* "redis://HOST:PORT[/DB]" or NULL: exists_batch then asks the servers */
+  const char *ns;          /* namespace, e.g. the model name (default "default") */
+  const char *auth_token;  /* token the servers require, or NULL */
+  int connect_timeout_ms;  /* per connection attempt (default 2000) */
+  int timeout_ms;          /* deadline of one call (default 10000) */
+  int verify_checksum;     /* 1: check xxh3 of every object received (default 1) */
+  const char *transport;   /* "auto" (default: shm when the server is on this host, else
+                              tcp), "tcp", "shm" or "rdma"; an explicit choice that cannot
+                              be honoured fails connect with ECS_ENOTSUP and says why */
+  const char *rdma_device; /* RDMA device name (NULL: the first one) */
+  int rdma_port;           /* RDMA port number (default 1) */
+  int rdma_gid_index;      /* RoCE GID index (default 0) */
+  const char *compression; /* "none" (default), "lz4", "zstd" or "auto": codec for puts */
 } ecs_client_config_t;
 
 /* A key: 1..ECS_MAX_KEY opaque bytes (borrowed for the call). */
