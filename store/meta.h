@@ -37,32 +37,32 @@
 typedef struct ecs_meta ecs_meta_t;
 
 typedef struct ecs_meta_opts {
-  const char *redis_url;   /* "redis://HOST:PORT[/DB]" or "HOST:PORT"; required */
-  const char *ns;          /* namespace; required */
-  const char *node_id;     /* server side: this node's id (NULL for clients) */
-  const char *addr;        /* server side: advertised "HOST:PORT" */
-  uint64_t pool_size;      /* server side: pool bytes, for the registry */
-  uint64_t epoch;          /* server side: this process's epoch */
-  int timeout_ms;          /* per Redis call (default 500) */
-  int heartbeat_ttl_s;     /* registry TTL; heartbeat every ttl/3 (default 10) */
-  int reconnect_ms;        /* least time between reconnect attempts (default 1000) */
+  const char *redis_url; /* "redis://HOST:PORT[/DB]" or "HOST:PORT"; required */
+  const char *ns;        /* namespace; required */
+  const char *node_id;   /* server side: this node's id (NULL for clients) */
+  const char *addr;      /* server side: advertised "HOST:PORT" */
+  uint64_t pool_size;    /* server side: pool bytes, for the registry */
+  uint64_t epoch;        /* server side: this process's epoch */
+  int timeout_ms;        /* per Redis call (default 500) */
+  int heartbeat_ttl_s;   /* registry TTL; heartbeat every ttl/3 (default 10) */
+  int reconnect_ms;      /* least time between reconnect attempts (default 1000) */
 } ecs_meta_opts_t;
 
 /* An object record as stored in Redis. */
 typedef struct ecs_meta_rec {
-  const uint8_t *key;      /* borrowed */
+  const uint8_t *key; /* borrowed */
   uint16_t key_len;
-  char node_id[64];        /* NUL-terminated */
+  char node_id[64]; /* NUL-terminated */
   uint64_t epoch;
   uint64_t off, nbytes, raw_nbytes, checksum;
   uint8_t codec;
   ecs_tensor_desc_t desc;
-  uint64_t t_ms;           /* commit time, wall-clock ms */
+  uint64_t t_ms; /* commit time, wall-clock ms */
 } ecs_meta_rec_t;
 
 typedef struct ecs_meta_node {
   char node_id[64];
-  char addr[128];          /* "HOST:PORT" */
+  char addr[128]; /* "HOST:PORT" */
   uint64_t epoch, pool_size;
 } ecs_meta_node_t;
 
@@ -105,6 +105,11 @@ typedef struct ecs_meta_resync {
  * owed after an outage.  Returns ECS_OK when the link is up. */
 int ecs_meta_tick(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t *rs);
 
+/* 1 while a re-sync is owed or under way (a sweep advances a bounded number
+ * of SCAN steps per tick), else 0.  A server handle owes one from open(),
+ * which clears what an earlier process with the same node id left. */
+int ecs_meta_resync_pending(const ecs_meta_t *m);
+
 /* --- client side ------------------------------------------------------ */
 
 /* exists[i] = 1 for live records, 0 for missing or stale ones (stale ones
@@ -120,5 +125,10 @@ int ecs_meta_lookup_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint1
 
 /* Lists registered nodes (those whose registry hash is live). */
 int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n);
+
+/* Internal, for tests: parses a Redis URL as ecs_meta_open() does
+ * ("redis://HOST:PORT[/DB]", "HOST:PORT[/DB]", "HOST" for port 6379;
+ * "[v6]:PORT").  Returns ECS_OK or ECS_EINVAL. */
+int ecs__meta_parse_url(const char *url, char *host, size_t hostcap, int *port, int *db);
 
 #endif /* ECS_META_H */

@@ -1,18 +1,210 @@
-/* Redis metadata layer (store/meta.c) against a real redis-server. */
+/*
+ * Redis metadata layer (store/meta.c) against a real redis-server.
+ *
+ * Every test starts its own redis-server on a free port (tests/support) and
+ * checks what meta.c wrote with a raw hiredis connection.  Clocks passed to
+ * ecs_meta_tick() are the test's own, so heartbeats and reconnects happen
+ * exactly when a test says.
+ */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include "store/meta.h"
 #include "support/ts.h"
 
-/* The test support itself: start, SIGSTOP, stop, restart on the same port. */
+#define NS "test"
+#define MAXK 1200
+
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* ---- fixture: one redis-server per test ------------------------------- */
+
+typedef struct fx {
+  ecs_ts_proc_t redis; /* this test's redis-server */
+  char url[64];        /* "redis://127.0.0.1:PORT" */
+  redisContext *raw;   /* a raw connection for checks */
+} fx_t;
+
+static void raw_connect(fx_t *f) {
+  struct timeval tv = {2, 0};
+  if (f->raw != NULL)
+    redisFree(f->raw);
+  f->raw = redisConnectWithTimeout("127.0.0.1", f->redis.port, tv);
+  assert_non_null(f->raw);
+  assert_int_equal(f->raw->err, 0);
+  redisSetTimeout(f->raw, tv);
+}
+
+static int setup(void **state) {
+  fx_t *f = calloc(1, sizeof *f);
+  if (f == NULL || ecs_ts_redis_start(&f->redis) != 0)
+    return -1;
+  snprintf(f->url, sizeof f->url, "redis://127.0.0.1:%d", f->redis.port);
+  raw_connect(f);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *f = *state;
+  if (f->raw != NULL)
+    redisFree(f->raw);
+  ecs_ts_stop(&f->redis, 3000);
+  free(f);
+  return 0;
+}
+
+/* Runs a raw command (binary-safe via argv); the caller frees the reply. */
+static redisReply *raw(fx_t *f, int argc, const char **argv, const size_t *lens) {
+  redisReply *r = redisCommandArgv(f->raw, argc, argv, lens);
+  assert_non_null(r);
+  return r;
+}
+
+static long long raw_int(fx_t *f, const char *cmd, const char *key, size_t klen) {
+  const char *argv[] = {cmd, key};
+  size_t lens[] = {strlen(cmd), klen};
+  redisReply *r = raw(f, 2, argv, lens);
+  assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+  long long v = r->integer;
+  freeReplyObject(r);
+  return v;
+}
+
+/* Does the record key (prefix added) exist in Redis? */
+static int raw_rec_exists(fx_t *f, const uint8_t *key, uint16_t len) {
+  char buf[512];
+  size_t pl = strlen("ecs:" NS ":obj:");
+  memcpy(buf, "ecs:" NS ":obj:", pl);
+  memcpy(buf + pl, key, len);
+  return (int)raw_int(f, "EXISTS", buf, pl + len);
+}
+
+static long long raw_count_records(fx_t *f) {
+  redisReply *r = redisCommand(f->raw, "EVAL %s 0", "return #redis.call('KEYS', 'ecs:" NS ":obj:*')");
+  assert_non_null(r);
+  assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+  long long v = r->integer;
+  freeReplyObject(r);
+  return v;
+}
+
+/* ---- keys and records ------------------------------------------------- */
+
+typedef struct keyset {
+  uint8_t k[MAXK][ECS_MAX_KEY]; /* key bytes */
+  uint16_t len[MAXK];           /* key lengths */
+  const uint8_t *ptr[MAXK];     /* pointers for batch calls */
+  size_t n;                     /* number of keys */
+} keyset_t;
+
+/* Binary keys: NUL bytes in every key, lengths 1..256 (key 0 is 256 bytes). */
+static keyset_t *keys_make(size_t n, uint32_t seed) {
+  keyset_t *ks = calloc(1, sizeof *ks);
+  assert_non_null(ks);
+  assert_true(n <= MAXK);
+  for (size_t i = 0; i < n; i++) {
+    uint16_t len = i == 0 ? ECS_MAX_KEY : (uint16_t)(8 + (i * 37) % 120);
+    if (i == 1)
+      len = 1;
+    for (uint16_t j = 0; j < len; j++)
+      ks->k[i][j] = (uint8_t)((seed * 2654435761u + i * 131u + j * 7u) >> 3);
+    if (len > 4)
+      ks->k[i][len / 2] = 0;
+    /* Unique prefix: seed and index. */
+    if (len >= 6) {
+      ks->k[i][0] = (uint8_t)seed;
+      ks->k[i][1] = (uint8_t)(i >> 8);
+      ks->k[i][2] = (uint8_t)i;
+      ks->k[i][3] = 0;
+    } else {
+      ks->k[i][0] = (uint8_t)(0xF0 + seed);
+    }
+    ks->len[i] = len;
+    ks->ptr[i] = ks->k[i];
+  }
+  ks->n = n;
+  return ks;
+}
+
+static void rec_for(ecs_meta_rec_t *rec, const keyset_t *ks, size_t i) {
+  memset(rec, 0, sizeof *rec);
+  rec->key = ks->ptr[i];
+  rec->key_len = ks->len[i];
+  rec->off = 4096 * i;
+  rec->nbytes = 1000 + i;
+  rec->raw_nbytes = 2000 + i;
+  rec->checksum = 0x0123456789abcdefull ^ i;
+  rec->codec = (uint8_t)(i % 3);
+  rec->desc.dtype = ECS_DTYPE_BF16;
+  rec->desc.ndim = (uint8_t)(i % 4);
+  for (unsigned d = 0; d < rec->desc.ndim; d++)
+    rec->desc.shape[d] = 650 + d * 1398 + i;
+  rec->t_ms = 1700000000000ull + i;
+}
+
+static ecs_meta_t *open_server(fx_t *f, const char *node, uint64_t epoch, int ttl_s) {
+  ecs_meta_opts_t o;
+  ecs_meta_opts_init(&o);
+  o.redis_url = f->url;
+  o.ns = NS;
+  o.node_id = node;
+  o.addr = "127.0.0.1:7000";
+  o.pool_size = 64 << 20;
+  o.epoch = epoch;
+  o.timeout_ms = 300;
+  if (ttl_s > 0)
+    o.heartbeat_ttl_s = ttl_s;
+  o.reconnect_ms = 200;
+  ecs_meta_t *m = NULL;
+  assert_int_equal(ecs_meta_open(&o, &m), ECS_OK);
+  assert_non_null(m);
+  return m;
+}
+
+static ecs_meta_t *open_client(fx_t *f, int timeout_ms) {
+  ecs_meta_opts_t o;
+  ecs_meta_opts_init(&o);
+  o.redis_url = f->url;
+  o.ns = NS;
+  o.timeout_ms = timeout_ms;
+  ecs_meta_t *m = NULL;
+  assert_int_equal(ecs_meta_open(&o, &m), ECS_OK);
+  return m;
+}
+
+static void put_range(ecs_meta_t *m, const keyset_t *ks, size_t lo, size_t hi) {
+  for (size_t i = lo; i < hi; i++) {
+    ecs_meta_rec_t rec;
+    rec_for(&rec, ks, i);
+    ecs_meta_queue_put(m, &rec);
+  }
+  assert_int_equal(ecs_meta_flush(m), ECS_OK);
+}
+
+/* ---- the test support itself ------------------------------------------ */
+
+/* Start, SIGSTOP, stop, restart on the same port, a child that dies. */
 static void test_ts_redis_lifecycle(void **state) {
   (void)state;
   ecs_ts_proc_t r;
@@ -44,9 +236,616 @@ static void test_ts_redis_lifecycle(void **state) {
   ecs_ts_stop(&bad, 100);
 }
 
+/* ---- URLs and options ------------------------------------------------- */
+
+static void test_urls(void **state) {
+  (void)state;
+  char host[256];
+  int port, db;
+  assert_int_equal(ecs__meta_parse_url("redis://10.0.0.1:7001/3", host, sizeof host, &port, &db), ECS_OK);
+  assert_string_equal(host, "10.0.0.1");
+  assert_int_equal(port, 7001);
+  assert_int_equal(db, 3);
+  assert_int_equal(ecs__meta_parse_url("localhost:7002", host, sizeof host, &port, &db), ECS_OK);
+  assert_string_equal(host, "localhost");
+  assert_int_equal(port, 7002);
+  assert_int_equal(db, 0);
+  assert_int_equal(ecs__meta_parse_url("redishost", host, sizeof host, &port, &db), ECS_OK);
+  assert_int_equal(port, 6379);
+  assert_int_equal(ecs__meta_parse_url("redis://h", host, sizeof host, &port, &db), ECS_OK);
+  assert_int_equal(port, 6379);
+  assert_int_equal(ecs__meta_parse_url("redis://[::1]:7003/1", host, sizeof host, &port, &db), ECS_OK);
+  assert_string_equal(host, "::1");
+  assert_int_equal(port, 7003);
+  assert_int_equal(db, 1);
+  static const char *const bad[] = {"",
+                                    "redis://",
+                                    "redis://:6379",
+                                    "h:",
+                                    "redis://h:",
+                                    "h:0",
+                                    "h:65536",
+                                    "h:12a",
+                                    "h:-1",
+                                    "h:1:2",
+                                    "redis://h:1/x",
+                                    "redis://h:1/-1",
+                                    "http://h:1",
+                                    "user:pw@h:1",
+                                    "redis://user@h:1",
+                                    "[::1",
+                                    "[::1]x",
+                                    "h h:1",
+                                    "h:99999999999999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    if (ecs__meta_parse_url(bad[i], host, sizeof host, &port, &db) != ECS_EINVAL)
+      fail_msg("accepted bad url '%s'", bad[i]);
+    ecs_meta_opts_t o;
+    ecs_meta_opts_init(&o);
+    o.redis_url = bad[i];
+    o.ns = NS;
+    ecs_meta_t *m = (ecs_meta_t *)(uintptr_t)1; /* must be reset to NULL */
+    assert_int_equal(ecs_meta_open(&o, &m), ECS_EINVAL);
+    assert_null(m);
+  }
+  assert_int_equal(ecs__meta_parse_url(NULL, host, sizeof host, &port, &db), ECS_EINVAL);
+
+  /* Options: ns required; a server needs a node id that fits and an epoch. */
+  ecs_meta_opts_t o;
+  ecs_meta_t *m = NULL;
+  ecs_meta_opts_init(&o);
+  o.redis_url = "127.0.0.1:1";
+  assert_int_equal(ecs_meta_open(&o, &m), ECS_EINVAL);
+  o.ns = "";
+  assert_int_equal(ecs_meta_open(&o, &m), ECS_EINVAL);
+  o.ns = NS;
+  o.node_id = "n1";
+  assert_int_equal(ecs_meta_open(&o, &m), ECS_EINVAL); /* epoch 0 */
+  o.epoch = 1;
+  o.node_id = "a-node-id-that-is-far-too-long-for-the-sixty-four-byte-registry-field";
+  assert_int_equal(ecs_meta_open(&o, &m), ECS_EINVAL);
+  assert_int_equal(ecs_meta_open(NULL, &m), ECS_EINVAL);
+  ecs_meta_close(NULL);
+}
+
+/* A Redis that is not there: open succeeds, the handle is down, calls fail
+ * fast with outputs cleared, never "exists". */
+static void test_no_redis(void **state) {
+  (void)state;
+  char url[64];
+  snprintf(url, sizeof url, "127.0.0.1:%d", ecs_ts_free_port());
+  ecs_meta_opts_t o;
+  ecs_meta_opts_init(&o);
+  o.redis_url = url;
+  o.ns = NS;
+  ecs_meta_t *m = NULL;
+  assert_int_equal(ecs_meta_open(&o, &m), ECS_OK);
+  assert_false(ecs_meta_is_up(m));
+  assert_true(strlen(ecs_meta_errstr(m)) > 0);
+  const uint8_t *k[] = {(const uint8_t *)"abc"};
+  uint16_t l[] = {3};
+  int ex[1] = {1};
+  assert_int_equal(ecs_meta_exists_batch(m, k, l, 1, ex), ECS_EREDIS);
+  assert_int_equal(ex[0], 0);
+  ecs_meta_close(m);
+
+  o.node_id = "n1";
+  o.epoch = 5;
+  assert_int_equal(ecs_meta_open(&o, &m), ECS_OK);
+  assert_false(ecs_meta_is_up(m));
+  ecs_meta_rec_t rec;
+  memset(&rec, 0, sizeof rec);
+  rec.key = k[0];
+  rec.key_len = 3;
+  ecs_meta_queue_put(m, &rec);
+  assert_int_equal(ecs_meta_flush(m), ECS_EREDIS);
+  assert_true(ecs_meta_resync_pending(m));
+  assert_int_not_equal(ecs_meta_tick(m, 0, NULL), ECS_OK);
+  assert_int_equal(ecs_meta_tick(m, 10, NULL), ECS_ENOTCONN); /* within reconnect_ms */
+  ecs_meta_close(m);
+}
+
+/* ---- server: registry ------------------------------------------------- */
+
+/* What a server holds, for the re-sync callbacks. */
+typedef struct held {
+  const keyset_t *ks; /* the keys */
+  int on[MAXK];       /* held? */
+  int published;      /* publish_all calls */
+} held_t;
+
+static void held_publish(void *ctx, ecs_meta_t *m) {
+  held_t *h = ctx;
+  h->published++;
+  for (size_t i = 0; i < h->ks->n; i++)
+    if (h->on[i]) {
+      ecs_meta_rec_t rec;
+      rec_for(&rec, h->ks, i);
+      ecs_meta_queue_put(m, &rec);
+    }
+}
+
+static int held_has(void *ctx, const void *key, uint16_t len) {
+  held_t *h = ctx;
+  for (size_t i = 0; i < h->ks->n; i++)
+    if (h->on[i] && h->ks->len[i] == len && memcmp(h->ks->k[i], key, len) == 0)
+      return 1;
+  return 0;
+}
+
+static void test_register_heartbeat_ttl(void **state) {
+  fx_t *f = *state;
+  ecs_meta_t *m = open_server(f, "node-a", 1111, 1);
+  assert_true(ecs_meta_is_up(m));
+  assert_int_equal(ecs_meta_register(m), ECS_OK);
+  assert_int_equal(ecs_meta_register(m), ECS_OK); /* idempotent */
+
+  redisReply *r = redisCommand(f->raw, "HGETALL ecs:" NS ":node:node-a");
+  assert_non_null(r);
+  assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+  assert_int_equal(r->elements, 10);
+  freeReplyObject(r);
+  r = redisCommand(f->raw, "HMGET ecs:" NS ":node:node-a addr port pool epoch");
+  assert_string_equal(r->element[0]->str, "127.0.0.1:7000");
+  assert_string_equal(r->element[1]->str, "7000");
+  assert_string_equal(r->element[2]->str, "67108864");
+  assert_string_equal(r->element[3]->str, "1111");
+  freeReplyObject(r);
+  r = redisCommand(f->raw, "PTTL ecs:" NS ":node:node-a");
+  assert_true(r->integer > 0 && r->integer <= 1000);
+  freeReplyObject(r);
+  assert_int_equal(raw_int(f, "SCARD", "ecs:" NS ":nodes", strlen("ecs:" NS ":nodes")), 1);
+
+  ecs_meta_node_t nodes[4];
+  size_t nn = 0;
+  assert_int_equal(ecs_meta_nodes(m, nodes, 4, &nn), ECS_OK);
+  assert_int_equal(nn, 1);
+  assert_string_equal(nodes[0].node_id, "node-a");
+  assert_string_equal(nodes[0].addr, "127.0.0.1:7000");
+  assert_int_equal(nodes[0].epoch, 1111);
+  assert_int_equal(nodes[0].pool_size, 64 << 20);
+
+  /* A record, then heartbeats keep the entry (and the record) alive past
+   * the TTL.  (The start-up re-sync stays owed: these ticks pass no
+   * callbacks.) */
+  keyset_t *ks = keys_make(4, 1);
+  put_range(m, ks, 0, 4);
+  uint64_t t = 0;
+  assert_int_equal(ecs_meta_tick(m, t, NULL), ECS_OK);
+  for (int i = 0; i < 6; i++) {
+    sleep_ms(300);
+    t += 340; /* > ttl/3 */
+    assert_int_equal(ecs_meta_tick(m, t, NULL), ECS_OK);
+  }
+  int ex[4];
+  assert_int_equal(ecs_meta_exists_batch(m, ks->ptr, ks->len, 4, ex), ECS_OK);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(ex[i], 1);
+
+  /* No heartbeat: the entry expires, the records read as misses and are
+   * deleted, the node disappears from the list. */
+  sleep_ms(1150);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 0);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[0], ks->len[0]), 1);
+  assert_int_equal(ecs_meta_exists_batch(m, ks->ptr, ks->len, 2, ex), ECS_OK);
+  assert_int_equal(ex[0], 0);
+  assert_int_equal(ex[1], 0);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[0], ks->len[0]), 0);
+  assert_int_equal(ecs_meta_nodes(m, nodes, 4, &nn), ECS_OK);
+  assert_int_equal(nn, 0);
+  assert_int_equal(raw_int(f, "SCARD", "ecs:" NS ":nodes", strlen("ecs:" NS ":nodes")), 0); /* tidied */
+
+  /* The next heartbeat notices, registers again and owes a re-sync, which
+   * re-publishes what the server holds (here: keys 0..3). */
+  held_t h = {.ks = ks};
+  for (size_t i = 0; i < 4; i++)
+    h.on[i] = 1;
+  ecs_meta_resync_t rs = {held_publish, held_has, &h};
+  assert_int_equal(ecs_meta_tick(m, t + 400, &rs), ECS_OK);
+  assert_int_equal(h.published, 1);
+  assert_false(ecs_meta_resync_pending(m));
+  assert_int_equal(ecs_meta_exists_batch(m, ks->ptr, ks->len, 4, ex), ECS_OK);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(ex[i], 1);
+  assert_int_equal(ecs_meta_nodes(m, nodes, 4, &nn), ECS_OK);
+  assert_int_equal(nn, 1);
+  ecs_meta_close(m);
+  free(ks);
+}
+
+/* ---- server: re-sync -------------------------------------------------- */
+
+/* Redis emptied under a live link (FLUSHALL, or a restart the link did not
+ * notice): the heartbeat finds the entry gone, registers again and the
+ * re-sync publishes everything again. */
+static void test_registry_vanished(void **state) {
+  fx_t *f = *state;
+  keyset_t *ks = keys_make(50, 2);
+  held_t h = {.ks = ks};
+  ecs_meta_resync_t rs = {held_publish, held_has, &h};
+  ecs_meta_t *m = open_server(f, "node-a", 77, 10);
+  assert_true(ecs_meta_resync_pending(m)); /* the start-up sweep */
+  assert_int_equal(ecs_meta_tick(m, 0, &rs), ECS_OK);
+  assert_false(ecs_meta_resync_pending(m));
+  assert_int_equal(h.published, 1);
+  for (size_t i = 0; i < 50; i++)
+    h.on[i] = 1;
+  put_range(m, ks, 0, 50);
+  assert_int_equal(raw_count_records(f), 50);
+
+  redisReply *r = redisCommand(f->raw, "FLUSHALL");
+  freeReplyObject(r);
+  assert_int_equal(ecs_meta_tick(m, 1000, &rs), ECS_OK); /* not due: nothing seen */
+  assert_int_equal(raw_count_records(f), 0);
+  assert_int_equal(ecs_meta_tick(m, 4000, &rs), ECS_OK); /* heartbeat due */
+  assert_false(ecs_meta_resync_pending(m));
+  assert_int_equal(h.published, 2);
+  assert_int_equal(raw_count_records(f), 50);
+  int ex[50];
+  assert_int_equal(ecs_meta_exists_batch(m, ks->ptr, ks->len, 50, ex), ECS_OK);
+  for (int i = 0; i < 50; i++)
+    assert_int_equal(ex[i], 1);
+  ecs_meta_close(m);
+  free(ks);
+}
+
+/* ---- client reads ----------------------------------------------------- */
+
+static void test_put_exists_lookup(void **state) {
+  fx_t *f = *state;
+  keyset_t *ks = keys_make(1000, 3);
+  ecs_meta_t *srv = open_server(f, "node-a", 42, 10);
+  assert_int_equal(ecs_meta_register(srv), ECS_OK);
+  /* Even keys are published, odd ones are not. */
+  for (size_t i = 0; i < ks->n; i += 2) {
+    ecs_meta_rec_t rec;
+    rec_for(&rec, ks, i);
+    ecs_meta_queue_put(srv, &rec);
+  }
+  assert_int_equal(ecs_meta_flush(srv), ECS_OK);
+  assert_int_equal(raw_count_records(f), 500);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[0], ECS_MAX_KEY), 1); /* 256-byte key, binary */
+
+  ecs_meta_t *cl = open_client(f, 500);
+  assert_true(ecs_meta_is_up(cl));
+  int *ex = calloc(ks->n, sizeof *ex);
+  assert_int_equal(ecs_meta_exists_batch(cl, ks->ptr, ks->len, ks->n, ex), ECS_OK);
+  for (size_t i = 0; i < ks->n; i++)
+    if (ex[i] != (i % 2 == 0))
+      fail_msg("exists[%zu] = %d", i, ex[i]);
+
+  ecs_meta_rec_t *recs = calloc(ks->n, sizeof *recs);
+  int *st = calloc(ks->n, sizeof *st);
+  assert_int_equal(ecs_meta_lookup_batch(cl, ks->ptr, ks->len, ks->n, recs, st), ECS_OK);
+  for (size_t i = 0; i < ks->n; i++) {
+    assert_ptr_equal(recs[i].key, ks->ptr[i]);
+    assert_int_equal(recs[i].key_len, ks->len[i]);
+    if (i % 2) {
+      assert_int_equal(st[i], ECS_ENOTFOUND);
+      continue;
+    }
+    assert_int_equal(st[i], ECS_OK);
+    ecs_meta_rec_t want;
+    rec_for(&want, ks, i);
+    assert_string_equal(recs[i].node_id, "node-a");
+    assert_int_equal(recs[i].epoch, 42);
+    assert_int_equal(recs[i].off, want.off);
+    assert_int_equal(recs[i].nbytes, want.nbytes);
+    assert_int_equal(recs[i].raw_nbytes, want.raw_nbytes);
+    assert_int_equal(recs[i].checksum, want.checksum);
+    assert_int_equal(recs[i].codec, want.codec);
+    assert_int_equal(recs[i].t_ms, want.t_ms);
+    assert_int_equal(recs[i].desc.dtype, want.desc.dtype);
+    assert_int_equal(recs[i].desc.ndim, want.desc.ndim);
+    for (unsigned d = 0; d < want.desc.ndim; d++)
+      assert_int_equal(recs[i].desc.shape[d], want.desc.shape[d]);
+  }
+  /* The stored form: decimal strings, "650,2048"-style shape, hex csum. */
+  char key[512];
+  size_t pl = strlen("ecs:" NS ":obj:");
+  memcpy(key, "ecs:" NS ":obj:", pl);
+  memcpy(key + pl, ks->k[2], ks->len[2]);
+  const char *argv[] = {"HMGET", key, "shape", "csum", "len", "dtype"};
+  size_t lens[] = {5, pl + ks->len[2], 5, 4, 3, 5};
+  redisReply *r = raw(f, 6, argv, lens);
+  assert_string_equal(r->element[0]->str, "652,2050");
+  assert_string_equal(r->element[1]->str, "0123456789abcded");
+  assert_string_equal(r->element[2]->str, "1002");
+  assert_string_equal(r->element[3]->str, "3");
+  freeReplyObject(r);
+
+  /* Bad keys fail alone: empty and 257-byte keys are misses / EKEY. */
+  uint8_t big[ECS_MAX_KEY + 1];
+  memset(big, 'x', sizeof big);
+  const uint8_t *mk[] = {ks->ptr[0], big, ks->ptr[2], ks->ptr[1]};
+  uint16_t ml[] = {ks->len[0], ECS_MAX_KEY + 1, ks->len[2], 0};
+  int mex[4];
+  assert_int_equal(ecs_meta_exists_batch(cl, mk, ml, 4, mex), ECS_OK);
+  assert_int_equal(mex[0], 1);
+  assert_int_equal(mex[1], 0);
+  assert_int_equal(mex[2], 1);
+  assert_int_equal(mex[3], 0);
+  assert_int_equal(ecs_meta_lookup_batch(cl, mk, ml, 4, recs, st), ECS_OK);
+  assert_int_equal(st[0], ECS_OK);
+  assert_int_equal(st[1], ECS_EKEY);
+  assert_int_equal(st[2], ECS_OK);
+  assert_int_equal(st[3], ECS_EKEY);
+  assert_int_equal(ecs_meta_exists_batch(cl, NULL, NULL, 0, NULL), ECS_OK);
+
+  /* The script cache flushed under us: EVAL takes over. */
+  r = redisCommand(f->raw, "SCRIPT FLUSH");
+  freeReplyObject(r);
+  assert_int_equal(ecs_meta_exists_batch(cl, ks->ptr, ks->len, ks->n, ex), ECS_OK);
+  for (size_t i = 0; i < ks->n; i++)
+    assert_int_equal(ex[i], i % 2 == 0);
+
+  /* Delete: only the record, and only while it names this node. */
+  ecs_meta_queue_del(srv, ks->ptr[0], ks->len[0]);
+  assert_int_equal(ecs_meta_flush(srv), ECS_OK);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[0], ks->len[0]), 0);
+  ecs_meta_t *other = open_server(f, "node-b", 9, 10);
+  assert_int_equal(ecs_meta_register(other), ECS_OK);
+  put_range(other, ks, 2, 3); /* node-b now holds key 2 too: last writer wins */
+  ecs_meta_queue_del(srv, ks->ptr[2], ks->len[2]);
+  assert_int_equal(ecs_meta_flush(srv), ECS_OK);
+  assert_int_equal(ecs_meta_lookup_batch(cl, &ks->ptr[2], &ks->len[2], 1, recs, st), ECS_OK);
+  assert_int_equal(st[0], ECS_OK);
+  assert_string_equal(recs[0].node_id, "node-b");
+
+  ecs_meta_close(other);
+  ecs_meta_close(cl);
+  ecs_meta_close(srv);
+  free(ex);
+  free(recs);
+  free(st);
+  free(ks);
+}
+
+/* A node restarted (same id, new epoch): its old records are stale. */
+static void test_stale_epoch(void **state) {
+  fx_t *f = *state;
+  keyset_t *ks = keys_make(3, 4);
+  ecs_meta_t *old = open_server(f, "node-a", 100, 10);
+  assert_int_equal(ecs_meta_register(old), ECS_OK);
+  put_range(old, ks, 0, 3);
+  ecs_meta_t *cl = open_client(f, 500);
+  int ex[3];
+  assert_int_equal(ecs_meta_exists_batch(cl, ks->ptr, ks->len, 3, ex), ECS_OK);
+  assert_int_equal(ex[0] + ex[1] + ex[2], 3);
+  ecs_meta_close(old); /* crashed: no unregister */
+
+  ecs_meta_t *neu = open_server(f, "node-a", 200, 10);
+  assert_int_equal(ecs_meta_register(neu), ECS_OK);
+  assert_int_equal(ecs_meta_exists_batch(cl, ks->ptr, ks->len, 1, ex), ECS_OK);
+  assert_int_equal(ex[0], 0);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[0], ks->len[0]), 0); /* deleted */
+  ecs_meta_rec_t recs[2];
+  int st[2];
+  assert_int_equal(ecs_meta_lookup_batch(cl, &ks->ptr[1], &ks->len[1], 1, recs, st), ECS_OK);
+  assert_int_equal(st[0], ECS_ESTALE);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[1], ks->len[1]), 0);
+  /* The new process's start-up sweep clears the rest. */
+  assert_int_equal(raw_rec_exists(f, ks->ptr[2], ks->len[2]), 1);
+  held_t h = {.ks = ks};
+  ecs_meta_resync_t rs = {held_publish, held_has, &h};
+  assert_int_equal(ecs_meta_tick(neu, 0, &rs), ECS_OK);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[2], ks->len[2]), 0);
+  /* And its own records are live. */
+  put_range(neu, ks, 0, 1);
+  assert_int_equal(ecs_meta_lookup_batch(cl, ks->ptr, ks->len, 1, recs, st), ECS_OK);
+  assert_int_equal(st[0], ECS_OK);
+  assert_int_equal(recs[0].epoch, 200);
+  ecs_meta_close(neu);
+  ecs_meta_close(cl);
+  free(ks);
+}
+
+/* ---- deadlines -------------------------------------------------------- */
+
+static void test_deadline_stopped_redis(void **state) {
+  fx_t *f = *state;
+  keyset_t *ks = keys_make(10, 5);
+  ecs_meta_t *srv = open_server(f, "node-a", 1, 10);
+  assert_int_equal(ecs_meta_register(srv), ECS_OK);
+  put_range(srv, ks, 0, 10);
+  ecs_meta_t *cl = open_client(f, 200);
+  int ex[10];
+  assert_int_equal(ecs_meta_exists_batch(cl, ks->ptr, ks->len, 10, ex), ECS_OK);
+
+  assert_int_equal(ecs_ts_signal(&f->redis, SIGSTOP), 0);
+  for (int i = 0; i < 10; i++)
+    ex[i] = 1;
+  uint64_t t0 = mono_ms();
+  assert_int_equal(ecs_meta_exists_batch(cl, ks->ptr, ks->len, 10, ex), ECS_ETIMEDOUT);
+  uint64_t dt = mono_ms() - t0;
+  assert_true(dt >= 150 && dt < 600);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(ex[i], 0);
+  assert_false(ecs_meta_is_up(cl));
+
+  /* A fresh connection to a stopped Redis: connect succeeds (the kernel
+   * accepts), the first reply times out. */
+  ecs_meta_rec_t recs[10];
+  int st[10];
+  t0 = mono_ms();
+  int rc = ecs_meta_lookup_batch(cl, ks->ptr, ks->len, 10, recs, st);
+  dt = mono_ms() - t0;
+  assert_int_equal(rc, ECS_ETIMEDOUT);
+  assert_true(dt < 600);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(st[i], ECS_ENOTFOUND);
+
+  /* The server side: flush times out and takes the link down. */
+  ecs_meta_rec_t rec;
+  rec_for(&rec, ks, 0);
+  ecs_meta_queue_put(srv, &rec);
+  t0 = mono_ms();
+  assert_int_equal(ecs_meta_flush(srv), ECS_ETIMEDOUT);
+  assert_true(mono_ms() - t0 < 700);
+  assert_false(ecs_meta_is_up(srv));
+  assert_true(ecs_meta_resync_pending(srv));
+
+  assert_int_equal(ecs_ts_signal(&f->redis, SIGCONT), 0);
+  assert_int_equal(ecs_meta_exists_batch(cl, ks->ptr, ks->len, 10, ex), ECS_OK);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(ex[i], 1);
+  ecs_meta_close(cl);
+  ecs_meta_close(srv);
+  free(ks);
+}
+
+static void test_killed_redis(void **state) {
+  fx_t *f = *state;
+  keyset_t *ks = keys_make(10, 6);
+  ecs_meta_t *srv = open_server(f, "node-a", 1, 10);
+  assert_int_equal(ecs_meta_register(srv), ECS_OK);
+  put_range(srv, ks, 0, 10);
+  ecs_meta_t *cl = open_client(f, 300);
+  int ex[10];
+  assert_int_equal(ecs_meta_exists_batch(cl, ks->ptr, ks->len, 10, ex), ECS_OK);
+  ecs_ts_kill9(&f->redis);
+  for (int i = 0; i < 10; i++)
+    ex[i] = 1;
+  uint64_t t0 = mono_ms();
+  int rc = ecs_meta_exists_batch(cl, ks->ptr, ks->len, 10, ex);
+  assert_true(rc == ECS_EREDIS || rc == ECS_ETIMEDOUT);
+  assert_true(mono_ms() - t0 < 700);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(ex[i], 0);
+  /* Back (empty) on the same port: the client reconnects by itself. */
+  assert_int_equal(ecs_ts_redis_start(&f->redis), 0);
+  assert_int_equal(ecs_meta_exists_batch(cl, ks->ptr, ks->len, 10, ex), ECS_OK);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(ex[i], 0);
+  ecs_meta_close(cl);
+  ecs_meta_close(srv);
+  free(ks);
+}
+
+/* ---- server outage and re-sync ---------------------------------------- */
+
+static void test_outage_resync(void **state) {
+  fx_t *f = *state;
+  keyset_t *ks = keys_make(20, 7);
+  held_t h = {.ks = ks};
+  ecs_meta_resync_t rs = {held_publish, held_has, &h};
+  ecs_meta_t *m = open_server(f, "node-a", 5, 10);
+  assert_int_equal(ecs_meta_register(m), ECS_OK);
+  uint64_t t = 0;
+  assert_int_equal(ecs_meta_tick(m, t, &rs), ECS_OK);
+  for (size_t i = 0; i < 10; i++)
+    h.on[i] = 1;
+  put_range(m, ks, 0, 10);
+
+  /* Outage 1: Redis stops (its data stays).  Key 10 arrives: its put times
+   * out and takes the link down.  While down, key 3 is evicted: its delete
+   * is dropped, so its record stays until the re-sync sweep. */
+  ecs_ts_signal(&f->redis, SIGSTOP);
+  h.on[10] = 1;
+  ecs_meta_rec_t rec;
+  rec_for(&rec, ks, 10);
+  ecs_meta_queue_put(m, &rec);
+  assert_int_equal(ecs_meta_flush(m), ECS_ETIMEDOUT);
+  assert_false(ecs_meta_is_up(m));
+  h.on[3] = 0;
+  ecs_meta_queue_del(m, ks->ptr[3], ks->len[3]);
+  assert_int_equal(ecs_meta_flush(m), ECS_EREDIS); /* down: dropped */
+  /* A reconnect while still stopped fails within the deadline; the next
+   * attempt waits for reconnect_ms. */
+  t += 1000;
+  uint64_t t0 = mono_ms();
+  assert_int_equal(ecs_meta_tick(m, t, &rs), ECS_ETIMEDOUT);
+  assert_true(mono_ms() - t0 < 800);
+  assert_int_equal(ecs_meta_tick(m, t + 50, &rs), ECS_ENOTCONN);
+
+  ecs_ts_signal(&f->redis, SIGCONT);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[3], ks->len[3]), 1); /* still there */
+  t += 1000;
+  assert_int_equal(ecs_meta_tick(m, t, &rs), ECS_OK);
+  assert_true(ecs_meta_is_up(m));
+  assert_false(ecs_meta_resync_pending(m));
+  int ex[20];
+  assert_int_equal(ecs_meta_exists_batch(m, ks->ptr, ks->len, 20, ex), ECS_OK);
+  for (size_t i = 0; i < 20; i++)
+    if (ex[i] != h.on[i])
+      fail_msg("after outage 1: exists[%zu] = %d, held %d", i, ex[i], h.on[i]);
+
+  /* Outage 2: Redis dies and comes back empty on the same port. */
+  ecs_ts_kill9(&f->redis);
+  h.on[5] = 0;
+  ecs_meta_queue_del(m, ks->ptr[5], ks->len[5]);
+  assert_int_not_equal(ecs_meta_flush(m), ECS_OK);
+  t += 1000;
+  assert_int_not_equal(ecs_meta_tick(m, t, &rs), ECS_OK); /* refused */
+  assert_int_equal(ecs_ts_redis_start(&f->redis), 0);
+  raw_connect(f);
+  assert_int_equal(raw_count_records(f), 0);
+  t += 1000;
+  assert_int_equal(ecs_meta_tick(m, t, &rs), ECS_OK);
+  assert_false(ecs_meta_resync_pending(m));
+  assert_int_equal(ecs_meta_exists_batch(m, ks->ptr, ks->len, 20, ex), ECS_OK);
+  for (size_t i = 0; i < 20; i++)
+    if (ex[i] != h.on[i])
+      fail_msg("after outage 2: exists[%zu] = %d, held %d", i, ex[i], h.on[i]);
+  assert_int_equal(raw_count_records(f), 9);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 1);
+  ecs_meta_close(m);
+  free(ks);
+}
+
+/* Graceful shutdown removes this node and its records, nothing of others. */
+static void test_unregister(void **state) {
+  fx_t *f = *state;
+  keyset_t *ka = keys_make(300, 8), *kb = keys_make(200, 9);
+  ecs_meta_t *a = open_server(f, "node-a", 1, 10);
+  ecs_meta_t *b = open_server(f, "node-b", 2, 10);
+  assert_int_equal(ecs_meta_register(a), ECS_OK);
+  assert_int_equal(ecs_meta_register(b), ECS_OK);
+  put_range(a, ka, 0, 300);
+  put_range(b, kb, 0, 200);
+  assert_int_equal(raw_count_records(f), 500);
+  ecs_meta_node_t nodes[4];
+  size_t nn;
+  assert_int_equal(ecs_meta_nodes(a, nodes, 4, &nn), ECS_OK);
+  assert_int_equal(nn, 2);
+
+  redisReply *r = redisCommand(f->raw, "HSET ecs:other:obj:x node node-a epoch 1");
+  freeReplyObject(r);
+  assert_int_equal(ecs_meta_unregister(a), ECS_OK);
+  assert_int_equal(raw_count_records(f), 200);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:other:obj:x", 15), 1); /* another namespace */
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 0);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:" NS ":node:node-b", strlen("ecs:" NS ":node:node-b")), 1);
+  assert_int_equal(ecs_meta_nodes(b, nodes, 4, &nn), ECS_OK);
+  assert_int_equal(nn, 1);
+  assert_string_equal(nodes[0].node_id, "node-b");
+  int *ex = calloc(200, sizeof *ex);
+  assert_int_equal(ecs_meta_exists_batch(b, kb->ptr, kb->len, 200, ex), ECS_OK);
+  for (size_t i = 0; i < 200; i++)
+    assert_int_equal(ex[i], 1);
+  /* After unregister, tick does not bring the node back. */
+  assert_int_equal(ecs_meta_tick(a, 100000, NULL), ECS_OK);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 0);
+  ecs_meta_close(a);
+  ecs_meta_close(b);
+  free(ex);
+  free(ka);
+  free(kb);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ts_redis_lifecycle),
+      cmocka_unit_test(test_urls),
+      cmocka_unit_test(test_no_redis),
+      cmocka_unit_test_setup_teardown(test_register_heartbeat_ttl, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_registry_vanished, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_put_exists_lookup, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stale_epoch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_deadline_stopped_redis, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_killed_redis, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_outage_resync, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unregister, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

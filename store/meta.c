@@ -1,0 +1,1368 @@
+/*
+ * Redis metadata: object records and the node registry (store/meta.h).
+ *
+ * The schema, the staleness rule and the re-sync after an outage are
+ * described in docs/redis-schema.md; this file is the only code that reads
+ * or writes those keys.
+ *
+ * Every command goes through meta_reply(), which bounds the wait for each
+ * reply by a deadline (the socket timeout is set to the time left before a
+ * read blocks).  Any I/O error, timeout or protocol error takes the link
+ * down: the context is freed, the write queue dropped and a re-sync owed,
+ * because a pipeline interrupted half-way leaves Redis in an unknown state
+ * that only a full re-sync repairs.  Error replies (-ERR ...) leave the link
+ * up.
+ *
+ * Keys are binary: every command is sent with redisAppendCommandArgv and
+ * explicit lengths.
+ */
+#include "store/meta.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#define META_DEFAULT_TIMEOUT_MS 500
+#define META_DEFAULT_TTL_S 10
+#define META_DEFAULT_RECONNECT_MS 1000
+#define META_DEFAULT_PORT 6379
+#define META_NS_MAX 64            /* namespace bytes */
+#define META_CHUNK 1000           /* keys per script call; a batch pipelines its chunks */
+#define META_QUEUE_AUTOFLUSH 4096 /* queued commands that trigger a flush from queue_put */
+#define META_SCAN_COUNT "1000"    /* SCAN COUNT hint per re-sync step */
+#define META_SCAN_STEPS 64        /* SCAN calls per tick while re-syncing */
+#define META_REC_FIELDS 10        /* fields of an object record */
+#define META_KEY_MAX 400          /* "ecs:" ns ":obj:" key, with room to spare */
+
+/*
+ * The read check, run by exists_batch, lookup_batch and the re-sync sweep.
+ * For each record: missing -> 0; node registry missing or with another
+ * epoch (or the record lacks node/epoch) -> the record is deleted, -1; else
+ * live: 1 (mode "e"), the record's fields (mode "l"), or 1 when the record
+ * is the caller's node ARGV[3] and 2 when another node's (mode "s").  A key
+ * of another type (someone else's garbage) counts as missing, so that it
+ * cannot fail the whole batch.
+ * Registry epochs are cached per node for the duration of one call.
+ */
+static const char meta_check_lua[] =
+    "local pfx, mode, me = ARGV[1], ARGV[2], ARGV[3]\n"
+    "local cache = {}\n"
+    "local out = {}\n"
+    "for i = 1, #KEYS do\n"
+    "  local k = KEYS[i]\n"
+    "  local r\n"
+    "  if mode == 'l' then\n"
+    "    r = redis.pcall('HMGET', k, 'node', 'epoch', 'off', 'len', 'raw_len', 'dtype', 'shape', 'csum',\n"
+    "                    'codec', 't')\n"
+    "  else\n"
+    "    r = redis.pcall('HMGET', k, 'node', 'epoch')\n"
+    "  end\n"
+    "  if r.err then r = {false, false} end\n"
+    "  local node, epoch = r[1], r[2]\n"
+    "  local res = 0\n"
+    "  if node or epoch then\n"
+    "    local live = false\n"
+    "    if node and epoch then\n"
+    "      local ne = cache[node]\n"
+    "      if ne == nil then\n"
+    "        ne = redis.call('HGET', pfx .. node, 'epoch')\n"
+    "        cache[node] = ne\n"
+    "      end\n"
+    "      live = (ne == epoch)\n"
+    "    end\n"
+    "    if not live then\n"
+    "      redis.call('DEL', k)\n"
+    "      res = -1\n"
+    "    elseif mode == 'l' then\n"
+    "      res = r\n"
+    "    elseif mode == 's' then\n"
+    "      if node == me then res = 1 else res = 2 end\n"
+    "    else\n"
+    "      res = 1\n"
+    "    end\n"
+    "  end\n"
+    "  out[i] = res\n"
+    "end\n"
+    "return out\n";
+
+/* A record delete that only removes the record if it still names this node:
+ * another node may have published the same content key since. */
+static const char meta_del_lua[] = "if redis.call('HGET', KEYS[1], 'node') == ARGV[1] then\n"
+                                   "  return redis.call('DEL', KEYS[1])\n"
+                                   "end\n"
+                                   "return 0\n";
+
+/* A queued command: argv and lengths point into the same allocation. */
+typedef struct meta_cmd {
+  int argc;          /* number of arguments */
+  const char **argv; /* argument bytes (not NUL-terminated) */
+  size_t *lens;      /* argument lengths */
+} meta_cmd_t;
+
+struct ecs_meta {
+  char host[256];           /* Redis host */
+  int port;                 /* Redis port */
+  int db;                   /* SELECTed database */
+  char ns[META_NS_MAX + 1]; /* namespace */
+  char node_id[64];         /* server: this node ("" for clients) */
+  char addr[128];           /* server: advertised "HOST:PORT" */
+  uint64_t pool_size;       /* server: pool bytes */
+  uint64_t epoch;           /* server: this process's epoch */
+  uint64_t started_ms;      /* server: wall-clock ms at open, for the registry */
+  int timeout_ms;           /* bound on each call */
+  int ttl_s;                /* registry TTL */
+  int reconnect_ms;         /* least time between reconnects in tick() */
+  int server;               /* node_id given: writes records and a registry entry */
+
+  redisContext *c; /* NULL while the link is down */
+  int used;        /* a reply has arrived on c (a later EOF may be a stale link) */
+  char sha[41];    /* SHA1 of meta_check_lua, loaded on c */
+
+  char obj_pfx[META_NS_MAX + 16];   /* "ecs:{ns}:obj:" */
+  size_t obj_pfx_len;               /* its length */
+  char node_pfx[META_NS_MAX + 16];  /* "ecs:{ns}:node:" */
+  char node_key[META_NS_MAX + 96];  /* "ecs:{ns}:node:{id}" */
+  char nodes_key[META_NS_MAX + 16]; /* "ecs:{ns}:nodes" */
+  char match[2 * META_NS_MAX + 16]; /* SCAN pattern for records, ns escaped */
+
+  meta_cmd_t *q; /* queued writes */
+  size_t qn;     /* queued count */
+  size_t qcap;   /* queue capacity */
+  int busy;      /* replies pending on c: queue_put must not auto-flush */
+
+  int want_reg;        /* server: keep the registry entry (cleared by unregister) */
+  int resync_owed;     /* records may be missing or wrong: sweep + publish owed */
+  int sweeping;        /* a sweep is under way at cursor */
+  char cursor[32];     /* SCAN cursor of the sweep */
+  int hb_valid;        /* last_hb_ms is set */
+  uint64_t last_hb_ms; /* caller's clock at the last heartbeat */
+  int rc_valid;        /* last_rc_ms is set */
+  uint64_t last_rc_ms; /* caller's clock at the last reconnect attempt */
+
+  char errstr[128]; /* last Redis error */
+};
+
+static uint64_t meta_mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t meta_wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+__attribute__((format(printf, 2, 3))) static void meta_seterr(ecs_meta_t *m, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m->errstr, sizeof m->errstr, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- parsing ---------------------------------------------------------- */
+
+/* Strict decimal: digits only, no sign, no overflow. */
+static int meta_parse_u64(const char *s, size_t len, uint64_t *out) {
+  if (len == 0 || len > 20)
+    return -1;
+  uint64_t v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return -1;
+    uint64_t d = (uint64_t)(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10)
+      return -1;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return 0;
+}
+
+static int meta_parse_hex64(const char *s, size_t len, uint64_t *out) {
+  if (len != 16)
+    return -1;
+  uint64_t v = 0;
+  for (size_t i = 0; i < len; i++) {
+    int c = s[i], d;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return -1;
+    v = v << 4 | (uint64_t)d;
+  }
+  *out = v;
+  return 0;
+}
+
+/* "650,2048" (or "" for a scalar) into desc->shape/ndim. */
+static int meta_parse_shape(const char *s, size_t len, ecs_tensor_desc_t *desc) {
+  desc->ndim = 0;
+  if (len == 0)
+    return 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= len; i++) {
+    if (i < len && s[i] != ',')
+      continue;
+    if (desc->ndim == ECS_MAX_DIMS || meta_parse_u64(s + start, i - start, &desc->shape[desc->ndim]) != 0)
+      return -1;
+    desc->ndim++;
+    start = i + 1;
+  }
+  return 0;
+}
+
+static int meta_format_shape(const ecs_tensor_desc_t *desc, char *out, size_t cap) {
+  size_t off = 0;
+  out[0] = '\0';
+  for (unsigned i = 0; i < desc->ndim; i++) {
+    int n = snprintf(out + off, cap - off, "%s%llu", i ? "," : "", (unsigned long long)desc->shape[i]);
+    if (n < 0 || (size_t)n >= cap - off)
+      return -1;
+    off += (size_t)n;
+  }
+  return (int)off;
+}
+
+/*
+ * "redis://HOST:PORT[/DB]", "HOST:PORT[/DB]" or "HOST" (port 6379).  HOST
+ * may be a bracketed IPv6 literal.  No user/password: an '@' is refused.
+ */
+int ecs__meta_parse_url(const char *url, char *host, size_t hostcap, int *port, int *db) {
+  if (url == NULL)
+    return ECS_EINVAL;
+  if (strncmp(url, "redis://", 8) == 0)
+    url += 8;
+  else if (strstr(url, "://") != NULL)
+    return ECS_EINVAL;
+  const char *slash = strchr(url, '/');
+  size_t hp_len = slash ? (size_t)(slash - url) : strlen(url);
+  *db = 0;
+  if (slash != NULL && slash[1] != '\0') {
+    uint64_t v;
+    if (meta_parse_u64(slash + 1, strlen(slash + 1), &v) != 0 || v > 1000000)
+      return ECS_EINVAL;
+    *db = (int)v;
+  }
+  const char *h = url, *colon;
+  size_t hlen;
+  if (hp_len > 0 && url[0] == '[') {
+    const char *rb = memchr(url, ']', hp_len);
+    if (rb == NULL)
+      return ECS_EINVAL;
+    h = url + 1;
+    hlen = (size_t)(rb - h);
+    colon = rb + 1 < url + hp_len ? rb + 1 : NULL;
+    if (colon != NULL && *colon != ':')
+      return ECS_EINVAL;
+  } else {
+    colon = memchr(url, ':', hp_len);
+    hlen = colon ? (size_t)(colon - url) : hp_len;
+  }
+  if (hlen == 0 || hlen >= hostcap)
+    return ECS_EINVAL;
+  for (size_t i = 0; i < hlen; i++)
+    if (h[i] <= ' ' || h[i] == '@' || h[i] == '/' || h[i] == '[' || h[i] == ']' || h[i] == 0x7f)
+      return ECS_EINVAL;
+  memcpy(host, h, hlen);
+  host[hlen] = '\0';
+  *port = META_DEFAULT_PORT;
+  if (colon != NULL) {
+    uint64_t v;
+    size_t plen = (size_t)(url + hp_len - (colon + 1));
+    if (meta_parse_u64(colon + 1, plen, &v) != 0 || v == 0 || v > 65535)
+      return ECS_EINVAL;
+    *port = (int)v;
+  }
+  return ECS_OK;
+}
+
+/* Printable ASCII without spaces, 1..max bytes. */
+static int meta_check_name(const char *s, size_t max) {
+  if (s == NULL)
+    return -1;
+  size_t len = strlen(s);
+  if (len == 0 || len > max)
+    return -1;
+  for (size_t i = 0; i < len; i++)
+    if (s[i] <= ' ' || s[i] >= 0x7f)
+      return -1;
+  return 0;
+}
+
+/* ---- link ------------------------------------------------------------- */
+
+static void meta_queue_clear(ecs_meta_t *m) {
+  for (size_t i = 0; i < m->qn; i++)
+    free(m->q[i].argv);
+  m->qn = 0;
+}
+
+/* Takes the link down: whatever was in flight is lost, so a re-sync is owed. */
+static void meta_down(ecs_meta_t *m) {
+  if (m->c != NULL)
+    redisFree(m->c);
+  m->c = NULL;
+  m->used = 0;
+  m->sha[0] = '\0';
+  meta_queue_clear(m);
+  m->resync_owed = 1;
+  m->sweeping = 0;
+  m->hb_valid = 0;
+}
+
+/* Turns a failed context call into an error code and takes the link down. */
+static int meta_io_fail(ecs_meta_t *m, int saved_errno, const char *what) {
+  int rc = ECS_EREDIS;
+  redisContext *c = m->c;
+  const char *es = c ? c->errstr : "no context";
+  if (c != NULL && c->err == REDIS_ERR_IO &&
+      (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK || saved_errno == ETIMEDOUT ||
+       strstr(es, "temporarily unavailable") != NULL || strstr(es, "timed out") != NULL))
+    rc = ECS_ETIMEDOUT;
+  meta_seterr(m, "%s: %s", what, rc == ECS_ETIMEDOUT ? "timed out" : es);
+  meta_down(m);
+  return rc;
+}
+
+/*
+ * Reads the next reply, waiting at most until deadline (monotonic ms).  On
+ * failure the link is down and *out is NULL.  The caller frees the reply.
+ */
+static int meta_reply(ecs_meta_t *m, redisReply **out, uint64_t deadline) {
+  void *r = NULL;
+  *out = NULL;
+  if (m->c == NULL)
+    return ECS_EREDIS;
+  if (redisReaderGetReply(m->c->reader, &r) != REDIS_OK) {
+    meta_seterr(m, "protocol error: %s", m->c->reader->errstr);
+    meta_down(m);
+    return ECS_EREDIS;
+  }
+  if (r == NULL) {
+    uint64_t now = meta_mono_ms();
+    if (now >= deadline) {
+      meta_seterr(m, "reply: timed out");
+      meta_down(m);
+      return ECS_ETIMEDOUT;
+    }
+    uint64_t left = deadline - now;
+    struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
+    if (redisSetTimeout(m->c, tv) != REDIS_OK)
+      return meta_io_fail(m, errno, "setsockopt");
+    errno = 0;
+    if (redisGetReply(m->c, &r) != REDIS_OK)
+      return meta_io_fail(m, errno, "reply");
+  }
+  m->used = 1;
+  *out = r;
+  return ECS_OK;
+}
+
+static uint64_t meta_deadline(const ecs_meta_t *m) {
+  return meta_mono_ms() + (uint64_t)m->timeout_ms;
+}
+
+/* One command, one reply.  An error reply is returned as a reply. */
+static int meta_cmd(ecs_meta_t *m, redisReply **out, int argc, const char **argv, const size_t *lens) {
+  *out = NULL;
+  if (m->c == NULL)
+    return ECS_EREDIS;
+  if (redisAppendCommandArgv(m->c, argc, argv, lens) != REDIS_OK) {
+    meta_seterr(m, "out of memory");
+    return ECS_ENOMEM;
+  }
+  return meta_reply(m, out, meta_deadline(m));
+}
+
+/* meta_cmd() for NUL-terminated arguments. */
+static int meta_cmdv(ecs_meta_t *m, redisReply **out, int argc, const char **argv) {
+  size_t lens[16];
+  if (argc > 16)
+    return ECS_EINVAL;
+  for (int i = 0; i < argc; i++)
+    lens[i] = strlen(argv[i]);
+  return meta_cmd(m, out, argc, argv, lens);
+}
+
+/* A reply that is an error: records the message and returns ECS_EREDIS. */
+static int meta_reply_err(ecs_meta_t *m, const redisReply *r, const char *what) {
+  if (r == NULL || r->type != REDIS_REPLY_ERROR)
+    return ECS_OK;
+  meta_seterr(m, "%s: %.*s", what, (int)r->len, r->str);
+  return ECS_EREDIS;
+}
+
+static int meta_load_script(ecs_meta_t *m) {
+  const char *argv[] = {"SCRIPT", "LOAD", meta_check_lua};
+  redisReply *r;
+  int rc = meta_cmdv(m, &r, 3, argv);
+  if (rc != ECS_OK)
+    return rc;
+  if (r->type == REDIS_REPLY_STRING && r->len == 40) {
+    memcpy(m->sha, r->str, 40);
+    m->sha[40] = '\0';
+  } else {
+    rc = meta_reply_err(m, r, "SCRIPT LOAD");
+    if (rc == ECS_OK) {
+      meta_seterr(m, "SCRIPT LOAD: unexpected reply");
+      rc = ECS_EREDIS;
+    }
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* Connects (bounded by timeout_ms), SELECTs the db and loads the script. */
+static int meta_connect(ecs_meta_t *m) {
+  if (m->c != NULL)
+    return ECS_OK;
+  struct timeval tv = {m->timeout_ms / 1000, (suseconds_t)(m->timeout_ms % 1000) * 1000};
+  errno = 0;
+  redisContext *c = redisConnectWithTimeout(m->host, m->port, tv);
+  if (c == NULL) {
+    meta_seterr(m, "connect: out of memory");
+    return ECS_ENOMEM;
+  }
+  if (c->err != 0) {
+    int rc = (errno == ETIMEDOUT || strstr(c->errstr, "timed out") != NULL) ? ECS_ETIMEDOUT : ECS_EREDIS;
+    meta_seterr(m, "connect %s:%d: %s", m->host, m->port, c->errstr);
+    redisFree(c);
+    return rc;
+  }
+  if (redisSetTimeout(c, tv) != REDIS_OK) {
+    meta_seterr(m, "connect: setsockopt: %s", c->errstr);
+    redisFree(c);
+    return ECS_EREDIS;
+  }
+  m->c = c;
+  m->used = 0;
+  int rc = ECS_OK;
+  if (m->db != 0) {
+    char db[16];
+    snprintf(db, sizeof db, "%d", m->db);
+    const char *argv[] = {"SELECT", db};
+    redisReply *r;
+    rc = meta_cmdv(m, &r, 2, argv);
+    if (rc == ECS_OK) {
+      rc = meta_reply_err(m, r, "SELECT");
+      freeReplyObject(r);
+    }
+  }
+  if (rc == ECS_OK)
+    rc = meta_load_script(m);
+  if (rc != ECS_OK) {
+    meta_down(m);
+    return rc;
+  }
+  m->errstr[0] = '\0';
+  return ECS_OK;
+}
+
+/* ---- open / close ----------------------------------------------------- */
+
+void ecs_meta_opts_init(ecs_meta_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->timeout_ms = META_DEFAULT_TIMEOUT_MS;
+  o->heartbeat_ttl_s = META_DEFAULT_TTL_S;
+  o->reconnect_ms = META_DEFAULT_RECONNECT_MS;
+}
+
+/* Escapes the glob characters of s for a SCAN MATCH pattern. */
+static void meta_glob_escape(char *out, size_t cap, const char *s) {
+  size_t o = 0;
+  for (; *s != '\0' && o + 3 < cap; s++) {
+    if (strchr("*?[]\\", *s) != NULL)
+      out[o++] = '\\';
+    out[o++] = *s;
+  }
+  out[o] = '\0';
+}
+
+int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
+  if (out == NULL)
+    return ECS_EINVAL;
+  *out = NULL;
+  if (o == NULL || meta_check_name(o->ns, META_NS_MAX) != 0)
+    return ECS_EINVAL;
+  ecs_meta_t *m = calloc(1, sizeof *m);
+  if (m == NULL)
+    return ECS_ENOMEM;
+  if (ecs__meta_parse_url(o->redis_url, m->host, sizeof m->host, &m->port, &m->db) != ECS_OK)
+    goto out_inval;
+  snprintf(m->ns, sizeof m->ns, "%s", o->ns);
+  if (o->node_id != NULL) {
+    if (meta_check_name(o->node_id, sizeof m->node_id - 1) != 0 || o->epoch == 0)
+      goto out_inval;
+    if (o->addr != NULL && strlen(o->addr) >= sizeof m->addr)
+      goto out_inval;
+    m->server = 1;
+    m->want_reg = 1;
+    snprintf(m->node_id, sizeof m->node_id, "%s", o->node_id);
+    snprintf(m->addr, sizeof m->addr, "%s", o->addr ? o->addr : "");
+    m->pool_size = o->pool_size;
+    m->epoch = o->epoch;
+    m->started_ms = meta_wall_ms();
+  }
+  m->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : META_DEFAULT_TIMEOUT_MS;
+  m->ttl_s = o->heartbeat_ttl_s > 0 ? o->heartbeat_ttl_s : META_DEFAULT_TTL_S;
+  m->reconnect_ms = o->reconnect_ms > 0 ? o->reconnect_ms : META_DEFAULT_RECONNECT_MS;
+  m->obj_pfx_len = (size_t)snprintf(m->obj_pfx, sizeof m->obj_pfx, "ecs:%s:obj:", m->ns);
+  snprintf(m->node_pfx, sizeof m->node_pfx, "ecs:%s:node:", m->ns);
+  snprintf(m->node_key, sizeof m->node_key, "ecs:%s:node:%s", m->ns, m->node_id);
+  snprintf(m->nodes_key, sizeof m->nodes_key, "ecs:%s:nodes", m->ns);
+  char esc[2 * META_NS_MAX + 1];
+  meta_glob_escape(esc, sizeof esc, m->ns);
+  snprintf(m->match, sizeof m->match, "ecs:%s:obj:*", esc);
+  int rc = meta_connect(m);
+  if (rc == ECS_ENOMEM) {
+    ecs_meta_close(m);
+    return rc;
+  }
+  /* A server starts with a sweep too: it clears what an earlier process
+   * with this node id left behind (stale by its epoch). */
+  m->resync_owed = m->server;
+  *out = m;
+  return ECS_OK;
+
+out_inval:
+  free(m);
+  return ECS_EINVAL;
+}
+
+void ecs_meta_close(ecs_meta_t *m) {
+  if (m == NULL)
+    return;
+  if (m->c != NULL)
+    redisFree(m->c);
+  meta_queue_clear(m);
+  free(m->q);
+  free(m);
+}
+
+int ecs_meta_is_up(const ecs_meta_t *m) {
+  return m != NULL && m->c != NULL;
+}
+
+const char *ecs_meta_errstr(const ecs_meta_t *m) {
+  return m ? m->errstr : "";
+}
+
+int ecs_meta_resync_pending(const ecs_meta_t *m) {
+  return m != NULL && m->server && (m->resync_owed || m->sweeping);
+}
+
+/* ---- server: registry ------------------------------------------------- */
+
+int ecs_meta_register(ecs_meta_t *m) {
+  if (m == NULL || !m->server)
+    return ECS_EINVAL;
+  m->want_reg = 1;
+  int rc = meta_connect(m);
+  if (rc != ECS_OK)
+    return rc;
+  char port[16] = "0", pool[24], epoch[24], started[24], ttl[16];
+  const char *colon = strrchr(m->addr, ':');
+  if (colon != NULL)
+    snprintf(port, sizeof port, "%s", colon + 1);
+  snprintf(pool, sizeof pool, "%llu", (unsigned long long)m->pool_size);
+  snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
+  snprintf(started, sizeof started, "%llu", (unsigned long long)m->started_ms);
+  snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
+  const char *hset[] = {"HSET", m->node_key, "addr",  m->addr, "port",    port,
+                        "pool", pool,        "epoch", epoch,   "started", started};
+  const char *expire[] = {"EXPIRE", m->node_key, ttl};
+  const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
+  const char **cmds[] = {hset, expire, sadd};
+  const int argcs[] = {12, 3, 3};
+  for (int i = 0; i < 3; i++) {
+    size_t lens[12];
+    for (int j = 0; j < argcs[i]; j++)
+      lens[j] = strlen(cmds[i][j]);
+    if (redisAppendCommandArgv(m->c, argcs[i], cmds[i], lens) != REDIS_OK) {
+      meta_down(m);
+      return ECS_ENOMEM;
+    }
+  }
+  uint64_t deadline = meta_deadline(m);
+  for (int i = 0; i < 3; i++) {
+    redisReply *r;
+    int e = meta_reply(m, &r, deadline);
+    if (e != ECS_OK)
+      return e;
+    e = meta_reply_err(m, r, "register");
+    freeReplyObject(r);
+    if (e != ECS_OK && rc == ECS_OK)
+      rc = e;
+  }
+  return rc;
+}
+
+/* Heartbeat: refresh the TTL, check that the entry is still ours, and keep
+ * the id in the nodes set (ecs_meta_nodes() tidies out dead ids). */
+static int meta_heartbeat(ecs_meta_t *m) {
+  char ttl[16];
+  snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
+  const char *expire[] = {"EXPIRE", m->node_key, ttl};
+  const char *hget[] = {"HGET", m->node_key, "epoch"};
+  const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
+  size_t el[] = {6, strlen(m->node_key), strlen(ttl)};
+  size_t hl[] = {4, strlen(m->node_key), 5};
+  size_t sl[] = {4, strlen(m->nodes_key), strlen(m->node_id)};
+  if (redisAppendCommandArgv(m->c, 3, expire, el) != REDIS_OK ||
+      redisAppendCommandArgv(m->c, 3, hget, hl) != REDIS_OK ||
+      redisAppendCommandArgv(m->c, 3, sadd, sl) != REDIS_OK) {
+    meta_down(m);
+    return ECS_ENOMEM;
+  }
+  uint64_t deadline = meta_deadline(m);
+  redisReply *r1, *r2, *r3;
+  int rc = meta_reply(m, &r1, deadline);
+  if (rc != ECS_OK)
+    return rc;
+  rc = meta_reply(m, &r2, deadline);
+  if (rc != ECS_OK) {
+    freeReplyObject(r1);
+    return rc;
+  }
+  rc = meta_reply(m, &r3, deadline);
+  if (rc != ECS_OK) {
+    freeReplyObject(r1);
+    freeReplyObject(r2);
+    return rc;
+  }
+  freeReplyObject(r3);
+  char epoch[24];
+  int n = snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
+  int ours = r1->type == REDIS_REPLY_INTEGER && r1->integer == 1 && r2->type == REDIS_REPLY_STRING &&
+             r2->len == (size_t)n && memcmp(r2->str, epoch, (size_t)n) == 0;
+  rc = meta_reply_err(m, r1, "heartbeat");
+  if (rc == ECS_OK)
+    rc = meta_reply_err(m, r2, "heartbeat");
+  freeReplyObject(r1);
+  freeReplyObject(r2);
+  if (rc != ECS_OK)
+    return rc;
+  if (!ours) {
+    /* Redis lost the entry (restarted empty, or it expired while we could
+     * not reach it) and readers may have deleted our records: register
+     * again and publish everything again. */
+    meta_seterr(m, "registry entry lost; re-registering");
+    m->resync_owed = 1;
+    m->sweeping = 0;
+    return ecs_meta_register(m);
+  }
+  return ECS_OK;
+}
+
+/* ---- server: write queue ---------------------------------------------- */
+
+/* Queues a copy of argv; on allocation failure the write is lost, so a
+ * re-sync is owed. */
+static void meta_enqueue(ecs_meta_t *m, int argc, const char *const *argv, const size_t *lens) {
+  if (m->qn == m->qcap) {
+    size_t cap = m->qcap ? m->qcap * 2 : 64;
+    meta_cmd_t *q = realloc(m->q, cap * sizeof *q);
+    if (q == NULL) {
+      m->resync_owed = 1;
+      return;
+    }
+    m->q = q;
+    m->qcap = cap;
+  }
+  size_t bytes = (size_t)argc * (sizeof(char *) + sizeof(size_t));
+  for (int i = 0; i < argc; i++)
+    bytes += lens[i];
+  char *mem = malloc(bytes);
+  if (mem == NULL) {
+    m->resync_owed = 1;
+    return;
+  }
+  meta_cmd_t *c = &m->q[m->qn++];
+  c->argc = argc;
+  c->argv = (const char **)(void *)mem;
+  c->lens = (size_t *)(void *)(mem + (size_t)argc * sizeof(char *));
+  char *p = mem + (size_t)argc * (sizeof(char *) + sizeof(size_t));
+  for (int i = 0; i < argc; i++) {
+    memcpy(p, argv[i], lens[i]);
+    c->argv[i] = p;
+    c->lens[i] = lens[i];
+    p += lens[i];
+  }
+}
+
+/* Keeps the queue bounded during a large publish_all(). */
+static void meta_maybe_autoflush(ecs_meta_t *m) {
+  if (m->qn >= META_QUEUE_AUTOFLUSH && !m->busy)
+    (void)ecs_meta_flush(m);
+}
+
+/* "ecs:{ns}:obj:" + key into buf; returns its length. */
+static size_t meta_obj_key(const ecs_meta_t *m, char *buf, const void *key, uint16_t key_len) {
+  memcpy(buf, m->obj_pfx, m->obj_pfx_len);
+  memcpy(buf + m->obj_pfx_len, key, key_len);
+  return m->obj_pfx_len + key_len;
+}
+
+void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
+  if (m == NULL || !m->server || rec == NULL)
+    return;
+  if (m->c == NULL)
+    return; /* down: the re-sync after the reconnect publishes it */
+  if (rec->key == NULL || rec->key_len == 0 || rec->key_len > ECS_MAX_KEY || rec->desc.ndim > ECS_MAX_DIMS)
+    return;
+  char key[META_KEY_MAX], epoch[24], off[24], len[24], raw[24], dtype[8], shape[ECS_MAX_DIMS * 21 + 1],
+      csum[17], codec[8], t[24];
+  size_t klen = meta_obj_key(m, key, rec->key, rec->key_len);
+  snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
+  snprintf(off, sizeof off, "%llu", (unsigned long long)rec->off);
+  snprintf(len, sizeof len, "%llu", (unsigned long long)rec->nbytes);
+  snprintf(raw, sizeof raw, "%llu", (unsigned long long)rec->raw_nbytes);
+  snprintf(dtype, sizeof dtype, "%u", (unsigned)rec->desc.dtype);
+  if (meta_format_shape(&rec->desc, shape, sizeof shape) < 0)
+    return;
+  snprintf(csum, sizeof csum, "%016llx", (unsigned long long)rec->checksum);
+  snprintf(codec, sizeof codec, "%u", (unsigned)rec->codec);
+  snprintf(t, sizeof t, "%llu", (unsigned long long)(rec->t_ms ? rec->t_ms : meta_wall_ms()));
+  const char *argv[] = {"HSET", key,  "node",    m->node_id, "epoch", epoch, "off",   off,
+                        "len",  len,  "raw_len", raw,        "dtype", dtype, "shape", shape,
+                        "csum", csum, "codec",   codec,      "t",     t};
+  size_t lens[22];
+  for (int i = 0; i < 22; i++)
+    lens[i] = strlen(argv[i]);
+  lens[1] = klen;
+  meta_enqueue(m, 22, argv, lens);
+  meta_maybe_autoflush(m);
+}
+
+void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len) {
+  if (m == NULL || !m->server || m->c == NULL || key == NULL || key_len == 0 || key_len > ECS_MAX_KEY)
+    return;
+  char k[META_KEY_MAX];
+  size_t klen = meta_obj_key(m, k, key, key_len);
+  const char *argv[] = {"EVAL", meta_del_lua, "1", k, m->node_id};
+  size_t lens[] = {4, sizeof meta_del_lua - 1, 1, klen, strlen(m->node_id)};
+  meta_enqueue(m, 5, argv, lens);
+  meta_maybe_autoflush(m);
+}
+
+int ecs_meta_flush(ecs_meta_t *m) {
+  if (m == NULL || !m->server)
+    return ECS_EINVAL;
+  if (m->c == NULL) {
+    meta_queue_clear(m);
+    if (m->errstr[0] == '\0')
+      meta_seterr(m, "not connected");
+    return ECS_EREDIS;
+  }
+  if (m->qn == 0)
+    return ECS_OK;
+  for (size_t i = 0; i < m->qn; i++) {
+    if (redisAppendCommandArgv(m->c, m->q[i].argc, m->q[i].argv, m->q[i].lens) != REDIS_OK) {
+      meta_seterr(m, "flush: out of memory");
+      meta_down(m);
+      return ECS_ENOMEM;
+    }
+  }
+  size_t n = m->qn;
+  meta_queue_clear(m);
+  uint64_t deadline = meta_deadline(m);
+  int rc = ECS_OK;
+  m->busy = 1;
+  for (size_t i = 0; i < n; i++) {
+    redisReply *r;
+    int e = meta_reply(m, &r, deadline);
+    if (e != ECS_OK) {
+      rc = e;
+      break;
+    }
+    if (meta_reply_err(m, r, "flush") != ECS_OK) {
+      /* A write failed (say WRONGTYPE or OOM): Redis may now name a
+       * record we do not hold, or miss one; the sweep repairs both. */
+      m->resync_owed = 1;
+      rc = ECS_EREDIS;
+    }
+    freeReplyObject(r);
+  }
+  m->busy = 0;
+  return rc;
+}
+
+/* ---- the check script: exists, lookup, sweep -------------------------- */
+
+/*
+ * Runs meta_check_lua in `mode` over keys[0..n) (each 1..ECS_MAX_KEY bytes,
+ * already checked), as pipelined chunks of META_CHUNK keys: one round trip.
+ * Calls each(ctx, i, element) for every key's result.  On failure nothing
+ * has been passed to each() for sure, so callers reset their outputs.
+ */
+typedef void (*meta_each_fn)(void *ctx, size_t i, const redisReply *e);
+
+typedef struct meta_batch {
+  const uint8_t *const *keys; /* the caller's keys */
+  const uint16_t *lens;       /* their lengths */
+  const size_t *idx;          /* positions of the valid keys */
+  size_t n;                   /* number of valid keys */
+  char mode[2];               /* "e", "l" or "s" */
+  char nk[24];                /* scratch: one chunk's key count */
+  const char **argv;          /* scratch: one chunk's arguments */
+  size_t *argl;               /* scratch: their lengths */
+  char *kbuf;                 /* scratch: one chunk's Redis keys */
+} meta_batch_t;
+
+/* Builds chunk ci's argv with EVALSHA (or EVAL with the body); returns argc. */
+static int meta_chunk_argv(ecs_meta_t *m, meta_batch_t *b, size_t ci, int eval) {
+  size_t lo = ci * META_CHUNK, hi = lo + META_CHUNK < b->n ? lo + META_CHUNK : b->n;
+  int a = 0;
+  snprintf(b->nk, sizeof b->nk, "%zu", hi - lo);
+  b->argv[a] = eval ? "EVAL" : "EVALSHA";
+  b->argl[a] = strlen(b->argv[a]);
+  a++;
+  b->argv[a] = eval ? meta_check_lua : m->sha;
+  b->argl[a] = eval ? sizeof meta_check_lua - 1 : strlen(m->sha);
+  a++;
+  b->argv[a] = b->nk;
+  b->argl[a++] = strlen(b->nk);
+  char *p = b->kbuf;
+  for (size_t j = lo; j < hi; j++) {
+    size_t i = b->idx[j];
+    size_t kl = meta_obj_key(m, p, b->keys[i], b->lens[i]);
+    b->argv[a] = p;
+    b->argl[a++] = kl;
+    p += kl;
+  }
+  b->argv[a] = m->node_pfx;
+  b->argl[a++] = strlen(m->node_pfx);
+  b->argv[a] = b->mode;
+  b->argl[a++] = 1;
+  b->argv[a] = m->node_id;
+  b->argl[a++] = strlen(m->node_id);
+  return a;
+}
+
+static int meta_is_noscript(const redisReply *r) {
+  return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Checks one chunk's reply and hands its elements to each(). */
+static int meta_chunk_done(ecs_meta_t *m, meta_batch_t *b, size_t ci, const redisReply *r, meta_each_fn each,
+                           void *ctx) {
+  size_t lo = ci * META_CHUNK, hi = lo + META_CHUNK < b->n ? lo + META_CHUNK : b->n;
+  int rc = meta_reply_err(m, r, "check script");
+  if (rc != ECS_OK)
+    return rc;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != hi - lo) {
+    meta_seterr(m, "check script: unexpected reply");
+    return ECS_EREDIS;
+  }
+  for (size_t j = lo; j < hi; j++)
+    each(ctx, b->idx[j], r->element[j - lo]);
+  return ECS_OK;
+}
+
+static int meta_run_check(ecs_meta_t *m, meta_batch_t *b, meta_each_fn each, void *ctx) {
+  size_t nchunks = (b->n + META_CHUNK - 1) / META_CHUNK;
+  if (nchunks == 0)
+    return ECS_OK;
+  size_t cap = META_CHUNK < b->n ? META_CHUNK : b->n;
+  b->argv = malloc((cap + 6) * sizeof *b->argv);
+  b->argl = malloc((cap + 6) * sizeof *b->argl);
+  b->kbuf = malloc(cap * (m->obj_pfx_len + ECS_MAX_KEY));
+  char *noscript = calloc(nchunks, 1);
+  int rc = ECS_OK;
+  if (b->argv == NULL || b->argl == NULL || b->kbuf == NULL || noscript == NULL) {
+    rc = ECS_ENOMEM;
+    goto out;
+  }
+  for (size_t ci = 0; ci < nchunks; ci++) {
+    int argc = meta_chunk_argv(m, b, ci, m->sha[0] == '\0');
+    if (redisAppendCommandArgv(m->c, argc, b->argv, b->argl) != REDIS_OK) {
+      meta_seterr(m, "out of memory");
+      meta_down(m);
+      rc = ECS_ENOMEM;
+      goto out;
+    }
+  }
+  uint64_t deadline = meta_deadline(m);
+  /* Read every reply before acting on any error, so that the link stays
+   * in step.  A NOSCRIPT chunk (the script cache was flushed) is sent again
+   * with the script's body once the pipeline is drained. */
+  m->busy = 1;
+  for (size_t ci = 0; ci < nchunks; ci++) {
+    redisReply *r;
+    int e = meta_reply(m, &r, deadline);
+    if (e != ECS_OK) {
+      rc = e;
+      goto out;
+    }
+    if (meta_is_noscript(r))
+      noscript[ci] = 1;
+    else if (rc == ECS_OK)
+      rc = meta_chunk_done(m, b, ci, r, each, ctx);
+    freeReplyObject(r);
+  }
+  for (size_t ci = 0; ci < nchunks && rc == ECS_OK; ci++) {
+    if (!noscript[ci])
+      continue;
+    redisReply *r;
+    int argc = meta_chunk_argv(m, b, ci, 1);
+    rc = meta_cmd(m, &r, argc, b->argv, b->argl);
+    if (rc != ECS_OK)
+      goto out;
+    rc = meta_chunk_done(m, b, ci, r, each, ctx);
+    freeReplyObject(r);
+    if (m->sha[0] != '\0' && meta_load_script(m) != ECS_OK)
+      m->sha[0] = '\0'; /* EVAL from now on (or the link is down) */
+  }
+out:
+  m->busy = 0;
+  free(noscript);
+  free(b->argv);
+  free(b->argl);
+  free(b->kbuf);
+  return rc;
+}
+
+/* The valid keys' positions (invalid ones are left out of the batch). */
+static size_t *meta_valid_idx(const uint16_t *lens, size_t n, size_t *nvalid) {
+  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+  size_t k = 0;
+  if (idx != NULL)
+    for (size_t i = 0; i < n; i++)
+      if (lens[i] >= 1 && lens[i] <= ECS_MAX_KEY)
+        idx[k++] = i;
+  *nvalid = k;
+  return idx;
+}
+
+/* Clients reconnect on demand; servers only in tick(), which re-syncs. */
+static int meta_ensure_link(ecs_meta_t *m) {
+  if (m->c != NULL)
+    return ECS_OK;
+  if (m->server) {
+    if (m->errstr[0] == '\0')
+      meta_seterr(m, "not connected");
+    return ECS_EREDIS;
+  }
+  return meta_connect(m);
+}
+
+/* Runs a check batch; a client whose pooled link had gone stale (Redis
+ * restarted: EOF or reset, not a timeout) retries once on a fresh one. */
+static int meta_check_batch(ecs_meta_t *m, meta_batch_t *b, meta_each_fn each, void *ctx) {
+  int rc = meta_ensure_link(m);
+  if (rc != ECS_OK)
+    return rc;
+  int was_used = m->used;
+  rc = meta_run_check(m, b, each, ctx);
+  if (rc == ECS_EREDIS && m->c == NULL && was_used && !m->server) {
+    rc = meta_connect(m);
+    if (rc == ECS_OK)
+      rc = meta_run_check(m, b, each, ctx);
+  }
+  return rc;
+}
+
+static void meta_each_exists(void *ctx, size_t i, const redisReply *e) {
+  int *exists = ctx;
+  exists[i] = e->type == REDIS_REPLY_INTEGER && e->integer == 1;
+}
+
+int ecs_meta_exists_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint16_t *lens, size_t n,
+                          int *exists) {
+  if (n > 0 && (exists == NULL || keys == NULL || lens == NULL))
+    return ECS_EINVAL;
+  for (size_t i = 0; i < n; i++)
+    exists[i] = 0;
+  if (m == NULL)
+    return ECS_EINVAL;
+  meta_batch_t b = {.keys = keys, .lens = lens, .mode = "e"};
+  size_t *idx = meta_valid_idx(lens, n, &b.n);
+  if (idx == NULL)
+    return ECS_ENOMEM;
+  b.idx = idx;
+  int rc = b.n ? meta_check_batch(m, &b, meta_each_exists, exists) : ECS_OK;
+  free(idx);
+  if (rc != ECS_OK)
+    for (size_t i = 0; i < n; i++)
+      exists[i] = 0;
+  return rc;
+}
+
+typedef struct meta_lookup_ctx {
+  ecs_meta_rec_t *recs; /* the caller's records */
+  int *status;          /* the caller's statuses */
+} meta_lookup_ctx_t;
+
+#define META_FIELD(e, j) ((e)->element[j]->type == REDIS_REPLY_STRING)
+
+/* Parses the fields (node epoch off len raw_len dtype shape csum codec t). */
+static int meta_parse_rec(const redisReply *e, ecs_meta_rec_t *rec) {
+  if (e->type != REDIS_REPLY_ARRAY || e->elements != META_REC_FIELDS)
+    return -1;
+  for (size_t j = 0; j < META_REC_FIELDS; j++)
+    if (!META_FIELD(e, j))
+      return -1;
+  const redisReply *const *f = (const redisReply *const *)e->element;
+  uint64_t dtype, codec;
+  if (f[0]->len == 0 || f[0]->len >= sizeof rec->node_id || memchr(f[0]->str, '\0', f[0]->len) != NULL)
+    return -1;
+  memcpy(rec->node_id, f[0]->str, f[0]->len);
+  rec->node_id[f[0]->len] = '\0';
+  if (meta_parse_u64(f[1]->str, f[1]->len, &rec->epoch) || meta_parse_u64(f[2]->str, f[2]->len, &rec->off) ||
+      meta_parse_u64(f[3]->str, f[3]->len, &rec->nbytes) ||
+      meta_parse_u64(f[4]->str, f[4]->len, &rec->raw_nbytes) ||
+      meta_parse_u64(f[5]->str, f[5]->len, &dtype) || dtype > 255 ||
+      meta_parse_shape(f[6]->str, f[6]->len, &rec->desc) ||
+      meta_parse_hex64(f[7]->str, f[7]->len, &rec->checksum) ||
+      meta_parse_u64(f[8]->str, f[8]->len, &codec) || codec > 255 ||
+      meta_parse_u64(f[9]->str, f[9]->len, &rec->t_ms))
+    return -1;
+  rec->desc.dtype = (uint8_t)dtype;
+  rec->codec = (uint8_t)codec;
+  return 0;
+}
+
+static void meta_each_lookup(void *ctx, size_t i, const redisReply *e) {
+  meta_lookup_ctx_t *c = ctx;
+  ecs_meta_rec_t *rec = &c->recs[i];
+  if (e->type == REDIS_REPLY_INTEGER) {
+    c->status[i] = e->integer == -1 ? ECS_ESTALE : ECS_ENOTFOUND;
+    return;
+  }
+  /* A record that does not parse names nothing we could fetch: a miss. */
+  c->status[i] = meta_parse_rec(e, rec) == 0 ? ECS_OK : ECS_ENOTFOUND;
+  if (c->status[i] != ECS_OK) {
+    const uint8_t *key = rec->key;
+    uint16_t len = rec->key_len;
+    memset(rec, 0, sizeof *rec);
+    rec->key = key;
+    rec->key_len = len;
+  }
+}
+
+int ecs_meta_lookup_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint16_t *lens, size_t n,
+                          ecs_meta_rec_t *recs, int *status) {
+  if (n > 0 && (recs == NULL || status == NULL || keys == NULL || lens == NULL))
+    return ECS_EINVAL;
+  for (size_t i = 0; i < n; i++) {
+    memset(&recs[i], 0, sizeof recs[i]);
+    recs[i].key = keys[i];
+    recs[i].key_len = lens[i];
+    status[i] = (lens[i] >= 1 && lens[i] <= ECS_MAX_KEY) ? ECS_ENOTFOUND : ECS_EKEY;
+  }
+  if (m == NULL)
+    return ECS_EINVAL;
+  meta_batch_t b = {.keys = keys, .lens = lens, .mode = "l"};
+  size_t *idx = meta_valid_idx(lens, n, &b.n);
+  if (idx == NULL)
+    return ECS_ENOMEM;
+  b.idx = idx;
+  meta_lookup_ctx_t ctx = {recs, status};
+  int rc = b.n ? meta_check_batch(m, &b, meta_each_lookup, &ctx) : ECS_OK;
+  free(idx);
+  if (rc != ECS_OK)
+    for (size_t i = 0; i < n; i++) {
+      memset(&recs[i], 0, sizeof recs[i]);
+      recs[i].key = keys[i];
+      recs[i].key_len = lens[i];
+      if (status[i] != ECS_EKEY)
+        status[i] = ECS_ENOTFOUND;
+    }
+  return rc;
+}
+
+int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
+  if (m == NULL || n == NULL || (max > 0 && out == NULL))
+    return ECS_EINVAL;
+  *n = 0;
+  int rc = meta_ensure_link(m);
+  if (rc != ECS_OK)
+    return rc;
+  const char *smembers[] = {"SMEMBERS", m->nodes_key};
+  redisReply *set;
+  rc = meta_cmdv(m, &set, 2, smembers);
+  if (rc != ECS_OK)
+    return rc;
+  rc = meta_reply_err(m, set, "SMEMBERS");
+  if (rc == ECS_OK && set->type != REDIS_REPLY_ARRAY) {
+    meta_seterr(m, "SMEMBERS: unexpected reply");
+    rc = ECS_EREDIS;
+  }
+  if (rc != ECS_OK) {
+    freeReplyObject(set);
+    return rc;
+  }
+  /* One pipeline: HMGET each member's entry. */
+  size_t cnt = 0;
+  for (size_t i = 0; i < set->elements; i++) {
+    const redisReply *id = set->element[i];
+    if (id->type != REDIS_REPLY_STRING || id->len == 0 || id->len >= sizeof out->node_id)
+      continue;
+    char key[sizeof m->node_pfx + sizeof out->node_id];
+    size_t pl = strlen(m->node_pfx);
+    memcpy(key, m->node_pfx, pl);
+    memcpy(key + pl, id->str, id->len);
+    const char *argv[] = {"HMGET", key, "addr", "epoch", "pool"};
+    size_t lens[] = {5, pl + id->len, 4, 5, 4};
+    if (redisAppendCommandArgv(m->c, 5, argv, lens) != REDIS_OK) {
+      freeReplyObject(set);
+      meta_down(m);
+      return ECS_ENOMEM;
+    }
+    cnt++;
+  }
+  uint64_t deadline = meta_deadline(m);
+  size_t k = 0, ndead = 0;
+  const char **dead = malloc((set->elements + 2) * sizeof *dead);
+  size_t *deadl = malloc((set->elements + 2) * sizeof *deadl);
+  if (dead != NULL && deadl != NULL) {
+    dead[0] = "SREM";
+    deadl[0] = 4;
+    dead[1] = m->nodes_key;
+    deadl[1] = strlen(m->nodes_key);
+  }
+  for (size_t i = 0; i < set->elements && cnt > 0; i++) {
+    const redisReply *id = set->element[i];
+    if (id->type != REDIS_REPLY_STRING || id->len == 0 || id->len >= sizeof out->node_id)
+      continue;
+    cnt--;
+    redisReply *r;
+    int e = meta_reply(m, &r, deadline);
+    if (e != ECS_OK) {
+      free(dead);
+      free(deadl);
+      freeReplyObject(set);
+      *n = 0;
+      return e;
+    }
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_NIL &&
+        r->element[1]->type == REDIS_REPLY_NIL && dead != NULL && deadl != NULL) {
+      dead[2 + ndead] = id->str; /* its entry expired: the node died */
+      deadl[2 + ndead] = id->len;
+      ndead++;
+    }
+    uint64_t epoch, pool;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && META_FIELD(r, 0) && META_FIELD(r, 1) &&
+        META_FIELD(r, 2) && r->element[0]->len < sizeof out->addr &&
+        meta_parse_u64(r->element[1]->str, r->element[1]->len, &epoch) == 0 &&
+        meta_parse_u64(r->element[2]->str, r->element[2]->len, &pool) == 0 && k < max) {
+      ecs_meta_node_t *nd = &out[k++];
+      memset(nd, 0, sizeof *nd);
+      memcpy(nd->node_id, id->str, id->len);
+      memcpy(nd->addr, r->element[0]->str, r->element[0]->len);
+      nd->epoch = epoch;
+      nd->pool_size = pool;
+    }
+    freeReplyObject(r);
+  }
+  /* Tidy the set; a node that registers again is added back (register and
+   * every heartbeat SADD). */
+  if (ndead > 0) {
+    redisReply *r;
+    if (meta_cmd(m, &r, (int)(ndead + 2), dead, deadl) == ECS_OK)
+      freeReplyObject(r);
+  }
+  free(dead);
+  free(deadl);
+  freeReplyObject(set);
+  *n = k;
+  return ECS_OK;
+}
+
+/* ---- server: re-sync and shutdown ------------------------------------- */
+
+typedef struct meta_sweep_ctx {
+  ecs_meta_t *m;               /* the handle */
+  const ecs_meta_resync_t *rs; /* has_key, or NULL: keep every live record of ours */
+  const uint8_t *const *keys;  /* this step's keys (without the prefix) */
+  const uint16_t *lens;        /* their lengths */
+} meta_sweep_ctx_t;
+
+static void meta_each_sweep(void *ctx, size_t i, const redisReply *e) {
+  meta_sweep_ctx_t *c = ctx;
+  /* 1: a live record of ours.  Stale ones (-1) the script deleted. */
+  if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 && c->rs != NULL && c->rs->has_key != NULL &&
+      !c->rs->has_key(c->rs->ctx, c->keys[i], c->lens[i]))
+    ecs_meta_queue_del(c->m, c->keys[i], c->lens[i]);
+}
+
+/*
+ * One SCAN step over this namespace's records: the check script deletes the
+ * stale ones (of any node) and reports which live ones are ours; those the
+ * server no longer holds are deleted.  *done is set when the cursor is back
+ * at 0.
+ */
+static int meta_sweep_step(ecs_meta_t *m, const ecs_meta_resync_t *rs, int *done) {
+  const char *argv[] = {"SCAN", m->cursor, "MATCH", m->match, "COUNT", META_SCAN_COUNT};
+  redisReply *r;
+  *done = 0;
+  int rc = meta_cmdv(m, &r, 6, argv);
+  if (rc != ECS_OK)
+    return rc;
+  rc = meta_reply_err(m, r, "SCAN");
+  if (rc == ECS_OK &&
+      (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+       r->element[0]->len >= sizeof m->cursor || r->element[1]->type != REDIS_REPLY_ARRAY)) {
+    meta_seterr(m, "SCAN: unexpected reply");
+    rc = ECS_EREDIS;
+  }
+  if (rc != ECS_OK) {
+    freeReplyObject(r);
+    return rc;
+  }
+  const redisReply *list = r->element[1];
+  const uint8_t **keys = malloc((list->elements ? list->elements : 1) * sizeof *keys);
+  uint16_t *lens = malloc((list->elements ? list->elements : 1) * sizeof *lens);
+  size_t nk = 0;
+  if (keys == NULL || lens == NULL) {
+    rc = ECS_ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < list->elements; i++) {
+    const redisReply *k = list->element[i];
+    if (k->type != REDIS_REPLY_STRING || k->len <= m->obj_pfx_len || k->len - m->obj_pfx_len > ECS_MAX_KEY ||
+        memcmp(k->str, m->obj_pfx, m->obj_pfx_len) != 0)
+      continue;
+    keys[nk] = (const uint8_t *)k->str + m->obj_pfx_len;
+    lens[nk] = (uint16_t)(k->len - m->obj_pfx_len);
+    nk++;
+  }
+  if (nk > 0) {
+    meta_batch_t b = {.keys = keys, .lens = lens, .mode = "s"};
+    size_t *idx = meta_valid_idx(lens, nk, &b.n);
+    if (idx == NULL) {
+      rc = ECS_ENOMEM;
+      goto out;
+    }
+    b.idx = idx;
+    meta_sweep_ctx_t ctx = {m, rs, keys, lens};
+    rc = meta_run_check(m, &b, meta_each_sweep, &ctx);
+    free(idx);
+    if (rc == ECS_OK)
+      rc = ecs_meta_flush(m);
+  }
+  if (rc == ECS_OK) {
+    memcpy(m->cursor, r->element[0]->str, r->element[0]->len);
+    m->cursor[r->element[0]->len] = '\0';
+    *done = strcmp(m->cursor, "0") == 0;
+  }
+out:
+  free(keys);
+  free(lens);
+  freeReplyObject(r);
+  return rc;
+}
+
+/* Advances the owed re-sync by at most META_SCAN_STEPS SCAN calls; when
+ * the sweep is complete, publishes everything. */
+static int meta_resync(ecs_meta_t *m, const ecs_meta_resync_t *rs) {
+  if (!m->sweeping) {
+    m->sweeping = 1;
+    m->resync_owed = 0;
+    snprintf(m->cursor, sizeof m->cursor, "0");
+  }
+  for (int step = 0; step < META_SCAN_STEPS; step++) {
+    int done, rc = meta_sweep_step(m, rs, &done);
+    if (rc != ECS_OK)
+      return rc;
+    if (done) {
+      m->sweeping = 0;
+      if (m->resync_owed) /* a write failed during the sweep: start over */
+        return ECS_OK;
+      if (rs->publish_all != NULL)
+        rs->publish_all(rs->ctx, m);
+      return ecs_meta_flush(m);
+    }
+  }
+  return ECS_OK;
+}
+
+int ecs_meta_tick(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t *rs) {
+  if (m == NULL)
+    return ECS_EINVAL;
+  if (!m->server)
+    return meta_ensure_link(m);
+  if (!m->want_reg)
+    return m->c ? ECS_OK : ECS_ENOTCONN;
+  int rc;
+  if (m->c == NULL) {
+    if (m->rc_valid && now_ms - m->last_rc_ms < (uint64_t)m->reconnect_ms)
+      return ECS_ENOTCONN;
+    m->rc_valid = 1;
+    m->last_rc_ms = now_ms;
+    rc = meta_connect(m);
+    if (rc != ECS_OK)
+      return rc;
+    m->resync_owed = 1;
+    m->sweeping = 0;
+    rc = ecs_meta_register(m);
+    if (rc != ECS_OK)
+      return rc;
+    m->hb_valid = 1;
+    m->last_hb_ms = now_ms;
+  }
+  /* A re-sync about to start checks the registry first, so that it never
+   * publishes under an entry that has expired. */
+  int starting = m->resync_owed && !m->sweeping && rs != NULL;
+  if (starting || !m->hb_valid || now_ms - m->last_hb_ms >= (uint64_t)m->ttl_s * 1000u / 3u) {
+    rc = meta_heartbeat(m);
+    if (rc != ECS_OK)
+      return rc;
+    m->hb_valid = 1;
+    m->last_hb_ms = now_ms;
+  }
+  if ((m->resync_owed || m->sweeping) && rs != NULL) {
+    rc = meta_resync(m, rs);
+    if (rc != ECS_OK)
+      return rc;
+  }
+  return m->c ? ECS_OK : ECS_ENOTCONN;
+}
+
+int ecs_meta_unregister(ecs_meta_t *m) {
+  if (m == NULL || !m->server)
+    return ECS_EINVAL;
+  m->want_reg = 0;
+  meta_queue_clear(m);
+  int rc = meta_connect(m);
+  if (rc != ECS_OK)
+    return rc;
+  /* Registry first: from then on every record of ours is stale for readers,
+   * and the sweep below deletes them (the check script deletes stale ones). */
+  const char *del[] = {"DEL", m->node_key};
+  const char *srem[] = {"SREM", m->nodes_key, m->node_id};
+  redisReply *r;
+  rc = meta_cmdv(m, &r, 2, del);
+  if (rc != ECS_OK)
+    return rc;
+  rc = meta_reply_err(m, r, "unregister");
+  freeReplyObject(r);
+  if (rc != ECS_OK)
+    return rc;
+  rc = meta_cmdv(m, &r, 3, srem);
+  if (rc != ECS_OK)
+    return rc;
+  freeReplyObject(r);
+  snprintf(m->cursor, sizeof m->cursor, "0");
+  m->sweeping = 0;
+  for (;;) {
+    int done;
+    rc = meta_sweep_step(m, NULL, &done);
+    if (rc != ECS_OK || done)
+      break;
+  }
+  m->resync_owed = 0;
+  return rc;
+}
