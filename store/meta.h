@@ -84,7 +84,10 @@ int ecs_meta_register(ecs_meta_t *m);
 /* Deletes this node's registry entry and every record this process wrote
  * that is still live (on graceful shutdown). */
 int ecs_meta_unregister(ecs_meta_t *m);
-/* Queue a record write / delete; sent by the next flush(). */
+/* Queue a record write / delete; sent by the next flush().  A record always
+ * names this node and epoch (rec->node_id and rec->epoch are ignored; a
+ * t_ms of 0 means now).  A delete removes the record only while it still
+ * names this node.  Dropped while the link is down (a re-sync is owed). */
 void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec);
 void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len);
 /* Sends every queued command in one pipeline and reads the replies.
@@ -119,11 +122,13 @@ int ecs_meta_exists_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint1
                           int *exists);
 
 /* Fetches live records: status[i] = ECS_OK (recs[i] filled; recs[i].key
- * is keys[i]), ECS_ENOTFOUND or ECS_ESTALE.  Returns as exists_batch. */
+ * is keys[i]), ECS_ENOTFOUND or ECS_ESTALE (or ECS_EKEY for a key of length
+ * 0 or over ECS_MAX_KEY, which fails alone).  Returns as exists_batch. */
 int ecs_meta_lookup_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint16_t *lens, size_t n,
                           ecs_meta_rec_t *recs, int *status);
 
-/* Lists registered nodes (those whose registry hash is live). */
+/* Lists registered nodes (those whose registry hash is live), at most max
+ * of them; *n is the number written. */
 int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n);
 
 /* Internal, for tests: parses a Redis URL as ecs_meta_open() does
