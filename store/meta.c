@@ -466,6 +466,7 @@ static int meta_connect(ecs_meta_t *m) {
     meta_down(m);
     return rc;
   }
+  m->used = 0; /* only a caller's reply makes the link "used" */
   m->errstr[0] = '\0';
   return ECS_OK;
 }
