@@ -89,6 +89,11 @@ static int op_known(unsigned op) {
   case ECS_OP_REMOVE:
   case ECS_OP_STAT:
   case ECS_OP_PING:
+  case ECS_OP_LEASE:
+  case ECS_OP_RELEASE:
+  case ECS_OP_RESERVE:
+  case ECS_OP_COMMIT:
+  case ECS_OP_ATTACH:
   case ECS_OP_DEBUG: return 1;
   default: return 0;
   }
@@ -443,6 +448,9 @@ void ecs_proto_hello_reply_write(ecs_wbuf_t *w, const ecs_hello_reply_t *h) {
   ecs_wbuf_u64(w, h->pool_size);
   ecs_wbuf_u64(w, h->max_data);
   ecs_wbuf_put(w, h->node_id, n);
+  uint16_t pn = (uint16_t)strnlen(h->shm_path, sizeof h->shm_path - 1);
+  ecs_wbuf_u16(w, pn);
+  ecs_wbuf_put(w, h->shm_path, pn);
 }
 
 int ecs_proto_hello_reply_read(ecs_rbuf_t *r, ecs_hello_reply_t *h) {
@@ -460,6 +468,14 @@ int ecs_proto_hello_reply_read(ecs_rbuf_t *r, ecs_hello_reply_t *h) {
     return rbuf_fail(r);
   memcpy(h->node_id, id, n);
   h->node_id[n] = '\0';
+  uint16_t pn = ecs_rbuf_u16(r);
+  if (r->err != ECS_OK || pn >= sizeof h->shm_path)
+    return rbuf_fail(r);
+  const uint8_t *path = rbuf_take(r, pn);
+  if (path == NULL)
+    return rbuf_fail(r);
+  memcpy(h->shm_path, path, pn);
+  h->shm_path[pn] = '\0';
   return ECS_OK;
 }
 
@@ -504,5 +520,100 @@ int ecs_proto_stat_read(ecs_rbuf_t *r, ecs_stat_reply_t *s) {
     uint64_t v = ecs_rbuf_u64(r);
     memcpy((char *)s + stat_fields[i], &v, sizeof v);
   }
+  return r->err != ECS_OK ? rbuf_fail(r) : ECS_OK;
+}
+
+/* ---- lease, reserve, commit, attach ------------------------------------ */
+
+void ecs_proto_lease_reply_write(ecs_wbuf_t *w, const ecs_lease_reply_t *it) {
+  ecs_wbuf_u32(w, (uint32_t)it->status);
+  ecs_wbuf_u8(w, it->codec);
+  ecs_wbuf_u8(w, it->desc.dtype);
+  ecs_wbuf_u8(w, it->desc.ndim);
+  wbuf_zeros(w, 1);
+  ecs_wbuf_u64(w, it->off);
+  ecs_wbuf_u64(w, it->nbytes);
+  ecs_wbuf_u64(w, it->raw_nbytes);
+  ecs_wbuf_u64(w, it->checksum);
+  ecs_wbuf_u64(w, it->lease_id);
+  shape_write(w, &it->desc);
+}
+
+int ecs_proto_lease_reply_read(ecs_rbuf_t *r, ecs_lease_reply_t *it) {
+  memset(it, 0, sizeof *it);
+  it->status = (int32_t)ecs_rbuf_u32(r);
+  it->codec = ecs_rbuf_u8(r);
+  it->desc.dtype = ecs_rbuf_u8(r);
+  it->desc.ndim = ecs_rbuf_u8(r);
+  (void)rbuf_take(r, 1); /* reserved */
+  it->off = ecs_rbuf_u64(r);
+  it->nbytes = ecs_rbuf_u64(r);
+  it->raw_nbytes = ecs_rbuf_u64(r);
+  it->checksum = ecs_rbuf_u64(r);
+  it->lease_id = ecs_rbuf_u64(r);
+  shape_read(r, &it->desc);
+  if (r->err != ECS_OK)
+    return rbuf_fail(r);
+  if (it->desc.ndim > ECS_MAX_DIMS)
+    return ECS_EDTYPE;
+  if (it->status != ECS_OK)
+    return ECS_OK;
+  return tensor_check(it->codec, &it->desc, it->nbytes, it->raw_nbytes);
+}
+
+void ecs_proto_reserve_reply_write(ecs_wbuf_t *w, const ecs_reserve_reply_t *it) {
+  ecs_wbuf_u32(w, (uint32_t)it->status);
+  wbuf_zeros(w, 4);
+  ecs_wbuf_u64(w, it->off);
+  ecs_wbuf_u64(w, it->resv_id);
+}
+
+int ecs_proto_reserve_reply_read(ecs_rbuf_t *r, ecs_reserve_reply_t *it) {
+  memset(it, 0, sizeof *it);
+  it->status = (int32_t)ecs_rbuf_u32(r);
+  (void)rbuf_take(r, 4); /* reserved */
+  it->off = ecs_rbuf_u64(r);
+  it->resv_id = ecs_rbuf_u64(r);
+  return r->err != ECS_OK ? rbuf_fail(r) : ECS_OK;
+}
+
+void ecs_proto_commit_item_write(ecs_wbuf_t *w, const ecs_commit_item_t *it) {
+  ecs_wbuf_u64(w, it->resv_id);
+  ecs_wbuf_u64(w, it->checksum);
+  ecs_wbuf_u32(w, it->abort);
+  wbuf_zeros(w, 4);
+}
+
+int ecs_proto_commit_item_read(ecs_rbuf_t *r, ecs_commit_item_t *it) {
+  memset(it, 0, sizeof *it);
+  it->resv_id = ecs_rbuf_u64(r);
+  it->checksum = ecs_rbuf_u64(r);
+  it->abort = ecs_rbuf_u32(r);
+  (void)rbuf_take(r, 4); /* reserved */
+  if (r->err != ECS_OK)
+    return rbuf_fail(r);
+  return it->abort > 1 ? ECS_EPROTO : ECS_OK;
+}
+
+void ecs_proto_attach_reply_write(ecs_wbuf_t *w, const ecs_attach_reply_t *it) {
+  ecs_wbuf_u64(w, it->pool_size);
+  ecs_wbuf_u32(w, it->flags);
+  wbuf_zeros(w, 4);
+}
+
+int ecs_proto_attach_reply_read(ecs_rbuf_t *r, ecs_attach_reply_t *it) {
+  memset(it, 0, sizeof *it);
+  it->pool_size = ecs_rbuf_u64(r);
+  it->flags = ecs_rbuf_u32(r);
+  (void)rbuf_take(r, 4); /* reserved */
+  return r->err != ECS_OK ? rbuf_fail(r) : ECS_OK;
+}
+
+void ecs_proto_u64_write(ecs_wbuf_t *w, uint64_t v) {
+  ecs_wbuf_u64(w, v);
+}
+
+int ecs_proto_u64_read(ecs_rbuf_t *r, uint64_t *v) {
+  *v = ecs_rbuf_u64(r);
   return r->err != ECS_OK ? rbuf_fail(r) : ECS_OK;
 }

@@ -23,23 +23,29 @@
 #define ECS_PROTO_MAGIC 0x31534345u /* "ECS1" as bytes on the wire */
 #define ECS_PROTO_VERSION 1
 #define ECS_PROTO_HDR_SIZE 32
-#define ECS_PROTO_MAX_ITEMS 4096       /* items in one batch */
-#define ECS_PROTO_MAX_META (4u << 20)  /* bytes of item records */
-#define ECS_PROTO_MAX_TOKEN 256        /* auth token bytes */
-#define ECS_PROTO_MAX_NS 128           /* namespace bytes */
+#define ECS_PROTO_MAX_ITEMS 4096      /* items in one batch */
+#define ECS_PROTO_MAX_META (4u << 20) /* bytes of item records */
+#define ECS_PROTO_MAX_TOKEN 256       /* auth token bytes */
+#define ECS_PROTO_MAX_NS 128          /* namespace bytes */
 
 typedef enum ecs_op {
-  ECS_OP_HELLO = 1,   /* first message: auth token, namespace, client info */
-  ECS_OP_PUT = 2,     /* items: ecs_put_item; data: each item's bytes */
-  ECS_OP_GET = 3,     /* items: ecs_get_item; reply items: ecs_get_reply */
-  ECS_OP_EXISTS = 4,  /* items: key only; reply items: status (0 / ENOTFOUND) */
-  ECS_OP_REMOVE = 5,  /* items: key only; reply items: status */
-  ECS_OP_STAT = 6,    /* no items; reply meta: ecs_stat_reply */
-  ECS_OP_PING = 7,    /* no items; empty reply */
-  ECS_OP_DEBUG = 0x70 /* test-only hooks; refused unless the server enables them */
+  ECS_OP_HELLO = 1,    /* first message: auth token, namespace, client info */
+  ECS_OP_PUT = 2,      /* items: ecs_put_item; data: each item's bytes */
+  ECS_OP_GET = 3,      /* items: ecs_get_item; reply items: ecs_get_reply */
+  ECS_OP_EXISTS = 4,   /* items: key only; reply items: status (0 / ENOTFOUND) */
+  ECS_OP_REMOVE = 5,   /* items: key only; reply items: status */
+  ECS_OP_STAT = 6,     /* no items; reply meta: ecs_stat_reply */
+  ECS_OP_PING = 7,     /* no items; empty reply */
+  ECS_OP_LEASE = 8,    /* items: key only; reply items: ecs_lease_reply (pins objects) */
+  ECS_OP_RELEASE = 9,  /* items: u64 lease id; reply items: status (none with NOREPLY) */
+  ECS_OP_RESERVE = 10, /* items: ecs_put_item (checksum ignored); reply items: ecs_reserve_reply */
+  ECS_OP_COMMIT = 11,  /* items: ecs_commit_item; reply items: status */
+  ECS_OP_ATTACH = 12,  /* shm only: meta u32 flags; reply meta ecs_attach_reply + the pool fd */
+  ECS_OP_DEBUG = 0x70  /* test-only hooks; refused unless the server enables them */
 } ecs_op_t;
 
-#define ECS_FLAG_REPLY 0x0001u /* set on every server -> client message */
+#define ECS_FLAG_REPLY 0x0001u   /* set on every server -> client message */
+#define ECS_FLAG_NOREPLY 0x0002u /* RELEASE only: the client wants no reply */
 
 /* The fixed header, in host order once decoded. */
 typedef struct ecs_hdr {
@@ -104,13 +110,13 @@ const uint8_t *ecs_rbuf_bytes(ecs_rbuf_t *r, size_t n);
 /* PUT request item.  The item's payload (nbytes) follows in the data
  * section, in item order. */
 typedef struct ecs_put_item {
-  const uint8_t *key;    /* points into the record buffer when decoded */
-  uint16_t key_len;      /* 1..ECS_MAX_KEY */
-  uint8_t codec;         /* ECS_CODEC_* of the payload */
-  ecs_tensor_desc_t desc;/* dtype, ndim, shape of the raw tensor */
-  uint64_t nbytes;       /* payload bytes (as stored) */
-  uint64_t raw_nbytes;   /* tensor bytes once decoded (== nbytes when raw) */
-  uint64_t checksum;     /* xxh3-64 of the payload bytes */
+  const uint8_t *key;     /* points into the record buffer when decoded */
+  uint16_t key_len;       /* 1..ECS_MAX_KEY */
+  uint8_t codec;          /* ECS_CODEC_* of the payload */
+  ecs_tensor_desc_t desc; /* dtype, ndim, shape of the raw tensor */
+  uint64_t nbytes;        /* payload bytes (as stored) */
+  uint64_t raw_nbytes;    /* tensor bytes once decoded (== nbytes when raw) */
+  uint64_t checksum;      /* xxh3-64 of the payload bytes */
 } ecs_put_item_t;
 
 /* GET request item: the key and the room the client has for its bytes. */
@@ -124,26 +130,27 @@ typedef struct ecs_get_item {
  * section; for ECS_EBUFSMALL nbytes says what was needed and no bytes
  * follow; other statuses carry no bytes. */
 typedef struct ecs_get_reply {
-  int32_t status;        /* ECS_OK, ECS_ENOTFOUND, ECS_EBUFSMALL, ... */
-  uint8_t codec;         /* ECS_CODEC_* of the payload */
-  ecs_tensor_desc_t desc;/* dtype and shape */
-  uint64_t nbytes;       /* payload bytes */
-  uint64_t raw_nbytes;   /* tensor bytes once decoded */
-  uint64_t checksum;     /* xxh3-64 of the payload */
+  int32_t status;         /* ECS_OK, ECS_ENOTFOUND, ECS_EBUFSMALL, ... */
+  uint8_t codec;          /* ECS_CODEC_* of the payload */
+  ecs_tensor_desc_t desc; /* dtype and shape */
+  uint64_t nbytes;        /* payload bytes */
+  uint64_t raw_nbytes;    /* tensor bytes once decoded */
+  uint64_t checksum;      /* xxh3-64 of the payload */
 } ecs_get_reply_t;
 
 /* HELLO request (meta section, count = 0). */
 typedef struct ecs_hello {
-  const uint8_t *token; /* auth token (may be empty); points into the record */
-  uint16_t token_len;   /* 0..ECS_PROTO_MAX_TOKEN */
-  const uint8_t *ns;    /* namespace; points into the record */
-  uint16_t ns_len;      /* 1..ECS_PROTO_MAX_NS */
-  uint32_t client_flags;/* reserved, 0 */
+  const uint8_t *token;  /* auth token (may be empty); points into the record */
+  uint16_t token_len;    /* 0..ECS_PROTO_MAX_TOKEN */
+  const uint8_t *ns;     /* namespace; points into the record */
+  uint16_t ns_len;       /* 1..ECS_PROTO_MAX_NS */
+  uint32_t client_flags; /* reserved, 0 */
 } ecs_hello_t;
 
 /* HELLO reply (meta section). */
 typedef struct ecs_hello_reply {
   char node_id[64];   /* NUL-terminated node id */
+  char shm_path[108]; /* the server's Unix socket for shm ("" when off) */
   uint64_t epoch;     /* node epoch (bumps at every server start) */
   uint64_t pool_size; /* pool bytes */
   uint32_t max_items; /* batch limit the server enforces */
@@ -153,14 +160,60 @@ typedef struct ecs_hello_reply {
 /* STAT reply (meta section): counters, all u64 on the wire, in this order. */
 typedef struct ecs_stat_reply {
   uint64_t pool_size, bytes_in_use, bytes_free, largest_free;
-  uint64_t bytes_requested;   /* live requested bytes (utilization numerator) */
-  uint64_t objects;           /* committed objects */
+  uint64_t bytes_requested; /* live requested bytes (utilization numerator) */
+  uint64_t objects;         /* committed objects */
   uint64_t puts, gets, hits, misses, evictions, removes;
-  uint64_t connections;       /* open client connections */
+  uint64_t connections; /* open client connections */
   uint64_t epoch;
-  uint64_t redis_ok;          /* 1 when the Redis link is up */
-  uint64_t pool_locked;       /* 1 when the pool is mlock'd */
+  uint64_t redis_ok;    /* 1 when the Redis link is up */
+  uint64_t pool_locked; /* 1 when the pool is mlock'd */
 } ecs_stat_reply_t;
+
+/* LEASE reply item: where a pinned object lies in the pool.  The pin holds
+ * until RELEASE, the connection closes, or the lease expires. */
+typedef struct ecs_lease_reply {
+  int32_t status;         /* ECS_OK, ECS_ENOTFOUND, ... */
+  uint8_t codec;          /* ECS_CODEC_* of the stored bytes */
+  ecs_tensor_desc_t desc; /* dtype and shape */
+  uint64_t off;           /* pool offset of the bytes */
+  uint64_t nbytes;        /* stored bytes */
+  uint64_t raw_nbytes;    /* tensor bytes once decoded */
+  uint64_t checksum;      /* xxh3-64 of the stored bytes */
+  uint64_t lease_id;      /* names the pin for RELEASE (0 when status != OK) */
+} ecs_lease_reply_t;
+
+/* RESERVE reply item: the block a client writes into before COMMIT. */
+typedef struct ecs_reserve_reply {
+  int32_t status; /* ECS_OK, ECS_ENOSPC, ECS_ECONFLICT, ... (OK + resv_id 0: already stored, same content) */
+  uint64_t off;   /* pool offset of the reserved block */
+  uint64_t resv_id; /* names the reservation for COMMIT */
+} ecs_reserve_reply_t;
+
+/* COMMIT item: the bytes are in place; checksum is the client's xxh3-64. */
+typedef struct ecs_commit_item {
+  uint64_t resv_id;  /* from RESERVE */
+  uint64_t checksum; /* xxh3-64 of the bytes written */
+  uint32_t abort;    /* 1: drop the reservation instead */
+} ecs_commit_item_t;
+
+#define ECS_ATTACH_WRITE 0x1u /* ATTACH flag: the client will write (puts) */
+
+/* ATTACH reply: the pool fd rides along as SCM_RIGHTS ancillary data. */
+typedef struct ecs_attach_reply {
+  uint64_t pool_size; /* bytes to map */
+  uint32_t flags;     /* ECS_ATTACH_WRITE when the fd is writable */
+} ecs_attach_reply_t;
+
+void ecs_proto_lease_reply_write(ecs_wbuf_t *w, const ecs_lease_reply_t *it);
+int ecs_proto_lease_reply_read(ecs_rbuf_t *r, ecs_lease_reply_t *it);
+void ecs_proto_reserve_reply_write(ecs_wbuf_t *w, const ecs_reserve_reply_t *it);
+int ecs_proto_reserve_reply_read(ecs_rbuf_t *r, ecs_reserve_reply_t *it);
+void ecs_proto_commit_item_write(ecs_wbuf_t *w, const ecs_commit_item_t *it);
+int ecs_proto_commit_item_read(ecs_rbuf_t *r, ecs_commit_item_t *it);
+void ecs_proto_attach_reply_write(ecs_wbuf_t *w, const ecs_attach_reply_t *it);
+int ecs_proto_attach_reply_read(ecs_rbuf_t *r, ecs_attach_reply_t *it);
+void ecs_proto_u64_write(ecs_wbuf_t *w, uint64_t v);
+int ecs_proto_u64_read(ecs_rbuf_t *r, uint64_t *v);
 
 /* Record writers append one record; readers decode one record, validate its
  * fields (key length, dtype, ndim, shape vs nbytes for raw payloads) and

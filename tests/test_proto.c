@@ -141,14 +141,15 @@ static int hdr_roundtrip(const ecs_hdr_t *h, uint64_t max_data, ecs_hdr_t *out) 
 static void test_hdr_validation(void **state) {
   (void)state;
   ecs_hdr_t h, g;
-  static const unsigned ops[] = {ECS_OP_HELLO,  ECS_OP_PUT,  ECS_OP_GET,  ECS_OP_EXISTS,
-                                 ECS_OP_REMOVE, ECS_OP_STAT, ECS_OP_PING, ECS_OP_DEBUG};
+  static const unsigned ops[] = {ECS_OP_HELLO,  ECS_OP_PUT,    ECS_OP_GET,   ECS_OP_EXISTS,  ECS_OP_REMOVE,
+                                 ECS_OP_STAT,   ECS_OP_PING,   ECS_OP_LEASE, ECS_OP_RELEASE, ECS_OP_RESERVE,
+                                 ECS_OP_COMMIT, ECS_OP_ATTACH, ECS_OP_DEBUG};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     h = good_hdr();
     h.opcode = (uint8_t)ops[i];
     assert_int_equal(hdr_roundtrip(&h, 1000, &g), ECS_OK);
   }
-  static const unsigned bad_ops[] = {0, 8, 9, 0x6f, 0x71, 0xff};
+  static const unsigned bad_ops[] = {0, 13, 14, 0x6f, 0x71, 0xff};
   for (size_t i = 0; i < sizeof bad_ops / sizeof bad_ops[0]; i++) {
     h = good_hdr();
     h.opcode = (uint8_t)bad_ops[i];
@@ -388,6 +389,7 @@ static void test_other_records_exact_bytes(void **state) {
   hr.epoch = 1;
   hr.pool_size = 2;
   hr.max_data = 3;
+  strcpy(hr.shm_path, "/s");
   ecs_proto_hello_reply_write(&w, &hr);
   static const uint8_t want_hr[] = {
       2,   0,                      /* node_id_len */
@@ -397,6 +399,8 @@ static void test_other_records_exact_bytes(void **state) {
       2,   0,    0, 0, 0, 0, 0, 0, /* pool_size */
       3,   0,    0, 0, 0, 0, 0, 0, /* max_data */
       'n', '1',                    /* node_id */
+      2,   0,                      /* shm_path_len */
+      '/', 's',                    /* shm_path */
   };
   assert_int_equal(w.len, sizeof want_hr);
   assert_memory_equal(w.p, want_hr, sizeof want_hr);
@@ -583,7 +587,7 @@ static void test_hello_roundtrip(void **state) {
     ecs_wbuf_t w;
     ecs_wbuf_init(&w);
     ecs_proto_hello_reply_write(&w, cases[i]);
-    assert_int_equal(w.len, 32 + 63);
+    assert_int_equal(w.len, 32 + 63 + 2); /* + an empty shm path */
     uint8_t *p = dup_exact(w.p, w.len);
     ecs_rbuf_t r;
     ecs_rbuf_init(&r, p, w.len);
@@ -1133,6 +1137,104 @@ static void test_random_mutation(void **state) {
   free_sections(secs, n);
 }
 
+/* The lease/reserve/commit/attach records: round trips, and every
+ * truncation is EPROTO. */
+static void test_lease_records(void **state) {
+  (void)state;
+  ecs_lease_reply_t l;
+  memset(&l, 0, sizeof l);
+  l.status = ECS_OK;
+  l.codec = 0;
+  l.desc.dtype = ECS_DTYPE_BF16;
+  l.desc.ndim = 2;
+  l.desc.shape[0] = 3;
+  l.desc.shape[1] = 5;
+  l.off = 1ull << 33;
+  l.nbytes = l.raw_nbytes = 30;
+  l.checksum = 0xabcdef0123456789ull;
+  l.lease_id = 42;
+  ecs_reserve_reply_t rv = {.status = ECS_ENOSPC, .off = 4096, .resv_id = 7};
+  ecs_commit_item_t ci = {.resv_id = 9, .checksum = 0x55, .abort = 1};
+  ecs_attach_reply_t ar = {.pool_size = 1ull << 30, .flags = ECS_ATTACH_WRITE};
+  for (int kind = 0; kind < 5; kind++) {
+    ecs_wbuf_t w;
+    ecs_wbuf_init(&w);
+    switch (kind) {
+    case 0: ecs_proto_lease_reply_write(&w, &l); break;
+    case 1: ecs_proto_reserve_reply_write(&w, &rv); break;
+    case 2: ecs_proto_commit_item_write(&w, &ci); break;
+    case 3: ecs_proto_attach_reply_write(&w, &ar); break;
+    default: ecs_proto_u64_write(&w, 0x0102030405060708ull); break;
+    }
+    assert_int_equal(w.err, ECS_OK);
+    for (size_t cut = 0; cut <= w.len; cut++) {
+      uint8_t *p = dup_exact(w.p, cut);
+      ecs_rbuf_t r;
+      ecs_rbuf_init(&r, p, cut);
+      int rc;
+      ecs_lease_reply_t lo;
+      ecs_reserve_reply_t ro;
+      ecs_commit_item_t co;
+      ecs_attach_reply_t ao;
+      uint64_t u = 0;
+      switch (kind) {
+      case 0: rc = ecs_proto_lease_reply_read(&r, &lo); break;
+      case 1: rc = ecs_proto_reserve_reply_read(&r, &ro); break;
+      case 2: rc = ecs_proto_commit_item_read(&r, &co); break;
+      case 3: rc = ecs_proto_attach_reply_read(&r, &ao); break;
+      default: rc = ecs_proto_u64_read(&r, &u); break;
+      }
+      if (cut < w.len) {
+        assert_int_equal(rc, ECS_EPROTO);
+      } else {
+        assert_int_equal(rc, ECS_OK);
+        assert_int_equal(r.pos, w.len);
+        switch (kind) {
+        case 0:
+          assert_int_equal(lo.off, l.off);
+          assert_int_equal(lo.lease_id, 42);
+          assert_int_equal(lo.checksum, l.checksum);
+          assert_int_equal(lo.desc.shape[1], 5);
+          break;
+        case 1:
+          assert_int_equal(ro.status, ECS_ENOSPC);
+          assert_int_equal(ro.resv_id, 7);
+          break;
+        case 2:
+          assert_int_equal(co.resv_id, 9);
+          assert_int_equal(co.abort, 1);
+          break;
+        case 3:
+          assert_int_equal(ao.pool_size, 1ull << 30);
+          assert_int_equal(ao.flags, ECS_ATTACH_WRITE);
+          break;
+        default: assert_int_equal(u, 0x0102030405060708ull); break;
+        }
+      }
+      free(p);
+    }
+    ecs_wbuf_free(&w);
+  }
+  /* a lease whose shape disagrees with its size is refused */
+  l.nbytes = 31;
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  ecs_proto_lease_reply_write(&w, &l);
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, w.p, w.len);
+  ecs_lease_reply_t lo;
+  assert_int_equal(ecs_proto_lease_reply_read(&r, &lo), ECS_EDTYPE);
+  ecs_wbuf_free(&w);
+  /* commit with an abort value other than 0/1 */
+  ci.abort = 2;
+  ecs_wbuf_init(&w);
+  ecs_proto_commit_item_write(&w, &ci);
+  ecs_rbuf_init(&r, w.p, w.len);
+  ecs_commit_item_t co;
+  assert_int_equal(ecs_proto_commit_item_read(&r, &co), ECS_EPROTO);
+  ecs_wbuf_free(&w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hdr_exact_bytes),
@@ -1151,6 +1253,7 @@ int main(void) {
       cmocka_unit_test(test_hello_errors),
       cmocka_unit_test(test_truncation_every_offset),
       cmocka_unit_test(test_random_mutation),
+      cmocka_unit_test(test_lease_records),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
