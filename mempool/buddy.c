@@ -105,6 +105,64 @@ static uint64_t bset_next(const ecs__bset_t *s, uint64_t i) {
   return i;
 }
 
+/* Largest element, or NONE: highest set bits from the top level down. */
+static uint64_t bset_last(const ecs__bset_t *s) {
+  if (s->nlv == 0)
+    return NONE;
+  unsigned lv = s->nlv - 1;
+  uint64_t i = 0;
+  if (!s->w[lv][0])
+    return NONE;
+  for (;;) {
+    i = (i << 6) | (63u - (unsigned)__builtin_clzll(s->w[lv][i]));
+    if (lv == 0)
+      return i;
+    lv--;
+  }
+}
+
+/* ---- runs (RUN placement) ----------------------------------------------- */
+
+/* Adds the maximal free run [s, e) to the index. */
+static void run_insert(ecs__buddy_t *b, uint64_t s, uint64_t e) {
+  uint64_t len = e - s;
+  b->run_end[s] = (uint32_t)e;
+  b->run_start[e - 1] = (uint32_t)s;
+  uint32_t head = b->len_head[len];
+  b->run_prev[s] = ECS__RUN_NIL;
+  b->run_next[s] = head;
+  if (head != ECS__RUN_NIL)
+    b->run_prev[head] = (uint32_t)s;
+  else
+    bset_add(&b->lens, len);
+  b->len_head[len] = (uint32_t)s;
+  if (len > b->max_run)
+    b->max_run = len;
+  b->nruns++;
+}
+
+/* Removes the run starting at s (which must be one) from the index. */
+static void run_remove(ecs__buddy_t *b, uint64_t s) {
+  uint64_t e = b->run_end[s], len = e - s;
+  uint32_t next = b->run_next[s], prev = b->run_prev[s];
+  if (prev != ECS__RUN_NIL)
+    b->run_next[prev] = next;
+  else
+    b->len_head[len] = next;
+  if (next != ECS__RUN_NIL)
+    b->run_prev[next] = prev;
+  if (b->len_head[len] == ECS__RUN_NIL) {
+    bset_del(&b->lens, len);
+    if (len == b->max_run) {
+      uint64_t m = bset_last(&b->lens);
+      b->max_run = m == NONE ? 0 : m;
+    }
+  }
+  b->run_end[s] = 0;
+  b->run_start[e - 1] = ECS__RUN_NIL;
+  b->nruns--;
+}
+
 /* ---- free blocks ------------------------------------------------------- */
 
 static void free_insert(ecs__buddy_t *b, uint64_t idx, unsigned j) {
@@ -174,15 +232,27 @@ int ecs__buddy_init(ecs__buddy_t *b, uint64_t size, uint64_t min_block) {
   b->top = floor_log2(b->nblocks);
   if (b->top >= ECS_POOL_MAX_ORDERS)
     return ECS_ETOOBIG;
-  b->policy = ECS__BUDDY_NEXT_FIT;
+  if (b->nblocks >= ECS__RUN_NIL)
+    return ECS_ETOOBIG;
+  b->policy = ECS__BUDDY_RUN;
   int rc = ECS_ENOMEM;
   b->map = calloc(b->nblocks, 1);
   b->req = calloc(b->nblocks, sizeof *b->req);
-  if (!b->map || !b->req)
+  b->run_end = calloc(b->nblocks, sizeof *b->run_end);
+  b->run_start = malloc(b->nblocks * sizeof *b->run_start);
+  b->run_next = malloc(b->nblocks * sizeof *b->run_next);
+  b->run_prev = malloc(b->nblocks * sizeof *b->run_prev);
+  b->len_head = malloc((b->nblocks + 1) * sizeof *b->len_head);
+  if (!b->map || !b->req || !b->run_end || !b->run_start || !b->run_next || !b->run_prev || !b->len_head)
     goto out_fini;
+  memset(b->run_start, 0xff, b->nblocks * sizeof *b->run_start);
+  memset(b->len_head, 0xff, (b->nblocks + 1) * sizeof *b->len_head);
   for (unsigned j = 0; j <= b->top; j++)
     if ((rc = bset_init(&b->free[j], b->nblocks >> j)) != 0)
       goto out_fini;
+  if ((rc = bset_init(&b->lens, b->nblocks + 1)) != 0)
+    goto out_fini;
+  run_insert(b, 0, b->nblocks);
   /* Largest first from 0: each block is then aligned to its own size. */
   for (uint64_t idx = 0; idx < b->nblocks;) {
     unsigned j = floor_log2(b->nblocks - idx);
@@ -200,13 +270,22 @@ void ecs__buddy_fini(ecs__buddy_t *b) {
     return;
   for (unsigned j = 0; j < ECS_POOL_MAX_ORDERS; j++)
     bset_fini(&b->free[j]);
+  bset_fini(&b->lens);
   free(b->map);
   free(b->req);
+  free(b->run_end);
+  free(b->run_start);
+  free(b->run_next);
+  free(b->run_prev);
+  free(b->len_head);
   memset(b, 0, sizeof *b);
 }
 
-void ecs__buddy_set_policy(ecs__buddy_t *b, ecs__buddy_policy_t policy) {
+int ecs__buddy_set_policy(ecs__buddy_t *b, ecs__buddy_policy_t policy) {
+  if (b->alloc_calls)
+    return ECS_EBUSY;
   b->policy = policy;
+  return 0;
 }
 
 /* ---- alloc -------------------------------------------------------------- */
@@ -226,6 +305,8 @@ uint64_t ecs__buddy_largest_free(const ecs__buddy_t *b) {
 int ecs__buddy_can_fit(const ecs__buddy_t *b, uint64_t size) {
   if (size == 0 || size > b->size)
     return 0;
+  if (b->policy == ECS__BUDDY_RUN)
+    return blocks_for(b, size) <= b->max_run;
   unsigned k = ceil_log2(blocks_for(b, size));
   return k <= b->top && (b->nonempty >> k) != 0;
 }
@@ -282,19 +363,29 @@ static uint64_t place(ecs__buddy_t *b, unsigned k, uint64_t *parent, unsigned *p
   return best;
 }
 
-int ecs__buddy_alloc(ecs__buddy_t *b, uint64_t size, uint64_t *off) {
-  if (size == 0)
-    return ECS_EINVAL;
-  uint64_t n = size > b->size ? 0 : blocks_for(b, size);
-  unsigned k = n ? ceil_log2(n) : 0;
-  if (n == 0 || k > b->top) {
-    b->alloc_failures++;
-    return ECS_ETOOBIG;
+/* RUN: takes n blocks from the start of the shortest run that holds them.
+ * The run is tiled by whole free blocks (free space is fully merged, so
+ * any aligned, entirely free block is one free block): remove those the
+ * allocation covers, and give back the tail of the last one. */
+static uint64_t alloc_run(ecs__buddy_t *b, uint64_t n) {
+  uint64_t len = bset_next(&b->lens, n);
+  uint64_t s = b->len_head[len], e = b->run_end[s];
+  run_remove(b, s);
+  if (s + n < e)
+    run_insert(b, s + n, e);
+  for (uint64_t x = s; x < s + n;) {
+    unsigned j = MAP_ORDER(b->map[x]);
+    free_remove(b, x, j);
+    if (x + (1ull << j) > s + n)
+      free_range(b, s + n, x + (1ull << j));
+    x += 1ull << j;
   }
-  if ((b->nonempty >> k) == 0) {
-    b->alloc_failures++;
-    return ECS_ENOSPC;
-  }
+  return s;
+}
+
+/* Block policies: an order-k block at p, carved out of the free block
+ * (h, j) that place() picked, keeping the first n blocks. */
+static uint64_t alloc_block(ecs__buddy_t *b, uint64_t n, unsigned k) {
   uint64_t h, p;
   unsigned j;
   p = place(b, k, &h, &j);
@@ -311,8 +402,25 @@ int ecs__buddy_alloc(ecs__buddy_t *b, uint64_t size, uint64_t *off) {
       h += half;
     }
   }
-  /* Keep the first n blocks, give the tail back. */
   free_range(b, p + n, p + (1ull << k));
+  return p;
+}
+
+int ecs__buddy_alloc(ecs__buddy_t *b, uint64_t size, uint64_t *off) {
+  if (size == 0)
+    return ECS_EINVAL;
+  uint64_t n = size > b->size ? 0 : blocks_for(b, size);
+  unsigned k = n ? ceil_log2(n) : 0;
+  int run = b->policy == ECS__BUDDY_RUN;
+  if (n == 0 || (!run && k > b->top)) {
+    b->alloc_failures++;
+    return ECS_ETOOBIG;
+  }
+  if (run ? n > b->max_run : (b->nonempty >> k) == 0) {
+    b->alloc_failures++;
+    return ECS_ENOSPC;
+  }
+  uint64_t p = run ? alloc_run(b, n) : alloc_block(b, n, k);
   b->map[p] = MAP_ALLOC;
   b->req[p] = size;
   b->used_blocks += n;
@@ -345,6 +453,20 @@ int ecs__buddy_free(ecs__buddy_t *b, uint64_t off, uint64_t size) {
   uint64_t n = blocks_for(b, size);
   b->map[idx] = 0;
   free_range(b, idx, idx + n);
+  if (b->policy == ECS__BUDDY_RUN) {
+    /* Join the runs that end right before and start right after. */
+    uint64_t s = idx, e = idx + n;
+    if (s > 0 && b->run_start[s - 1] != ECS__RUN_NIL) {
+      s = b->run_start[s - 1];
+      run_remove(b, s);
+    }
+    if (e < b->nblocks && b->run_end[e] != 0) {
+      uint64_t e2 = b->run_end[e];
+      run_remove(b, e);
+      e = e2;
+    }
+    run_insert(b, s, e);
+  }
   b->used_blocks -= n;
   b->bytes_requested -= size;
   b->live_allocs--;
@@ -385,7 +507,7 @@ static int validate_map(const ecs__buddy_t *b, char *why, size_t cap, uint64_t n
       len = blocks_for(b, r);
       if (r == 0 || idx + len > b->nblocks)
         BAD("allocation at %llu of %llu bytes out of bounds", (unsigned long long)idx, (unsigned long long)r);
-      if (idx & ((1ull << ceil_log2(len)) - 1))
+      if (b->policy != ECS__BUDDY_RUN && (idx & ((1ull << ceil_log2(len)) - 1)))
         BAD("allocation at %llu of %llu blocks misaligned", (unsigned long long)idx, (unsigned long long)len);
       *used += len;
       *req += r;
@@ -424,11 +546,56 @@ static int validate_sets(const ecs__buddy_t *b, char *why, size_t cap) {
   return 0;
 }
 
+/* RUN: the maximal runs of free blocks in the map are exactly the indexed
+ * ones: tags at both ends and nowhere else, each in its length's list, the
+ * length set and max_run right. */
+static int validate_runs(const ecs__buddy_t *b, char *why, size_t cap) {
+  uint64_t runs = 0, maxlen = 0;
+  for (uint64_t idx = 0; idx < b->nblocks;) {
+    if (!(b->map[idx] & MAP_FREE)) {
+      idx += blocks_for(b, b->req[idx]);
+      continue;
+    }
+    uint64_t s = idx;
+    while (idx < b->nblocks && (b->map[idx] & MAP_FREE))
+      idx += 1ull << MAP_ORDER(b->map[idx]);
+    if (b->run_end[s] != idx || b->run_start[idx - 1] != s)
+      BAD("run [%llu,%llu) has tags %u/%u", (unsigned long long)s, (unsigned long long)idx, b->run_end[s],
+          b->run_start[idx - 1]);
+    runs++;
+    maxlen = idx - s > maxlen ? idx - s : maxlen;
+  }
+  uint64_t listed = 0, tags = 0;
+  for (uint64_t len = bset_next(&b->lens, 0); len != NONE; len = bset_next(&b->lens, len + 1)) {
+    if (b->len_head[len] == ECS__RUN_NIL)
+      BAD("run length %llu in the set with an empty list", (unsigned long long)len);
+    for (uint32_t r = b->len_head[len], prev = ECS__RUN_NIL; r != ECS__RUN_NIL;
+         prev = r, r = b->run_next[r]) {
+      if (b->run_prev[r] != prev || b->run_end[r] != r + len || !(b->map[r] & MAP_FREE))
+        BAD("run list of length %llu is broken at %u", (unsigned long long)len, r);
+      if (++listed > runs)
+        BAD("run lists hold more runs than the map has (%llu)", (unsigned long long)runs);
+    }
+  }
+  for (uint64_t i = 0; i < b->nblocks; i++)
+    tags += (b->run_end[i] != 0) + (b->run_start[i] != ECS__RUN_NIL);
+  for (uint64_t len = 0; len <= b->nblocks; len++)
+    if ((b->len_head[len] != ECS__RUN_NIL) != bset_has(&b->lens, len))
+      BAD("run length %llu: list and set disagree", (unsigned long long)len);
+  if (listed != runs || b->nruns != runs || tags != 2 * runs || b->max_run != maxlen)
+    BAD("runs: map %llu, listed %llu, counter %llu, tags %llu, max %llu/%llu", (unsigned long long)runs,
+        (unsigned long long)listed, (unsigned long long)b->nruns, (unsigned long long)tags,
+        (unsigned long long)maxlen, (unsigned long long)b->max_run);
+  return 0;
+}
+
 int ecs__buddy_validate(const ecs__buddy_t *b, char *why, size_t cap) {
   uint64_t nfree[ECS_POOL_MAX_ORDERS] = {0}, used = 0, live = 0, req = 0, freeb = 0;
   int rc = validate_map(b, why, cap, nfree, &used, &live, &req);
   if (rc == 0)
     rc = validate_sets(b, why, cap);
+  if (rc == 0 && b->policy == ECS__BUDDY_RUN)
+    rc = validate_runs(b, why, cap);
   if (rc)
     return rc;
   for (unsigned j = 0; j < ECS_POOL_MAX_ORDERS; j++) {

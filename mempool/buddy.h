@@ -24,6 +24,20 @@
  * size back and frees it as aligned power-of-two chunks, each coalescing
  * with its buddies.  One allocation wastes less than one min block.
  *
+ * Runs (the default placement, ECS__BUDDY_RUN): needing a whole free block
+ * of order ceil(log2 n) strands free space.  On the store's FIFO workload
+ * (objects 0.25..16 MiB) no placement among such blocks keeps more than
+ * ~72% of the pool live: most objects need an aligned, entirely free window
+ * of twice their size on average.  So the buddy also indexes its free space
+ * as maximal runs of consecutive free blocks (boundary tags at both ends, a
+ * list per run length, an ordered set of the lengths present), and RUN
+ * places a request at the start of the shortest run that holds it.  That
+ * start is the head of a free block of some order j, so the allocation is
+ * aligned to 2^j (the "capped by the block it came from" of pool.h); it is
+ * made of at most 2*log2(n) whole free blocks plus the head of one more,
+ * whose tail goes back exactly as above.  The buddy blocks, the XOR merge
+ * and the map stay the representation; runs are an index over them.
+ *
  * Block map: one byte per min block.  It is zero except at the first block
  * of a free block (FREE | order) or of an allocation (ALLOC); a side array
  * holds each allocation's requested bytes (kept after the free, so a free of
@@ -56,10 +70,13 @@ typedef enum ecs__buddy_policy {
   /* Lowest-addressed free block of any order >= k. */
   ECS__BUDDY_FIRST_FIT = 1,
   /* The first aligned place at or after the end of the previous allocation
-   * (wrapping), carving it out of a larger block if need be: with FIFO
-   * eviction the pool then fills and empties like a ring.  The default. */
-  ECS__BUDDY_NEXT_FIT = 2
+   * (wrapping), carving it out of a larger block if need be. */
+  ECS__BUDDY_NEXT_FIT = 2,
+  /* Start of the shortest free run of >= n blocks (see Runs).  Default. */
+  ECS__BUDDY_RUN = 3
 } ecs__buddy_policy_t;
+
+#define ECS__RUN_NIL UINT32_MAX
 
 typedef struct ecs__buddy {
   uint64_t size;                         /* managed bytes: nblocks << shift */
@@ -68,6 +85,13 @@ typedef struct ecs__buddy {
   unsigned top;                          /* largest order present: floor(log2(nblocks)) */
   ecs__buddy_policy_t policy;            /* placement, see above */
   uint64_t cursor;                       /* NEXT_FIT: block index after the last allocation */
+  uint32_t *run_end;                     /* RUN: at a run's first block, its end; else 0 */
+  uint32_t *run_start;                   /* RUN: at a run's last block, its start; else NIL */
+  uint32_t *run_next, *run_prev;         /* RUN: list of runs of one length, at run starts */
+  uint32_t *len_head;                    /* RUN: first run of each length 1..nblocks, or NIL */
+  ecs__bset_t lens;                      /* RUN: run lengths present */
+  uint64_t max_run;                      /* RUN: longest run (0 when full) */
+  uint64_t nruns;                        /* RUN: number of runs */
   uint8_t *map;                          /* per min block: 0, FREE|order or ALLOC */
   uint64_t *req;                         /* per min block: requested bytes of the allocation there */
   ecs__bset_t free[ECS_POOL_MAX_ORDERS]; /* free-block positions (index >> j) per order */
@@ -81,19 +105,23 @@ typedef struct ecs__buddy {
 } ecs__buddy_t;
 
 /* Sets up a buddy over size bytes (a multiple of min_block, a power of two
- * >= 4096) with everything free.  0, ECS_EINVAL or ECS_ENOMEM; on error *b
- * holds nothing to release. */
+ * >= 4096, at most 2^32 - 2 min blocks) with everything free and the RUN
+ * placement.  0, ECS_EINVAL, ECS_ETOOBIG or ECS_ENOMEM; on error *b holds
+ * nothing to release. */
 int ecs__buddy_init(ecs__buddy_t *b, uint64_t size, uint64_t min_block);
 
 /* Releases the metadata; accepts a zeroed or already released buddy. */
 void ecs__buddy_fini(ecs__buddy_t *b);
 
-/* Changes the placement policy (tests and benchmarks compare them). */
-void ecs__buddy_set_policy(ecs__buddy_t *b, ecs__buddy_policy_t policy);
+/* Changes the placement policy (tests and benchmarks compare them); only
+ * before the first allocation (the run index is kept under RUN only).
+ * 0 or ECS_EBUSY. */
+int ecs__buddy_set_policy(ecs__buddy_t *b, ecs__buddy_policy_t policy);
 
-/* Allocates size bytes; *off is aligned to the block of order
- * ceil(log2(blocks)) it was cut from.  ECS_EINVAL (0), ECS_ETOOBIG (no
- * amount of freeing could serve it), ECS_ENOSPC (not now). */
+/* Allocates size bytes.  Under RUN *off is the head of a free block of
+ * order j (so aligned to 2^j blocks); under the other policies it is
+ * aligned to its order ceil(log2(blocks)).  ECS_EINVAL (0), ECS_ETOOBIG
+ * (no amount of freeing could serve it), ECS_ENOSPC (not now). */
 int ecs__buddy_alloc(ecs__buddy_t *b, uint64_t size, uint64_t *off);
 
 /* Frees exactly what alloc gave for size.  ECS_EINVAL (size 0),
