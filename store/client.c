@@ -23,38 +23,14 @@
 #include <xxhash.h>
 
 #include "store/client_internal.h"
+#include "store/client_priv.h"
 #include "store/meta.h"
 #include "store/net.h"
 #include "store/proto.h"
 
-#define MAX_SERVERS 64
-#define IOV_CHUNK 256
+typedef ecs_cli_srv_t srv_t;
 
-typedef struct srv {
-  char host[128]; /* from the config */
-  int port;
-  char addr[160];    /* "HOST:PORT" as configured */
-  int fd;            /* -1 when not connected */
-  char node_id[64];  /* from HELLO */
-  uint64_t epoch;    /* from HELLO */
-  uint64_t max_data; /* from HELLO */
-} srv_t;
-
-struct ecs_client {
-  ecs_client_config_t cfg; /* strings below are owned copies */
-  char *servers_s, *redis_s, *ns_s, *token_s;
-  srv_t srv[MAX_SERVERS];
-  size_t nsrv;
-  ecs_meta_t *meta;  /* Redis link for exists_batch, or NULL */
-  uint32_t next_req; /* request ids */
-  uint8_t *rmeta;    /* reply records buffer */
-  size_t rmeta_cap;
-  ecs_wbuf_t w;     /* request records */
-  char errmsg[256]; /* last whole-batch error detail */
-};
-
-static void set_err(ecs_client_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_err(ecs_client_t *c, const char *fmt, ...) {
+void ecs__cli_err(ecs_client_t *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
@@ -78,27 +54,31 @@ void ecs_free(void *p) {
   free(p);
 }
 
-static void srv_drop(srv_t *s) {
+void ecs__cli_drop(srv_t *s) {
   if (s->fd >= 0)
     close(s->fd);
   s->fd = -1;
+  s->path = ECS_PATH_TCP;
+  if (s->map) {
+    s->map->retired = 1;
+    ecs__shm_map_put(s->map);
+    s->map = NULL;
+  }
 }
 
 /* ------------------------------------------------------------------ */
 /* one request / reply                                                  */
 
-static uint64_t deadline_of(const ecs_client_t *c) {
-  return ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
-}
-
 /* Sends header + c->w records + data iovecs. */
-static int send_req(ecs_client_t *c, srv_t *s, uint8_t op, uint32_t count, const struct iovec *data,
-                    int ndata, uint64_t data_len, uint32_t *req_id, uint64_t deadline) {
+int ecs__cli_send(ecs_client_t *c, srv_t *s, uint8_t op, uint16_t flags, uint32_t count,
+                  const struct iovec *data, int ndata, uint64_t data_len, uint32_t *req_id,
+                  uint64_t deadline) {
   if (c->w.err)
     return c->w.err;
   ecs_hdr_t h = {.magic = ECS_PROTO_MAGIC,
                  .version = ECS_PROTO_VERSION,
                  .opcode = op,
+                 .flags = flags,
                  .req_id = ++c->next_req,
                  .count = count,
                  .meta_len = (uint32_t)c->w.len,
@@ -106,7 +86,7 @@ static int send_req(ecs_client_t *c, srv_t *s, uint8_t op, uint32_t count, const
   *req_id = h.req_id;
   uint8_t hb[ECS_PROTO_HDR_SIZE];
   ecs_proto_hdr_encode(&h, hb);
-  struct iovec iov[2 + IOV_CHUNK];
+  struct iovec iov[2 + ECS_CLI_IOV_CHUNK];
   iov[0].iov_base = hb;
   iov[0].iov_len = sizeof hb;
   iov[1].iov_base = c->w.p;
@@ -114,12 +94,12 @@ static int send_req(ecs_client_t *c, srv_t *s, uint8_t op, uint32_t count, const
   int cnt = 2;
   int i = 0;
   /* header, records and the first data chunk in one sendmsg; then the rest */
-  for (; i < ndata && cnt < 2 + IOV_CHUNK; i++)
+  for (; i < ndata && cnt < 2 + ECS_CLI_IOV_CHUNK; i++)
     iov[cnt++] = data[i];
   int rc = ecs_net_writev_all(s->fd, iov, cnt, deadline);
   while (rc == ECS_OK && i < ndata) {
     cnt = 0;
-    for (; i < ndata && cnt < IOV_CHUNK; i++)
+    for (; i < ndata && cnt < ECS_CLI_IOV_CHUNK; i++)
       iov[cnt++] = data[i];
     rc = ecs_net_writev_all(s->fd, iov, cnt, deadline);
   }
@@ -127,15 +107,14 @@ static int send_req(ecs_client_t *c, srv_t *s, uint8_t op, uint32_t count, const
 }
 
 /* Reads a reply header and its records into c->rmeta. */
-static int recv_reply(ecs_client_t *c, srv_t *s, uint8_t op, uint32_t req_id, ecs_hdr_t *h,
-                      uint64_t deadline) {
+int ecs__cli_recv(ecs_client_t *c, srv_t *s, uint8_t op, uint32_t req_id, ecs_hdr_t *h, uint64_t deadline) {
   uint8_t hb[ECS_PROTO_HDR_SIZE];
   int rc = ecs_net_read_all(s->fd, hb, sizeof hb, deadline);
   if (rc)
     return rc;
   rc = ecs_proto_hdr_decode(hb, UINT64_MAX, h);
   if (rc || !(h->flags & ECS_FLAG_REPLY) || h->opcode != op || h->req_id != req_id) {
-    set_err(c, "%s: malformed reply", s->addr);
+    ecs__cli_err(c, "%s: malformed reply", s->addr);
     return ECS_EPROTO;
   }
   if (h->meta_len > c->rmeta_cap) {
@@ -148,7 +127,7 @@ static int recv_reply(ecs_client_t *c, srv_t *s, uint8_t op, uint32_t req_id, ec
   return ecs_net_read_all(s->fd, c->rmeta, h->meta_len, deadline);
 }
 
-static int hello(ecs_client_t *c, srv_t *s, uint64_t deadline) {
+int ecs__cli_hello(ecs_client_t *c, srv_t *s, uint64_t deadline) {
   ecs_hello_t hl = {.token = (const uint8_t *)c->token_s,
                     .token_len = (uint16_t)(c->token_s ? strlen(c->token_s) : 0),
                     .ns = (const uint8_t *)c->ns_s,
@@ -156,18 +135,18 @@ static int hello(ecs_client_t *c, srv_t *s, uint64_t deadline) {
   ecs_wbuf_reset(&c->w);
   ecs_proto_hello_write(&c->w, &hl);
   uint32_t id;
-  int rc = send_req(c, s, ECS_OP_HELLO, 0, NULL, 0, 0, &id, deadline);
+  int rc = ecs__cli_send(c, s, ECS_OP_HELLO, 0, 0, NULL, 0, 0, &id, deadline);
   ecs_hdr_t h;
   if (rc == ECS_OK)
-    rc = recv_reply(c, s, ECS_OP_HELLO, id, &h, deadline);
+    rc = ecs__cli_recv(c, s, ECS_OP_HELLO, id, &h, deadline);
   if (rc == ECS_OK && h.status != ECS_OK) {
     rc = h.status;
     if (rc == ECS_EINVAL)
-      set_err(c, "%s refused the namespace '%s' (it serves another one)", s->addr, c->ns_s);
+      ecs__cli_err(c, "%s refused the namespace '%s' (it serves another one)", s->addr, c->ns_s);
     else if (rc == ECS_EAUTH)
-      set_err(c, "%s refused the auth token", s->addr);
+      ecs__cli_err(c, "%s refused the auth token", s->addr);
     else
-      set_err(c, "%s refused HELLO: %s", s->addr, ecs_strerror(rc));
+      ecs__cli_err(c, "%s refused HELLO: %s", s->addr, ecs_strerror(rc));
     return rc;
   }
   if (rc == ECS_OK) {
@@ -179,13 +158,14 @@ static int hello(ecs_client_t *c, srv_t *s, uint64_t deadline) {
       snprintf(s->node_id, sizeof s->node_id, "%s", hr.node_id);
       s->epoch = hr.epoch;
       s->max_data = hr.max_data;
+      snprintf(s->shm_path, sizeof s->shm_path, "%s", hr.shm_path);
     }
   }
   return rc;
 }
 
 /* Makes sure server s is connected and greeted. */
-static int srv_ensure(ecs_client_t *c, srv_t *s, uint64_t deadline) {
+int ecs__cli_ensure(ecs_client_t *c, srv_t *s, uint64_t deadline) {
   if (s->fd >= 0)
     return ECS_OK;
   uint64_t now = ecs_now_ms();
@@ -196,23 +176,39 @@ static int srv_ensure(ecs_client_t *c, srv_t *s, uint64_t deadline) {
   int rc = ecs_net_connect(s->host, s->port, to, &s->fd);
   if (rc) {
     s->fd = -1;
-    set_err(c, "cannot connect to %s: %s", s->addr, ecs_strerror(rc));
+    ecs__cli_err(c, "cannot connect to %s: %s", s->addr, ecs_strerror(rc));
     return rc;
   }
-  rc = hello(c, s, deadline);
+  rc = ecs__cli_hello(c, s, deadline);
   if (rc) {
     if (!c->errmsg[0])
-      set_err(c, "%s: HELLO failed: %s", s->addr, ecs_strerror(rc));
-    srv_drop(s);
+      ecs__cli_err(c, "%s: HELLO failed: %s", s->addr, ecs_strerror(rc));
+    ecs__cli_drop(s);
+    return rc;
   }
-  return rc;
+  if (c->want == ECS_WANT_TCP)
+    return ECS_OK;
+  /* shm when the server is on this host: its Unix socket answers as the
+   * same node and epoch */
+  if (!s->shm_path[0]) {
+    rc = ECS_ENOTSUP;
+    ecs__cli_err(c, "%s has shared memory turned off", s->addr);
+  } else {
+    rc = ecs__shm_upgrade(c, s, deadline);
+  }
+  if (rc != ECS_OK && c->want == ECS_WANT_SHM) {
+    ecs__cli_drop(s);
+    return rc;
+  }
+  c->errmsg[0] = '\0'; /* auto: TCP it is */
+  return ECS_OK;
 }
 
 /* After a whole-request failure the stream position is unknown: drop. */
-static int fail_srv(ecs_client_t *c, srv_t *s, int rc) {
+int ecs__cli_fail(ecs_client_t *c, srv_t *s, int rc) {
   if (!c->errmsg[0] || rc == ECS_ETIMEDOUT)
-    set_err(c, "%s: %s", s->addr, ecs_strerror(rc));
-  srv_drop(s);
+    ecs__cli_err(c, "%s: %s", s->addr, ecs_strerror(rc));
+  ecs__cli_drop(s);
   return rc;
 }
 
@@ -226,8 +222,8 @@ static int parse_servers(ecs_client_t *c, char *errbuf, size_t errlen) {
       tok++;
     if (!*tok)
       continue;
-    if (c->nsrv == MAX_SERVERS) {
-      snprintf(errbuf, errlen, "too many servers (at most %d)", MAX_SERVERS);
+    if (c->nsrv == ECS_CLI_MAX_SERVERS) {
+      snprintf(errbuf, errlen, "too many servers (at most %d)", ECS_CLI_MAX_SERVERS);
       return ECS_EINVAL;
     }
     srv_t *s = &c->srv[c->nsrv];
@@ -287,14 +283,19 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
   rc = parse_servers(c, errbuf, errlen);
   if (rc)
     goto fail;
-  if (c->cfg.transport && *c->cfg.transport && strcmp(c->cfg.transport, "auto") != 0 &&
-      strcmp(c->cfg.transport, "tcp") != 0) {
-    if (!strcmp(c->cfg.transport, "shm") || !strcmp(c->cfg.transport, "rdma")) {
-      snprintf(errbuf, errlen, "transport '%s' is not built into this client yet", c->cfg.transport);
-      rc = ECS_ENOTSUP;
-    } else {
-      snprintf(errbuf, errlen, "unknown transport '%s' (expected auto, tcp, shm or rdma)", c->cfg.transport);
-    }
+  const char *tr = c->cfg.transport && *c->cfg.transport ? c->cfg.transport : "auto";
+  if (!strcmp(tr, "auto")) {
+    c->want = ECS_WANT_AUTO;
+  } else if (!strcmp(tr, "tcp")) {
+    c->want = ECS_WANT_TCP;
+  } else if (!strcmp(tr, "shm")) {
+    c->want = ECS_WANT_SHM;
+  } else if (!strcmp(tr, "rdma")) {
+    snprintf(errbuf, errlen, "transport 'rdma' is not built into this client yet");
+    rc = ECS_ENOTSUP;
+    goto fail;
+  } else {
+    snprintf(errbuf, errlen, "unknown transport '%s' (expected auto, tcp, shm or rdma)", tr);
     goto fail;
   }
   if (c->cfg.compression && *c->cfg.compression && strcmp(c->cfg.compression, "none") != 0) {
@@ -304,7 +305,7 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
   }
   uint64_t deadline = ecs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms + (uint64_t)c->cfg.timeout_ms;
   for (size_t i = 0; i < c->nsrv; i++) {
-    rc = srv_ensure(c, &c->srv[i], deadline);
+    rc = ecs__cli_ensure(c, &c->srv[i], deadline);
     if (rc) {
       snprintf(errbuf, errlen, "%s", c->errmsg);
       goto fail;
@@ -339,7 +340,7 @@ void ecs_client_close(ecs_client_t *c) {
   if (!c)
     return;
   for (size_t i = 0; i < c->nsrv; i++)
-    srv_drop(&c->srv[i]);
+    ecs__cli_drop(&c->srv[i]);
   ecs_meta_close(c->meta);
   ecs_wbuf_free(&c->w);
   free(c->rmeta);
@@ -355,7 +356,7 @@ size_t ecs_client_server_count(const ecs_client_t *c) {
 }
 
 /* The server an object lives on. */
-static size_t route(const ecs_client_t *c, const ecs_key_t *k) {
+size_t ecs__cli_route(const ecs_client_t *c, const ecs_key_t *k) {
   if (c->nsrv == 1)
     return 0;
   return (size_t)(XXH3_64bits(k->data, k->len) % c->nsrv);
@@ -367,7 +368,7 @@ static size_t pick(const ecs_client_t *c, const ecs_key_t *keys, const int *skip
                    size_t *idx) {
   size_t m = 0;
   for (size_t i = 0; i < n; i++)
-    if ((!skip || !skip[i]) && route(c, &keys[i]) == si)
+    if ((!skip || !skip[i]) && ecs__cli_route(c, &keys[i]) == si)
       idx[m++] = i;
   return m;
 }
@@ -395,9 +396,11 @@ static int put_validate(const ecs_key_t *k, const ecs_tensor_t *t) {
 
 static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
                           const size_t *idx, size_t m, int *status, uint64_t deadline) {
-  int rc = srv_ensure(c, s, deadline);
+  int rc = ecs__cli_ensure(c, s, deadline);
   if (rc)
     return rc;
+  if (s->path == ECS_PATH_SHM && s->map && s->map->writable)
+    return ecs__shm_put(c, s, keys, ts, idx, m, status, deadline);
   struct iovec *data = malloc(m * sizeof *data);
   if (!data)
     return ECS_ENOMEM;
@@ -428,24 +431,24 @@ static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, cons
     return ECS_OK;
   }
   uint32_t id;
-  rc = send_req(c, s, ECS_OP_PUT, (uint32_t)m, data, nd, total, &id, deadline);
+  rc = ecs__cli_send(c, s, ECS_OP_PUT, 0, (uint32_t)m, data, nd, total, &id, deadline);
   free(data);
   ecs_hdr_t h;
   if (rc == ECS_OK)
-    rc = recv_reply(c, s, ECS_OP_PUT, id, &h, deadline);
+    rc = ecs__cli_recv(c, s, ECS_OP_PUT, id, &h, deadline);
   if (rc)
-    return fail_srv(c, s, rc);
+    return ecs__cli_fail(c, s, rc);
   if (h.status != ECS_OK || h.count != m || h.data_len != 0) {
     rc = h.status != ECS_OK ? h.status : ECS_EPROTO;
-    set_err(c, "%s: put refused: %s", s->addr, ecs_strerror(rc));
-    return fail_srv(c, s, rc);
+    ecs__cli_err(c, "%s: put refused: %s", s->addr, ecs_strerror(rc));
+    return ecs__cli_fail(c, s, rc);
   }
   ecs_rbuf_t r;
   ecs_rbuf_init(&r, c->rmeta, h.meta_len);
   for (size_t j = 0; j < m; j++) {
     int32_t st;
     if (ecs_proto_status_read(&r, &st) != ECS_OK)
-      return fail_srv(c, s, ECS_EPROTO);
+      return ecs__cli_fail(c, s, ECS_EPROTO);
     status[idx[j]] = st;
   }
   return ECS_OK;
@@ -456,7 +459,7 @@ int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *te
   if (!c || (n && (!keys || !tensors || !status)))
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
-  uint64_t deadline = deadline_of(c);
+  uint64_t deadline = ecs__cli_deadline(c);
   int *skip = calloc(n ? n : 1, sizeof *skip);
   size_t *idx = malloc((n ? n : 1) * sizeof *idx);
   if (!skip || !idx) {
@@ -497,9 +500,11 @@ int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *te
 
 static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
                           const size_t *idx, size_t m, int alloc, uint64_t deadline) {
-  int rc = srv_ensure(c, s, deadline);
+  int rc = ecs__cli_ensure(c, s, deadline);
   if (rc)
     return rc;
+  if (s->path == ECS_PATH_SHM)
+    return ecs__shm_get(c, s, keys, bufs, idx, m, alloc, deadline);
   ecs_wbuf_reset(&c->w);
   for (size_t j = 0; j < m; j++) {
     ecs_get_item_t it = {.key = keys[idx[j]].data,
@@ -508,16 +513,16 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
     ecs_proto_get_item_write(&c->w, &it);
   }
   uint32_t id;
-  rc = send_req(c, s, ECS_OP_GET, (uint32_t)m, NULL, 0, 0, &id, deadline);
+  rc = ecs__cli_send(c, s, ECS_OP_GET, 0, (uint32_t)m, NULL, 0, 0, &id, deadline);
   ecs_hdr_t h;
   if (rc == ECS_OK)
-    rc = recv_reply(c, s, ECS_OP_GET, id, &h, deadline);
+    rc = ecs__cli_recv(c, s, ECS_OP_GET, id, &h, deadline);
   if (rc)
-    return fail_srv(c, s, rc);
+    return ecs__cli_fail(c, s, rc);
   if (h.status != ECS_OK || h.count != m) {
     rc = h.status != ECS_OK ? h.status : ECS_EPROTO;
-    set_err(c, "%s: get refused: %s", s->addr, ecs_strerror(rc));
-    return fail_srv(c, s, rc);
+    ecs__cli_err(c, "%s: get refused: %s", s->addr, ecs_strerror(rc));
+    return ecs__cli_fail(c, s, rc);
   }
   /* Records first: they say where each payload goes. */
   ecs_rbuf_t r;
@@ -527,7 +532,7 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
   if (!iov || !sums) {
     free(iov);
     free(sums);
-    return fail_srv(c, s, ECS_ENOMEM);
+    return ecs__cli_fail(c, s, ECS_ENOMEM);
   }
   int niov = 0;
   uint64_t total = 0;
@@ -571,14 +576,14 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
   if (rc == ECS_OK && total != h.data_len)
     rc = ECS_EPROTO;
   for (int done = 0; rc == ECS_OK && done < niov;) {
-    int k = niov - done > IOV_CHUNK ? IOV_CHUNK : niov - done;
+    int k = niov - done > ECS_CLI_IOV_CHUNK ? ECS_CLI_IOV_CHUNK : niov - done;
     rc = ecs_net_readv_all(s->fd, iov + done, k, deadline);
     done += k;
   }
   free(iov);
   if (rc) {
     free(sums);
-    return fail_srv(c, s, rc);
+    return ecs__cli_fail(c, s, rc);
   }
   if (c->cfg.verify_checksum) {
     for (size_t j = 0; j < m; j++) {
@@ -597,7 +602,7 @@ static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs
   if (!c || (n && (!keys || !bufs)))
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
-  uint64_t deadline = deadline_of(c);
+  uint64_t deadline = ecs__cli_deadline(c);
   int *skip = calloc(n ? n : 1, sizeof *skip);
   size_t *idx = malloc((n ? n : 1) * sizeof *idx);
   if (!skip || !idx) {
@@ -665,27 +670,27 @@ int ecs_get_batch_alloc(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *b
 
 static int keys_one_server(ecs_client_t *c, srv_t *s, uint8_t op, const ecs_key_t *keys, const size_t *idx,
                            size_t m, int *out, uint64_t deadline) {
-  int rc = srv_ensure(c, s, deadline);
+  int rc = ecs__cli_ensure(c, s, deadline);
   if (rc)
     return rc;
   ecs_wbuf_reset(&c->w);
   for (size_t j = 0; j < m; j++)
     ecs_proto_key_write(&c->w, keys[idx[j]].data, (uint16_t)keys[idx[j]].len);
   uint32_t id;
-  rc = send_req(c, s, op, (uint32_t)m, NULL, 0, 0, &id, deadline);
+  rc = ecs__cli_send(c, s, op, 0, (uint32_t)m, NULL, 0, 0, &id, deadline);
   ecs_hdr_t h;
   if (rc == ECS_OK)
-    rc = recv_reply(c, s, op, id, &h, deadline);
+    rc = ecs__cli_recv(c, s, op, id, &h, deadline);
   if (rc)
-    return fail_srv(c, s, rc);
+    return ecs__cli_fail(c, s, rc);
   if (h.status != ECS_OK || h.count != m || h.data_len != 0)
-    return fail_srv(c, s, h.status != ECS_OK ? h.status : ECS_EPROTO);
+    return ecs__cli_fail(c, s, h.status != ECS_OK ? h.status : ECS_EPROTO);
   ecs_rbuf_t r;
   ecs_rbuf_init(&r, c->rmeta, h.meta_len);
   for (size_t j = 0; j < m; j++) {
     int32_t st;
     if (ecs_proto_status_read(&r, &st) != ECS_OK)
-      return fail_srv(c, s, ECS_EPROTO);
+      return ecs__cli_fail(c, s, ECS_EPROTO);
     out[idx[j]] = st;
   }
   return ECS_OK;
@@ -693,7 +698,7 @@ static int keys_one_server(ecs_client_t *c, srv_t *s, uint8_t op, const ecs_key_
 
 static int keys_batch(ecs_client_t *c, uint8_t op, const ecs_key_t *keys, size_t n, int *out) {
   c->errmsg[0] = '\0';
-  uint64_t deadline = deadline_of(c);
+  uint64_t deadline = ecs__cli_deadline(c);
   int *skip = calloc(n ? n : 1, sizeof *skip);
   size_t *idx = malloc((n ? n : 1) * sizeof *idx);
   if (!skip || !idx) {
@@ -764,7 +769,7 @@ int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exis
           for (size_t j = 0; j < m; j++)
             exists[map[j]] = ex[j] == 1;
         else
-          set_err(c, "redis: %s", ecs_meta_errstr(c->meta));
+          ecs__cli_err(c, "redis: %s", ecs_meta_errstr(c->meta));
         free(map);
       }
     }
@@ -793,26 +798,26 @@ typedef void (*build_fn)(ecs_client_t *c, const void *arg, size_t len);
 
 static int simple_rpc_once(ecs_client_t *c, srv_t *s, uint8_t op, build_fn build, const void *arg, size_t len,
                            ecs_hdr_t *h, uint64_t deadline) {
-  int rc = srv_ensure(c, s, deadline);
+  int rc = ecs__cli_ensure(c, s, deadline);
   if (rc)
     return rc;
   ecs_wbuf_reset(&c->w);
   if (build)
     build(c, arg, len);
   uint32_t id;
-  rc = send_req(c, s, op, 0, NULL, 0, 0, &id, deadline);
+  rc = ecs__cli_send(c, s, op, 0, 0, NULL, 0, 0, &id, deadline);
   if (rc == ECS_OK)
-    rc = recv_reply(c, s, op, id, h, deadline);
+    rc = ecs__cli_recv(c, s, op, id, h, deadline);
   if (rc == ECS_OK && h->data_len != 0)
     rc = ECS_EPROTO;
   if (rc)
-    return fail_srv(c, s, rc);
+    return ecs__cli_fail(c, s, rc);
   return h->status;
 }
 
 static int simple_rpc(ecs_client_t *c, srv_t *s, uint8_t op, build_fn build, const void *arg, size_t len,
                       ecs_hdr_t *h) {
-  uint64_t deadline = deadline_of(c);
+  uint64_t deadline = ecs__cli_deadline(c);
   int reused = s->fd >= 0;
   int rc = simple_rpc_once(c, s, op, build, arg, len, h, deadline);
   if (rc == ECS_ECONN && reused) /* a stale connection: retry once on a fresh one */
@@ -834,7 +839,7 @@ int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st) {
   ecs_rbuf_init(&r, c->rmeta, h.meta_len);
   rc = ecs_proto_stat_read(&r, &sr);
   if (rc)
-    return fail_srv(c, s, rc);
+    return ecs__cli_fail(c, s, rc);
   memset(st, 0, sizeof *st);
   st->pool_size = sr.pool_size;
   st->bytes_in_use = sr.bytes_in_use;
@@ -880,7 +885,7 @@ int ecs__client_debug_corrupt(ecs_client_t *c, const void *key, size_t key_len) 
   if (!c || !key_ok(&k))
     return ECS_EINVAL;
   ecs_hdr_t h;
-  return simple_rpc(c, &c->srv[route(c, &k)], ECS_OP_DEBUG, build_corrupt, key, key_len, &h);
+  return simple_rpc(c, &c->srv[ecs__cli_route(c, &k)], ECS_OP_DEBUG, build_corrupt, key, key_len, &h);
 }
 
 int ecs__client_server_fd(ecs_client_t *c, size_t server) {

@@ -1,1 +1,1 @@
-target_sources(ecstore_obj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/client.c)
+target_sources(ecstore_obj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/client.c ${CMAKE_CURRENT_LIST_DIR}/client_shm.c)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -248,6 +249,83 @@ int ecs_net_readv_all(int fd, struct iovec *iov, int cnt, uint64_t deadline_ms) 
     }
     return ECS_ECONN;
   }
+  return ECS_OK;
+}
+
+int ecs_net_read_all_fd(int fd, void *buf, size_t n, uint64_t deadline_ms, int *passed) {
+  *passed = -1;
+  size_t got = 0;
+  while (got < n) {
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct iovec iov = {(char *)buf + got, n - got};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof ctl.buf;
+    ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    if (r > 0) {
+      for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+            cm->cmsg_len == CMSG_LEN(sizeof(int))) {
+          int f;
+          memcpy(&f, CMSG_DATA(cm), sizeof f);
+          if (*passed >= 0)
+            close(f); /* only one is expected */
+          else
+            *passed = f;
+        }
+      }
+      got += (size_t)r;
+      continue;
+    }
+    int rc = ECS_ECONN;
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      rc = wait_fd(fd, POLLIN, deadline_ms);
+    if (rc) {
+      if (*passed >= 0)
+        close(*passed);
+      *passed = -1;
+      return rc;
+    }
+  }
+  return ECS_OK;
+}
+
+int ecs_net_connect_unix(const char *path, uint64_t deadline_ms, int *fd_out) {
+  struct sockaddr_un a;
+  memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  if (strlen(path) >= sizeof a.sun_path)
+    return ECS_EINVAL;
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return ECS_ECONN;
+  for (;;) {
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+      break;
+    if (errno == EINTR)
+      continue;
+    if (errno == EAGAIN) { /* backlog full: wait and retry before the deadline */
+      if (ecs_now_ms() >= deadline_ms) {
+        close(fd);
+        return ECS_ETIMEDOUT;
+      }
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    close(fd);
+    return ECS_ECONN;
+  }
+  *fd_out = fd;
   return ECS_OK;
 }
 

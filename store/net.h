@@ -47,6 +47,14 @@ int ecs_net_writev_all(int fd, struct iovec *iov, int cnt, uint64_t deadline_ms)
  * the deadline.  ECS_OK, ECS_ETIMEDOUT or ECS_ECONN (EOF or error). */
 int ecs_net_readv_all(int fd, struct iovec *iov, int cnt, uint64_t deadline_ms);
 
+/* read_all of one buffer that may carry one SCM_RIGHTS descriptor; *passed
+ * is the descriptor received (close-on-exec) or -1. */
+int ecs_net_read_all_fd(int fd, void *buf, size_t n, uint64_t deadline_ms, int *passed);
+
+/* Connects a non-blocking Unix stream socket to path before the deadline.
+ * ECS_OK, ECS_ECONN or ECS_ETIMEDOUT. */
+int ecs_net_connect_unix(const char *path, uint64_t deadline_ms, int *fd_out);
+
 /* readv_all of one buffer. */
 int ecs_net_read_all(int fd, void *buf, size_t n, uint64_t deadline_ms);
 

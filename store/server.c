@@ -29,7 +29,10 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "ecstore/error.h"
@@ -57,8 +60,31 @@ typedef struct put_slot {
   int status;          /* per-item status so far */
 } put_slot_t;
 
+/* A pin: an object a client holds through a lease (a committed object it
+ * reads in place: shm or RDMA) or a reservation (a pending object it is
+ * writing in place).  Pins live in a per-connection slot table; a pin's id
+ * is (generation << 32 | slot + 1), so a stale or forged id is refused in
+ * O(1).  Closing the connection or the pin's expiry drops it. */
+enum { PIN_LEASE = 1, PIN_RESV = 2 };
+
+typedef struct pin {
+  ecs_obj_t *obj;      /* NULL: the slot is free */
+  uint64_t expires_ms; /* monotonic deadline */
+  uint32_t gen;        /* bumped at every reuse of the slot */
+  uint32_t next_free;  /* free-list link */
+  uint8_t kind;        /* PIN_LEASE or PIN_RESV */
+} pin_t;
+
+#define PIN_NONE UINT32_MAX
+
 typedef struct conn {
   int fd;                              /* the socket */
+  int local;                           /* came in on the Unix socket (shm allowed) */
+  int send_fd;                         /* fd to pass with the reply (ATTACH), or -1 */
+  pin_t *pins;                         /* lease/reservation slots */
+  uint32_t npins, pins_cap;            /* slots used (high-water), allocated */
+  uint32_t pin_free;                   /* first free slot or PIN_NONE */
+  uint32_t live_pins;                  /* pins held */
   uint64_t id;                         /* for logs */
   int authed;                          /* HELLO accepted */
   int close_after_write;               /* drop the connection once the reply is out */
@@ -88,6 +114,8 @@ typedef struct conn {
 struct ecs_server {
   ecs_server_opts_t o;            /* options (copied) */
   int lfd;                        /* listening socket */
+  int ufd;                        /* Unix listening socket for shm clients, or -1 */
+  char shm_path[108];             /* its path ("" when off) */
   int port;                       /* bound port */
   int epfd;                       /* epoll instance */
   int evfd;                       /* eventfd that wakes the loop for stop */
@@ -124,6 +152,7 @@ void ecs_server_opts_init(ecs_server_opts_t *o) {
   o->low_watermark = 0.85;
   o->max_request = 4ull << 30;
   o->max_conns = 1024;
+  o->lease_timeout_ms = 30000;
 }
 
 /* ------------------------------------------------------------------ */
@@ -195,9 +224,14 @@ static void conn_abort_slots(ecs_server_t *s, conn_t *c) {
   c->nslots = 0;
 }
 
+static void pins_expire(ecs_server_t *s, conn_t *c, uint64_t now);
+
 static void conn_close(ecs_server_t *s, conn_t *c) {
   conn_release_refs(s, c);
   conn_abort_slots(s, c);
+  pins_expire(s, c, UINT64_MAX); /* a client that goes away leaves nothing pinned */
+  if (c->send_fd >= 0)
+    close(c->send_fd);
   epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
   for (size_t i = 0; i < s->nconns; i++) {
@@ -211,6 +245,7 @@ static void conn_close(ecs_server_t *s, conn_t *c) {
   free(c->slots);
   free(c->wiov);
   free(c->held);
+  free(c->pins);
   ecs_wbuf_free(&c->out);
   free(c);
 }
@@ -246,6 +281,72 @@ static int conn_wiov_add(conn_t *c, void *p, size_t n) {
   c->wiov[c->wcnt].iov_len = n;
   c->wcnt++;
   return ECS_OK;
+}
+
+static uint64_t pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_ms) {
+  uint32_t slot;
+  if (c->pin_free != PIN_NONE) {
+    slot = c->pin_free;
+    c->pin_free = c->pins[slot].next_free;
+  } else {
+    if (c->npins == c->pins_cap) {
+      uint32_t ncap = c->pins_cap ? c->pins_cap * 2 : 64;
+      pin_t *np = realloc(c->pins, (size_t)ncap * sizeof *np);
+      if (!np)
+        return 0;
+      c->pins = np;
+      c->pins_cap = ncap;
+    }
+    slot = c->npins++;
+    c->pins[slot].gen = 0;
+  }
+  pin_t *p = &c->pins[slot];
+  p->obj = obj;
+  p->kind = kind;
+  p->expires_ms = expires_ms;
+  p->gen++;
+  c->live_pins++;
+  return (uint64_t)p->gen << 32 | (uint64_t)(slot + 1);
+}
+
+/* Removes the pin named id if it is of the given kind; returns its object. */
+static ecs_obj_t *pin_take(conn_t *c, uint64_t id, uint8_t kind) {
+  uint32_t slot = (uint32_t)(id & 0xffffffffu);
+  if (slot == 0 || slot > c->npins)
+    return NULL;
+  pin_t *p = &c->pins[slot - 1];
+  if (!p->obj || p->kind != kind || p->gen != (uint32_t)(id >> 32))
+    return NULL;
+  ecs_obj_t *o = p->obj;
+  p->obj = NULL;
+  p->next_free = c->pin_free;
+  c->pin_free = slot - 1;
+  c->live_pins--;
+  return o;
+}
+
+static void pin_drop(ecs_server_t *s, conn_t *c, uint32_t slot) {
+  pin_t *p = &c->pins[slot];
+  if (p->kind == PIN_LEASE)
+    ecs_objstore_release(s->os, p->obj);
+  else
+    ecs_objstore_abort(s->os, p->obj);
+  p->obj = NULL;
+  p->next_free = c->pin_free;
+  c->pin_free = slot;
+  c->live_pins--;
+}
+
+/* Drops every pin past its deadline (all of them when now is UINT64_MAX). */
+static void pins_expire(ecs_server_t *s, conn_t *c, uint64_t now) {
+  for (uint32_t i = 0; i < c->npins && c->live_pins; i++) {
+    if (c->pins[i].obj && c->pins[i].expires_ms <= now) {
+      if (now != UINT64_MAX)
+        ECS_LOG_W("conn %llu: %s expired; dropped", (unsigned long long)c->id,
+                  c->pins[i].kind == PIN_LEASE ? "lease" : "reservation");
+      pin_drop(s, c, i);
+    }
+  }
 }
 
 /* Starts a reply: header with status, the records in c->out, and the
@@ -321,6 +422,7 @@ static void handle_hello(ecs_server_t *s, conn_t *c) {
   hr.pool_size = ecs_pool_size(s->pool);
   hr.max_items = ECS_PROTO_MAX_ITEMS;
   hr.max_data = s->o.max_request;
+  snprintf(hr.shm_path, sizeof hr.shm_path, "%s", s->shm_path);
   reply_begin(c);
   ecs_proto_hello_reply_write(&c->out, &hr);
   reply_finish(s, c, ECS_OK, 0, 0);
@@ -557,6 +659,207 @@ static void handle_keys(ecs_server_t *s, conn_t *c) {
   reply_finish(s, c, ECS_OK, c->hdr.count, 0);
 }
 
+/* ------------------------------------------------------------------ */
+/* leases and reservations (shm and RDMA data paths)                   */
+
+static uint64_t pin_deadline(const ecs_server_t *s) {
+  return ecs_now_ms() + (uint64_t)s->o.lease_timeout_ms;
+}
+
+/* LEASE: pin committed objects and say where their bytes are. */
+static void handle_lease(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  reply_begin(c);
+  uint64_t dl = pin_deadline(s);
+  for (uint32_t i = 0; i < c->hdr.count; i++) {
+    const uint8_t *key;
+    uint16_t klen;
+    int rc = ecs_proto_key_read(&r, &key, &klen);
+    if (rc == ECS_EPROTO || r.err) {
+      reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    ecs_lease_reply_t lr;
+    memset(&lr, 0, sizeof lr);
+    s->gets++;
+    ecs_obj_t *o = rc == ECS_OK ? ecs_objstore_acquire(s->os, key, klen) : NULL;
+    if (rc != ECS_OK) {
+      lr.status = rc;
+    } else if (!o) {
+      s->misses++;
+      lr.status = ECS_ENOTFOUND;
+    } else {
+      s->hits++;
+      lr.lease_id = pin_add(c, o, PIN_LEASE, dl);
+      if (lr.lease_id == 0) {
+        ecs_objstore_release(s->os, o);
+        lr.status = ECS_ENOMEM;
+      } else {
+        lr.status = ECS_OK;
+        lr.codec = o->codec;
+        lr.desc = o->desc;
+        lr.off = o->off;
+        lr.nbytes = o->nbytes;
+        lr.raw_nbytes = o->raw_nbytes;
+        lr.checksum = o->checksum;
+      }
+    }
+    ecs_proto_lease_reply_write(&c->out, &lr);
+  }
+  if (r.pos != r.len) {
+    reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  reply_finish(s, c, ECS_OK, c->hdr.count, 0);
+}
+
+/* RELEASE: unpin leases; with NOREPLY the client reads nothing back. */
+static void handle_release(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  int noreply = (c->hdr.flags & ECS_FLAG_NOREPLY) != 0;
+  reply_begin(c);
+  for (uint32_t i = 0; i < c->hdr.count; i++) {
+    uint64_t id;
+    if (ecs_proto_u64_read(&r, &id) != ECS_OK) {
+      reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    ecs_obj_t *o = pin_take(c, id, PIN_LEASE);
+    if (o)
+      ecs_objstore_release(s->os, o);
+    ecs_proto_status_write(&c->out, o ? ECS_OK : ECS_ENOTFOUND);
+  }
+  if (r.pos != r.len) {
+    reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  if (noreply) {
+    c->st = C_HDR; /* nothing to send; read the next request */
+    return;
+  }
+  reply_finish(s, c, ECS_OK, c->hdr.count, 0);
+}
+
+/* RESERVE: allocate blocks a local or RDMA client writes in place. */
+static void handle_reserve(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  reply_begin(c);
+  uint64_t dl = pin_deadline(s);
+  for (uint32_t i = 0; i < c->hdr.count; i++) {
+    ecs_put_item_t it;
+    int rc = ecs_proto_put_item_read(&r, &it);
+    if (rc == ECS_EPROTO || r.err) {
+      reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    ecs_reserve_reply_t rr = {.status = rc};
+    if (rc == ECS_OK) {
+      ecs_obj_t *o = ecs_objstore_find(s->os, it.key, it.key_len);
+      if (o && o->state == ECS_OBJ_COMMITTED) {
+        /* already stored: same content is fine (resv_id 0), else a conflict */
+        rr.status = same_content(o, &it) ? ECS_OK : ECS_ECONFLICT;
+      } else {
+        rr.status = ecs_objstore_reserve(s->os, it.key, it.key_len, it.nbytes, &o);
+        if (rr.status == ECS_OK) {
+          o->codec = it.codec;
+          o->raw_nbytes = it.raw_nbytes;
+          o->desc = it.desc;
+          rr.off = o->off;
+          rr.resv_id = pin_add(c, o, PIN_RESV, dl);
+          if (rr.resv_id == 0) {
+            ecs_objstore_abort(s->os, o);
+            rr.status = ECS_ENOMEM;
+            rr.off = 0;
+          }
+        }
+      }
+    }
+    ecs_proto_reserve_reply_write(&c->out, &rr);
+  }
+  if (r.pos != r.len) {
+    reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  meta_flush(s); /* deletions of anything evicted to make room */
+  reply_finish(s, c, ECS_OK, c->hdr.count, 0);
+}
+
+/* COMMIT: the bytes are in place; verify, index and publish them. */
+static void handle_commit(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  reply_begin(c);
+  uint64_t now = ecs_wall_ms();
+  for (uint32_t i = 0; i < c->hdr.count; i++) {
+    ecs_commit_item_t ci;
+    if (ecs_proto_commit_item_read(&r, &ci) != ECS_OK) {
+      reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    int st = ECS_OK;
+    ecs_obj_t *o = pin_take(c, ci.resv_id, PIN_RESV);
+    if (!o) {
+      st = ECS_ENOTFOUND; /* unknown, expired or already committed */
+    } else if (ci.abort) {
+      ecs_objstore_abort(s->os, o);
+    } else if (ecs_checksum(ecs_objstore_data(s->os, o), (size_t)o->nbytes) != ci.checksum) {
+      ecs_objstore_abort(s->os, o);
+      st = ECS_ECHECKSUM;
+    } else {
+      o->checksum = ci.checksum;
+      o->commit_ms = now;
+      ecs_objstore_commit(s->os, o);
+      s->puts++;
+      if (s->meta) {
+        ecs_meta_rec_t rec;
+        rec_from_obj(s, o, &rec);
+        ecs_meta_queue_put(s->meta, &rec);
+      }
+    }
+    ecs_proto_status_write(&c->out, st);
+  }
+  if (r.pos != r.len) {
+    reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  meta_flush(s);
+  reply_finish(s, c, ECS_OK, c->hdr.count, 0);
+}
+
+/* ATTACH (Unix socket only): pass the pool's memfd.  A client that only
+ * reads gets a read-only descriptor, reopened through /proc, so it cannot
+ * map the pool writable even by mistake. */
+static void handle_attach(ecs_server_t *s, conn_t *c) {
+  if (!c->local) {
+    reply_error(s, c, ECS_ENOTSUP, 0);
+    return;
+  }
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  uint32_t flags = ecs_rbuf_u32(&r);
+  if (r.err) {
+    reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", ecs_pool_fd(s->pool));
+  int want_write = (flags & ECS_ATTACH_WRITE) != 0;
+  int fd = open(path, (want_write ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) {
+    ECS_LOG_W("conn %llu: cannot reopen the pool fd: %s", (unsigned long long)c->id, strerror(errno));
+    reply_error(s, c, ECS_EIO, 0);
+    return;
+  }
+  ecs_attach_reply_t ar = {.pool_size = ecs_pool_size(s->pool), .flags = want_write ? ECS_ATTACH_WRITE : 0};
+  reply_begin(c);
+  ecs_proto_attach_reply_write(&c->out, &ar);
+  reply_finish(s, c, ECS_OK, 0, 0);
+  c->send_fd = fd;
+}
+
 /* Test-only hooks, refused unless --enable-debug-ops. */
 static void handle_debug(ecs_server_t *s, conn_t *c) {
   if (!s->o.enable_debug_ops) {
@@ -588,8 +891,10 @@ static void dispatch(ecs_server_t *s, conn_t *c) {
     reply_error(s, c, ECS_EAUTH, 1);
     return;
   }
-  /* Only PUT carries a data section from the client. */
-  if (c->hdr.opcode != ECS_OP_PUT && c->hdr.data_len != 0) {
+  /* Only PUT carries a data section from the client; only RELEASE may
+   * ask for no reply. */
+  if ((c->hdr.opcode != ECS_OP_PUT && c->hdr.data_len != 0) ||
+      ((c->hdr.flags & ECS_FLAG_NOREPLY) && c->hdr.opcode != ECS_OP_RELEASE)) {
     reply_error(s, c, ECS_EPROTO, 1);
     return;
   }
@@ -601,6 +906,11 @@ static void dispatch(ecs_server_t *s, conn_t *c) {
   case ECS_OP_GET: handle_get(s, c); break;
   case ECS_OP_EXISTS:
   case ECS_OP_REMOVE: handle_keys(s, c); break;
+  case ECS_OP_LEASE: handle_lease(s, c); break;
+  case ECS_OP_RELEASE: handle_release(s, c); break;
+  case ECS_OP_RESERVE: handle_reserve(s, c); break;
+  case ECS_OP_COMMIT: handle_commit(s, c); break;
+  case ECS_OP_ATTACH: handle_attach(s, c); break;
   case ECS_OP_DEBUG: handle_debug(s, c); break;
   default: reply_error(s, c, ECS_EPROTO, 1); break;
   }
@@ -758,11 +1068,30 @@ static int conn_flush(conn_t *c) {
     memset(&mh, 0, sizeof mh);
     mh.msg_iov = iov;
     mh.msg_iovlen = (size_t)(cnt > IOV_MAX ? IOV_MAX : cnt);
+    /* ATTACH: the fd rides with the reply's first bytes */
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    if (c->send_fd >= 0) {
+      memset(&ctl, 0, sizeof ctl);
+      mh.msg_control = ctl.buf;
+      mh.msg_controllen = sizeof ctl.buf;
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(cm), &c->send_fd, sizeof(int));
+    }
     ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR)
         continue;
       return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    }
+    if (c->send_fd >= 0) { /* delivered with these bytes; our copy goes */
+      close(c->send_fd);
+      c->send_fd = -1;
     }
     int before = cnt;
     ecs_iov_advance(&iov, &cnt, (size_t)n);
@@ -807,9 +1136,24 @@ static void conn_event(ecs_server_t *s, conn_t *c, uint32_t ev) {
     conn_close(s, c);
 }
 
-static void accept_all(ecs_server_t *s) {
+/* A Unix-socket peer must run as one of the allowed users. */
+static int peer_allowed(const ecs_server_t *s, int fd) {
+  struct ucred cr;
+  socklen_t len = sizeof cr;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
+    return 0;
+  if (cr.uid == 0 || cr.uid == geteuid())
+    return 1;
+  for (int i = 0; i < s->o.n_shm_allow_uids; i++)
+    if (cr.uid == s->o.shm_allow_uids[i])
+      return 1;
+  ECS_LOG_W("shm: refusing pid %d uid %u (not in --shm-allow-uid)", (int)cr.pid, (unsigned)cr.uid);
+  return 0;
+}
+
+static void accept_all(ecs_server_t *s, int lfd, int local) {
   for (;;) {
-    int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED)
         continue;
@@ -819,6 +1163,10 @@ static void accept_all(ecs_server_t *s) {
     }
     if (s->nconns >= (size_t)s->o.max_conns) {
       ECS_LOG_W("connection limit (%d) reached; refusing", s->o.max_conns);
+      close(fd);
+      continue;
+    }
+    if (local && !peer_allowed(s, fd)) {
       close(fd);
       continue;
     }
@@ -833,12 +1181,17 @@ static void accept_all(ecs_server_t *s) {
     }
     s->conns = nc;
     c->fd = fd;
+    c->local = local;
+    c->send_fd = -1;
+    c->pin_free = PIN_NONE;
     c->id = ++s->next_conn_id;
     c->st = C_HDR;
     c->last_ms = ecs_now_ms();
     ecs_wbuf_init(&c->out);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!local) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
       ecs_wbuf_free(&c->out);
@@ -847,7 +1200,7 @@ static void accept_all(ecs_server_t *s) {
       continue;
     }
     s->conns[s->nconns++] = c;
-    ECS_LOG_D("conn %llu accepted", (unsigned long long)c->id);
+    ECS_LOG_D("conn %llu accepted%s", (unsigned long long)c->id, local ? " (local)" : "");
   }
 }
 
@@ -861,13 +1214,15 @@ static void tick(ecs_server_t *s) {
   s->last_tick_ms = now;
   if (s->meta) {
     ecs_meta_resync_t rs = {.publish_all = resync_publish_all, .has_key = resync_has_key, .ctx = s};
-    ecs_meta_tick(s->meta, ecs_wall_ms(), &rs);
+    ecs_meta_tick(s->meta, now, &rs);
   }
   if (ecs_objstore_evict_background(s->os, 256) > 0)
     meta_flush(s);
   /* Drop connections stalled in the middle of a request or a reply. */
   for (size_t i = 0; i < s->nconns;) {
     conn_t *c = s->conns[i];
+    if (c->live_pins)
+      pins_expire(s, c, now);
     int mid = c->st != C_HDR || c->hdr_got > 0;
     if (mid && now - c->last_ms > (uint64_t)s->o.io_timeout_ms) {
       ECS_LOG_W("conn %llu: stalled for %d ms mid-request; closing", (unsigned long long)c->id,
@@ -882,13 +1237,48 @@ static void tick(ecs_server_t *s) {
 /* ------------------------------------------------------------------ */
 /* life cycle                                                          */
 
+/* The Unix socket local clients use for shm (and any request). */
+static int shm_listen(ecs_server_t *s) {
+  if (s->o.shm_socket[0])
+    snprintf(s->shm_path, sizeof s->shm_path, "%s", s->o.shm_socket);
+  else
+    snprintf(s->shm_path, sizeof s->shm_path, "/tmp/ecstore-%d.sock", s->port);
+  struct sockaddr_un a;
+  memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  if (strlen(s->shm_path) >= sizeof a.sun_path) {
+    ECS_LOG_E("shm socket path too long: %s", s->shm_path);
+    return ECS_EINVAL;
+  }
+  memcpy(a.sun_path, s->shm_path, strlen(s->shm_path) + 1);
+  /* A socket file left by a crashed server is replaced; anything else is not. */
+  struct stat st;
+  if (lstat(s->shm_path, &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      ECS_LOG_E("shm socket path %s exists and is not a socket", s->shm_path);
+      s->shm_path[0] = '\0';
+      return ECS_EINVAL;
+    }
+    unlink(s->shm_path);
+  }
+  s->ufd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s->ufd < 0 || bind(s->ufd, (struct sockaddr *)&a, sizeof a) != 0 || listen(s->ufd, 512) != 0) {
+    ECS_LOG_E("cannot listen on %s: %s", s->shm_path, strerror(errno));
+    s->shm_path[0] = '\0';
+    return ECS_EIO;
+  }
+  /* Access is decided by SO_PEERCRED against the allowed uids, not by mode. */
+  chmod(s->shm_path, 0666);
+  return ECS_OK;
+}
+
 int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   *out = NULL;
   ecs_server_t *s = calloc(1, sizeof *s);
   if (!s)
     return ECS_ENOMEM;
   s->o = *o;
-  s->lfd = s->epfd = s->evfd = -1;
+  s->lfd = s->ufd = s->epfd = s->evfd = -1;
   s->epoch = ecs_wall_us();
   int rc = ECS_ENOMEM;
   s->scratch = malloc(SCRATCH_SIZE);
@@ -965,6 +1355,15 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   e.data.ptr = &s->evfd;
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &e) != 0)
     goto fail;
+  if (strcmp(o->shm_socket, "off") != 0) {
+    rc = shm_listen(s);
+    if (rc)
+      goto fail;
+    e.data.ptr = &s->ufd;
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->ufd, &e) != 0)
+      goto fail;
+  }
+  rc = ECS_EIO;
   if (listen(s->lfd, 512) != 0)
     goto fail;
   *out = s;
@@ -988,9 +1387,9 @@ void ecs_server_stop(ecs_server_t *s) {
 int ecs_server_run(ecs_server_t *s) {
   ecs_pool_stats_t ps;
   ecs_pool_stats(s->pool, &ps);
-  ECS_LOG_I("serving namespace '%s' on %s:%d, pool %llu MiB (%s), epoch %llu", s->o.ns, s->o.listen_host,
-            s->port, (unsigned long long)(ps.size >> 20), ps.locked ? "pinned" : "NOT pinned",
-            (unsigned long long)s->epoch);
+  ECS_LOG_I("serving namespace '%s' on %s:%d%s%s, pool %llu MiB (%s), epoch %llu", s->o.ns, s->o.listen_host,
+            s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, (unsigned long long)(ps.size >> 20),
+            ps.locked ? "pinned" : "NOT pinned", (unsigned long long)s->epoch);
   struct epoll_event evs[64];
   while (!s->stopping) {
     int n = epoll_wait(s->epfd, evs, 64, TICK_MS);
@@ -1001,7 +1400,9 @@ int ecs_server_run(ecs_server_t *s) {
     for (int i = 0; i < n; i++) {
       void *p = evs[i].data.ptr;
       if (p == NULL)
-        accept_all(s);
+        accept_all(s, s->lfd, 0);
+      else if (p == &s->ufd)
+        accept_all(s, s->ufd, 1);
       else if (p == &s->evfd)
         s->stopping = 1;
       else
@@ -1033,6 +1434,10 @@ void ecs_server_destroy(ecs_server_t *s) {
   ecs_pool_destroy(s->pool);
   if (s->lfd >= 0)
     close(s->lfd);
+  if (s->ufd >= 0) {
+    close(s->ufd);
+    unlink(s->shm_path);
+  }
   if (s->epfd >= 0)
     close(s->epfd);
   if (s->evfd >= 0)

@@ -20,26 +20,30 @@
 typedef struct ecs_server ecs_server_t;
 
 typedef struct ecs_server_opts {
-  char listen_host[128]; /* default "127.0.0.1" */
-  int listen_port;       /* default 7700; 0 picks a free port */
-  char advertise[160];   /* address put in the registry (default listen) */
-  uint64_t pool_size;    /* default 1 GiB */
-  uint64_t min_block;    /* default 4096 */
-  int hugepages;         /* ecs_pool_huge_t */
-  int lock_pool;         /* mlock the pool (default 1) */
-  int cuda_register;     /* cudaHostRegister the pool when libcudart loads */
-  char redis_url[256];   /* default "127.0.0.1:6379"; "" or "none" runs without Redis */
-  char ns[129];          /* namespace served (default "default") */
-  char node_id[64];      /* default "HOST:PORT" of the listen address */
-  char auth_token[257];  /* empty: no auth */
-  int io_timeout_ms;     /* a request stalled this long is dropped (30000) */
-  int redis_timeout_ms;  /* per Redis call (500) */
-  int heartbeat_ttl_s;   /* registry TTL (10) */
-  double high_watermark; /* background eviction above this fill (0.95) */
-  double low_watermark;  /* ...down to this fill (0.85) */
-  uint64_t max_request;  /* largest data section of one request (4 GiB) */
-  int max_conns;         /* connection limit (1024) */
-  int enable_debug_ops;  /* allow test-only DEBUG requests */
+  char listen_host[128];       /* default "127.0.0.1" */
+  int listen_port;             /* default 7700; 0 picks a free port */
+  char advertise[160];         /* address put in the registry (default listen) */
+  uint64_t pool_size;          /* default 1 GiB */
+  uint64_t min_block;          /* default 4096 */
+  int hugepages;               /* ecs_pool_huge_t */
+  int lock_pool;               /* mlock the pool (default 1) */
+  int cuda_register;           /* cudaHostRegister the pool when libcudart loads */
+  char redis_url[256];         /* default "127.0.0.1:6379"; "" or "none" runs without Redis */
+  char ns[129];                /* namespace served (default "default") */
+  char node_id[64];            /* default "HOST:PORT" of the listen address */
+  char auth_token[257];        /* empty: no auth */
+  int io_timeout_ms;           /* a request stalled this long is dropped (30000) */
+  int redis_timeout_ms;        /* per Redis call (500) */
+  int heartbeat_ttl_s;         /* registry TTL (10) */
+  double high_watermark;       /* background eviction above this fill (0.95) */
+  double low_watermark;        /* ...down to this fill (0.85) */
+  uint64_t max_request;        /* largest data section of one request (4 GiB) */
+  int max_conns;               /* connection limit (1024) */
+  int enable_debug_ops;        /* allow test-only DEBUG requests */
+  char shm_socket[108];        /* Unix socket for local clients: "" = /tmp/ecstore-PORT.sock, "off" */
+  unsigned shm_allow_uids[16]; /* uids allowed on the shm socket (besides ours and root) */
+  int n_shm_allow_uids;        /* entries in shm_allow_uids */
+  int lease_timeout_ms;        /* a lease or reservation not released by then is dropped (30000) */
 } ecs_server_opts_t;
 
 void ecs_server_opts_init(ecs_server_opts_t *o);

@@ -49,10 +49,18 @@ static void fill(void *p, size_t n, uint32_t seed) {
   }
 }
 
+/* The transport under test: ECS_TEST_TRANSPORT=tcp (default) or shm; ctest
+ * runs this binary once for each. */
+static const char *transport(void) {
+  const char *t = getenv("ECS_TEST_TRANSPORT");
+  return t && *t ? t : "tcp";
+}
+
 static ecs_client_t *connect_to(const char *servers, const char *redis_url, const char *token,
                                 int timeout_ms) {
   ecs_client_config_t cfg;
   ecs_client_config_init(&cfg);
+  cfg.transport = transport();
   cfg.servers = servers;
   cfg.redis_url = redis_url;
   cfg.ns = "test";
@@ -77,7 +85,14 @@ static int start_env(env_t *e, const char *const extra[]) {
   snprintf(e->redis_url, sizeof e->redis_url, "127.0.0.1:%d", e->redis.port);
   e->c = connect_to(e->servers, NULL, NULL, 5000);
   e->cr = connect_to(e->servers, e->redis_url, NULL, 5000);
-  return e->c && e->cr ? 0 : -1;
+  if (!e->c || !e->cr)
+    return -1;
+  /* the path under test is the path taken */
+  if (strcmp(ecs_client_transport(e->c), transport()) != 0) {
+    fprintf(stderr, "client took %s, not %s\n", ecs_client_transport(e->c), transport());
+    return -1;
+  }
+  return 0;
 }
 
 /* Stops everything; returns the server's exit status, so that a crash or a
@@ -363,6 +378,7 @@ static void test_checksum_mismatch_detected(void **state) {
   ecs_client_config_init(&cfg);
   cfg.servers = e->servers;
   cfg.ns = "test";
+  cfg.transport = transport();
   cfg.verify_checksum = 0;
   ecs_client_t *nv;
   assert_int_equal(ecs_client_connect(&cfg, &nv, NULL, 0), ECS_OK);
@@ -727,6 +743,7 @@ static void test_redis_down(void **state) {
   cfg.servers = e.servers;
   cfg.redis_url = e.redis_url;
   cfg.ns = "test";
+  cfg.transport = transport();
   cfg.timeout_ms = 600;
   ecs_client_t *cr;
   assert_int_equal(ecs_client_connect(&cfg, &cr, NULL, 0), ECS_OK);

@@ -57,6 +57,8 @@ typedef struct ecs_client_config {
   int rdma_port;           /* RDMA port number (default 1) */
   int rdma_gid_index;      /* RoCE GID index (default 0) */
   const char *compression; /* "none" (default), "lz4", "zstd" or "auto": codec for puts */
+  int shm_read_only;       /* 1: map the shared pool read-only (puts then go through the
+                              socket); for clients that only get (default 0) */
 } ecs_client_config_t;
 
 /* A key: 1..ECS_MAX_KEY opaque bytes (borrowed for the call). */
@@ -121,6 +123,34 @@ int ecs_get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, s
  * trip: the sizes arrive before the bytes).  bufs[i].data is NULL unless
  * status is ECS_OK; free it with ecs_free(). */
 int ecs_get_batch_alloc(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n);
+
+/* A zero-copy view of a stored object (shared-memory path only). */
+typedef struct ecs_view {
+  const void *data;       /* out: the bytes, in the server's pool, read-only */
+  uint64_t nbytes;        /* out: byte count */
+  ecs_tensor_desc_t desc; /* out: dtype and shape */
+  int status;             /* out: ECS_OK, ECS_ENOTFOUND, ECS_ENOTSUP (not on shm), ... */
+  uint64_t lease_;        /* internal: the server-side pin */
+  void *map_;             /* internal: the mapping data points into */
+  uint32_t srv_;          /* internal: which server */
+} ecs_view_t;
+
+/* Pins n objects in the server's shared pool and points views[i].data at
+ * them: no byte moves.  A view stays valid until ecs_view_release(), but a
+ * server drops a pin held longer than its --lease-timeout-ms (default 30 s)
+ * or whose connection broke, after which the bytes may be reused: release
+ * views promptly.  Needs the shm transport (items on servers reached over
+ * TCP get ECS_ENOTSUP).  With verify_checksum on, each view's bytes are
+ * checked once here. */
+int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n);
+
+/* Releases views (those with status ECS_OK; others are ignored) and clears
+ * them.  Never blocks on the server (the release is one-way). */
+int ecs_view_release(ecs_client_t *c, ecs_view_t *views, size_t n);
+
+/* "tcp", "shm", or "mixed" when servers are reached differently: the data
+ * path this handle uses now. */
+const char *ecs_client_transport(const ecs_client_t *c);
 
 /* Frees a buffer from ecs_get_batch_alloc(); accepts NULL. */
 void ecs_free(void *p);

@@ -46,6 +46,10 @@ static void usage(FILE *f) {
           "  --low-watermark F         ...and stops at this fill (default 0.85)\n"
           "  --max-request SIZE        largest payload of one request (default 4G)\n"
           "  --max-conns N             connection limit (default 1024)\n"
+          "  --shm-socket PATH|off     Unix socket for clients on this host: shared-memory gets and puts\n"
+          "                            (default /tmp/ecstore-PORT.sock)\n"
+          "  --shm-allow-uid LIST      uids allowed on the shm socket besides the server's and root's\n"
+          "  --lease-timeout-ms MS     drop a shm/RDMA lease or reservation held this long (default 30000)\n"
           "  --port-file FILE          write the bound port to FILE once listening\n"
           "  --log-level LEVEL         error, warn, info or debug (default info)\n"
           "  --config FILE             read options from FILE ('name = value' lines);\n"
@@ -79,6 +83,9 @@ enum {
   O_LOG,
   O_CONFIG,
   O_DEBUGOPS,
+  O_SHMSOCK,
+  O_SHMUID,
+  O_LEASETO,
   O_HELP
 };
 
@@ -102,6 +109,9 @@ static const struct option long_opts[] = {
     {"max-request", required_argument, 0, O_MAXREQ},
     {"max-conns", required_argument, 0, O_MAXCONN},
     {"port-file", required_argument, 0, O_PORTFILE},
+    {"shm-socket", required_argument, 0, O_SHMSOCK},
+    {"shm-allow-uid", required_argument, 0, O_SHMUID},
+    {"lease-timeout-ms", required_argument, 0, O_LEASETO},
     {"log-level", required_argument, 0, O_LOG},
     {"config", required_argument, 0, O_CONFIG},
     {"enable-debug-ops", no_argument, 0, O_DEBUGOPS},
@@ -234,6 +244,28 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     return 0;
   }
   case O_DEBUGOPS: o->enable_debug_ops = 1; return 0;
+  case O_SHMSOCK:
+    if (!*arg || strlen(arg) >= sizeof o->shm_socket)
+      return bad("shm-socket", arg, "expected a path shorter than 108 bytes, or 'off'");
+    snprintf(o->shm_socket, sizeof o->shm_socket, "%s", arg);
+    return 0;
+  case O_SHMUID: {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    o->n_shm_allow_uids = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+      if (o->n_shm_allow_uids == 16 || ecs_parse_int(t, 0, 4294967294LL, &v))
+        return bad("shm-allow-uid", arg, "expected up to 16 comma-separated uids");
+      o->shm_allow_uids[o->n_shm_allow_uids++] = (unsigned)v;
+    }
+    return 0;
+  }
+  case O_LEASETO:
+    if (ecs_parse_int(arg, 100, 3600000, &v))
+      return bad("lease-timeout-ms", arg, "expected 100..3600000");
+    o->lease_timeout_ms = (int)v;
+    return 0;
   default: return 2;
   }
 }
