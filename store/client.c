@@ -296,6 +296,7 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     goto fail;
   } else {
     snprintf(errbuf, errlen, "unknown transport '%s' (expected auto, tcp, shm or rdma)", tr);
+    rc = ECS_EINVAL;
     goto fail;
   }
   if (c->cfg.compression && *c->cfg.compression && strcmp(c->cfg.compression, "none") != 0) {

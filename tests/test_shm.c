@@ -1,0 +1,461 @@
+/*
+ * The shared-memory path: views, leases under eviction pressure, clients
+ * that die holding leases or reservations, lease expiry, read-only maps,
+ * peer credentials, and transport selection.  Real redis-server and
+ * ecstore-server processes.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ecstore/ecstore.h"
+#include "store/net.h"
+#include "store/proto.h"
+#include "support/ts.h"
+
+#define MIB (1024u * 1024u)
+
+typedef struct env {
+  ecs_ts_proc_t redis, server;
+  char servers[64];
+  char shm_path[128];
+} env_t;
+
+static void fill(void *p, size_t n, uint32_t seed) {
+  uint8_t *b = p;
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    b[i] = (uint8_t)x;
+  }
+}
+
+static int start(env_t *e, const char *const extra[]) {
+  memset(e, 0, sizeof *e);
+  if (ecs_ts_redis_start(&e->redis) || ecs_ts_server_start(&e->server, e->redis.port, extra))
+    return -1;
+  snprintf(e->servers, sizeof e->servers, "127.0.0.1:%d", e->server.port);
+  snprintf(e->shm_path, sizeof e->shm_path, "/tmp/ecstore-%d.sock", e->server.port);
+  return 0;
+}
+
+static int stop(env_t *e) {
+  int st = e->server.pid ? ecs_ts_stop(&e->server, 5000) : 0;
+  if (e->redis.pid)
+    ecs_ts_stop(&e->redis, 5000);
+  return st;
+}
+
+static ecs_client_t *client(const env_t *e, const char *transport, int read_only) {
+  ecs_client_config_t cfg;
+  ecs_client_config_init(&cfg);
+  cfg.servers = e->servers;
+  cfg.ns = "test";
+  cfg.transport = transport;
+  cfg.shm_read_only = read_only;
+  cfg.timeout_ms = 5000;
+  ecs_client_t *c = NULL;
+  char err[256];
+  int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
+  if (rc)
+    fprintf(stderr, "connect(%s): %s: %s\n", transport, ecs_strerror(rc), err);
+  return c;
+}
+
+static int put1(ecs_client_t *c, const char *key, const void *data, uint64_t n) {
+  ecs_key_t k = {key, strlen(key)};
+  ecs_tensor_t t = {.data = data, .nbytes = n};
+  t.desc.dtype = ECS_DTYPE_U8;
+  t.desc.ndim = 1;
+  t.desc.shape[0] = n;
+  int st = -999;
+  int rc = ecs_put_batch(c, &k, &t, 1, &st);
+  return rc ? rc : st;
+}
+
+static ecs_server_stat_t stat0(ecs_client_t *c) {
+  ecs_server_stat_t st;
+  assert_int_equal(ecs_stat(c, 0, &st), ECS_OK);
+  return st;
+}
+
+/* Waits (bounded) until the server's pool usage is back to bytes. */
+static uint64_t wait_usage(ecs_client_t *c, uint64_t bytes) {
+  ecs_server_stat_t st = stat0(c);
+  for (int i = 0; i < 150 && st.bytes_in_use != bytes; i++) {
+    usleep(20000);
+    st = stat0(c);
+  }
+  return st.bytes_in_use;
+}
+
+/* ------------------------------------------------------------------ */
+
+static void test_views_zero_copy(void **state) {
+  (void)state;
+  env_t e;
+  assert_int_equal(start(&e, NULL), 0);
+  ecs_client_t *c = client(&e, "shm", 0);
+  assert_non_null(c);
+  assert_string_equal(ecs_client_transport(c), "shm");
+  enum { N = 16 };
+  static uint8_t data[N][100000];
+  char names[N][16];
+  ecs_key_t keys[N + 1];
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "view-%d", i);
+    keys[i].data = names[i];
+    keys[i].len = strlen(names[i]);
+    fill(data[i], sizeof data[i], (uint32_t)i);
+    assert_int_equal(put1(c, names[i], data[i], sizeof data[i]), ECS_OK);
+  }
+  keys[N].data = "missing";
+  keys[N].len = 7;
+  ecs_view_t v[N + 1];
+  assert_int_equal(ecs_get_view_batch(c, keys, v, N + 1), ECS_OK);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(v[i].status, ECS_OK);
+    assert_int_equal(v[i].nbytes, sizeof data[i]);
+    assert_int_equal(v[i].desc.shape[0], sizeof data[i]);
+    assert_memory_equal(v[i].data, data[i], sizeof data[i]);
+  }
+  assert_int_equal(v[N].status, ECS_ENOTFOUND);
+  /* a viewed object survives removal until its view is released */
+  ecs_server_stat_t before = stat0(c);
+  int st;
+  assert_int_equal(ecs_remove_batch(c, &keys[0], 1, &st), ECS_OK);
+  assert_int_equal(st, ECS_OK);
+  assert_memory_equal(v[0].data, data[0], sizeof data[0]);
+  assert_int_equal(stat0(c).bytes_in_use, before.bytes_in_use);
+  assert_int_equal(ecs_view_release(c, v, N + 1), ECS_OK);
+  assert_true(wait_usage(c, before.bytes_in_use - 25 * 4096) == before.bytes_in_use - 25 * 4096);
+  ecs_client_close(c);
+  assert_int_equal(stop(&e), 0);
+}
+
+/* Readers hold views while a writer pushes the pool into eviction: a held
+ * object is never freed, and its bytes never change while held. */
+typedef struct holder {
+  const char *servers;
+  volatile int stop;
+  long checked, bad;
+} holder_t;
+
+static void *holder_main(void *p) {
+  holder_t *h = p;
+  env_t e;
+  memset(&e, 0, sizeof e);
+  snprintf(e.servers, sizeof e.servers, "%s", h->servers);
+  ecs_client_t *c = client(&e, "shm", 1);
+  if (!c) {
+    h->bad++;
+    return NULL;
+  }
+  uint8_t *want = malloc(MIB);
+  unsigned seed = 7;
+  while (!h->stop) {
+    int i = (int)(rand_r(&seed) % 48);
+    char key[32];
+    snprintf(key, sizeof key, "press-%d", i);
+    ecs_key_t k = {key, strlen(key)};
+    ecs_view_t v;
+    if (ecs_get_view_batch(c, &k, &v, 1) != ECS_OK) {
+      h->bad++;
+      break;
+    }
+    if (v.status == ECS_OK) {
+      fill(want, MIB, 9000 + (uint32_t)i);
+      for (int round = 0; round < 3; round++) { /* held across the writer's evictions */
+        if (v.nbytes != MIB || memcmp(v.data, want, MIB) != 0)
+          h->bad++;
+        usleep(2000);
+      }
+      h->checked++;
+    }
+    ecs_view_release(c, &v, 1);
+  }
+  free(want);
+  ecs_client_close(c);
+  return NULL;
+}
+
+static void test_leases_under_eviction(void **state) {
+  (void)state;
+  env_t e;
+  static const char *const extra[] = {"--pool-size", "16M", "--high-watermark", "1.0", "--low-watermark",
+                                      "1.0",         NULL};
+  assert_int_equal(start(&e, extra), 0);
+  ecs_client_t *w = client(&e, "shm", 0);
+  assert_non_null(w);
+  uint8_t *obj = malloc(MIB);
+  holder_t h = {.servers = e.servers};
+  pthread_t th[2];
+  for (int i = 0; i < 48; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "press-%d", i);
+    fill(obj, MIB, 9000 + (uint32_t)i);
+    int rc = put1(w, key, obj, MIB);
+    /* with views held, a put may find nothing evictable: a clear ENOSPC */
+    assert_true(rc == ECS_OK || rc == ECS_ENOSPC);
+    if (i == 6)
+      for (int t = 0; t < 2; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, holder_main, &h), 0);
+  }
+  h.stop = 1;
+  for (int t = 0; t < 2; t++)
+    pthread_join(th[t], NULL);
+  free(obj);
+  assert_int_equal(h.bad, 0);
+  assert_true(h.checked > 0);
+  assert_true(stat0(w).evictions > 0);
+  ecs_client_close(w);
+  assert_int_equal(stop(&e), 0);
+}
+
+/* A child that holds a lease and a reservation, then dies by SIGKILL. */
+static void child_hold_and_die(const env_t *e, const char *key, int ready_fd) {
+  ecs_client_t *c = client(e, "shm", 0);
+  if (!c)
+    _exit(3);
+  ecs_key_t k = {key, strlen(key)};
+  ecs_view_t v;
+  if (ecs_get_view_batch(c, &k, &v, 1) != ECS_OK || v.status != ECS_OK)
+    _exit(4);
+  /* a raw reservation on the Unix socket: RESERVE, never COMMIT */
+  int fd;
+  if (ecs_net_connect_unix(e->shm_path, ecs_now_ms() + 2000, &fd))
+    _exit(5);
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  ecs_hello_t hl = {.ns = (const uint8_t *)"test", .ns_len = 4};
+  ecs_proto_hello_write(&w, &hl);
+  ecs_hdr_t hd = {.magic = ECS_PROTO_MAGIC,
+                  .version = 1,
+                  .opcode = ECS_OP_HELLO,
+                  .req_id = 1,
+                  .meta_len = (uint32_t)w.len};
+  uint8_t hb[32];
+  ecs_proto_hdr_encode(&hd, hb);
+  struct iovec iov[2] = {{hb, 32}, {w.p, w.len}};
+  if (ecs_net_writev_all(fd, iov, 2, ecs_now_ms() + 2000))
+    _exit(6);
+  uint8_t rb[32 + 512];
+  if (ecs_net_read_all(fd, rb, 32, ecs_now_ms() + 2000))
+    _exit(7);
+  ecs_hdr_t rh;
+  if (ecs_proto_hdr_decode(rb, UINT64_MAX, &rh) || rh.meta_len > 512 ||
+      ecs_net_read_all(fd, rb + 32, rh.meta_len, ecs_now_ms() + 2000))
+    _exit(8);
+  ecs_wbuf_reset(&w);
+  ecs_put_item_t it = {
+      .key = (const uint8_t *)"reserved-by-dead", .key_len = 16, .nbytes = 4 * MIB, .raw_nbytes = 4 * MIB};
+  it.desc.dtype = ECS_DTYPE_U8;
+  it.desc.ndim = 1;
+  it.desc.shape[0] = 4 * MIB;
+  ecs_proto_put_item_write(&w, &it);
+  hd.opcode = ECS_OP_RESERVE;
+  hd.req_id = 2;
+  hd.count = 1;
+  hd.meta_len = (uint32_t)w.len;
+  ecs_proto_hdr_encode(&hd, hb);
+  struct iovec iov2[2] = {{hb, 32}, {w.p, w.len}};
+  if (ecs_net_writev_all(fd, iov2, 2, ecs_now_ms() + 2000) ||
+      ecs_net_read_all(fd, rb, 32, ecs_now_ms() + 2000))
+    _exit(9);
+  if (ecs_proto_hdr_decode(rb, UINT64_MAX, &rh) || rh.status != ECS_OK || rh.meta_len > 512 ||
+      ecs_net_read_all(fd, rb + 32, rh.meta_len, ecs_now_ms() + 2000))
+    _exit(10);
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, rb + 32, rh.meta_len);
+  ecs_reserve_reply_t rr;
+  if (ecs_proto_reserve_reply_read(&r, &rr) || rr.status != ECS_OK)
+    _exit(11);
+  char ok = 1;
+  if (write(ready_fd, &ok, 1) != 1)
+    _exit(12);
+  pause(); /* killed here, holding both */
+  _exit(0);
+}
+
+static void test_client_killed_holding_pins(void **state) {
+  (void)state;
+  env_t e;
+  assert_int_equal(start(&e, NULL), 0);
+  ecs_client_t *c = client(&e, "shm", 0);
+  assert_non_null(c);
+  ecs_server_stat_t base = stat0(c);
+  uint8_t *obj = malloc(MIB);
+  fill(obj, MIB, 1);
+  assert_int_equal(put1(c, "leased-by-dead", obj, MIB), ECS_OK);
+  free(obj);
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(p[0]);
+    child_hold_and_die(&e, "leased-by-dead", p[1]);
+  }
+  close(p[1]);
+  char ok = 0;
+  assert_int_equal(read(p[0], &ok, 1), 1);
+  close(p[0]);
+  /* held: the leased object (1 MiB) and the reservation (4 MiB) */
+  ecs_key_t k = {"leased-by-dead", 14};
+  int st;
+  assert_int_equal(ecs_remove_batch(c, &k, 1, &st), ECS_OK); /* doomed, still pinned */
+  assert_int_equal(stat0(c).bytes_in_use, base.bytes_in_use + 5 * MIB);
+  kill(pid, SIGKILL);
+  int ws;
+  waitpid(pid, &ws, 0);
+  /* the server notices the closed sockets and unpins everything */
+  assert_int_equal(wait_usage(c, base.bytes_in_use), base.bytes_in_use);
+  assert_int_equal(stat0(c).objects, base.objects);
+  ecs_client_close(c);
+  assert_int_equal(stop(&e), 0);
+}
+
+static void test_lease_expiry(void **state) {
+  (void)state;
+  env_t e;
+  static const char *const extra[] = {"--lease-timeout-ms", "300", NULL};
+  assert_int_equal(start(&e, extra), 0);
+  ecs_client_t *c = client(&e, "shm", 0);
+  assert_non_null(c);
+  ecs_server_stat_t base = stat0(c);
+  uint8_t *obj = calloc(1, MIB);
+  assert_int_equal(put1(c, "forgotten", obj, MIB), ECS_OK);
+  free(obj);
+  ecs_key_t k = {"forgotten", 9};
+  ecs_view_t v;
+  assert_int_equal(ecs_get_view_batch(c, &k, &v, 1), ECS_OK);
+  assert_int_equal(v.status, ECS_OK);
+  int st;
+  assert_int_equal(ecs_remove_batch(c, &k, 1, &st), ECS_OK);
+  /* never released: the server drops the pin after 300 ms */
+  assert_int_equal(wait_usage(c, base.bytes_in_use), base.bytes_in_use);
+  assert_int_equal(ecs_view_release(c, &v, 1), ECS_OK); /* late release is harmless */
+  assert_int_equal(ecs_ping(c), ECS_OK);
+  ecs_client_close(c);
+  assert_int_equal(stop(&e), 0);
+}
+
+static void test_read_only_and_copy_paths(void **state) {
+  (void)state;
+  env_t e;
+  assert_int_equal(start(&e, NULL), 0);
+  ecs_client_t *ro = client(&e, "shm", 1);
+  assert_non_null(ro);
+  assert_string_equal(ecs_client_transport(ro), "shm");
+  uint8_t a[70000], out[70000];
+  fill(a, sizeof a, 4);
+  /* a read-only map: puts go through the socket, gets through the map */
+  assert_int_equal(put1(ro, "ro-put", a, sizeof a), ECS_OK);
+  ecs_key_t k = {"ro-put", 6};
+  ecs_get_buf_t b = {.data = out, .capacity = sizeof out};
+  assert_int_equal(ecs_get_batch(ro, &k, &b, 1), ECS_OK);
+  assert_int_equal(b.status, ECS_OK);
+  assert_memory_equal(out, a, sizeof a);
+  /* a too-small buffer says what it needs */
+  b.capacity = 10;
+  assert_int_equal(ecs_get_batch(ro, &k, &b, 1), ECS_OK);
+  assert_int_equal(b.status, ECS_EBUFSMALL);
+  assert_int_equal(b.nbytes, sizeof a);
+  ecs_get_buf_t al;
+  memset(&al, 0, sizeof al);
+  assert_int_equal(ecs_get_batch_alloc(ro, &k, &al, 1), ECS_OK);
+  assert_int_equal(al.status, ECS_OK);
+  assert_memory_equal(al.data, a, sizeof a);
+  ecs_free(al.data);
+  ecs_client_close(ro);
+  /* the tcp client sees what the shm client wrote, and views need shm */
+  ecs_client_t *tc = client(&e, "tcp", 0);
+  assert_non_null(tc);
+  assert_string_equal(ecs_client_transport(tc), "tcp");
+  ecs_view_t v;
+  assert_int_equal(ecs_get_view_batch(tc, &k, &v, 1), ECS_OK);
+  assert_int_equal(v.status, ECS_ENOTSUP);
+  ecs_client_close(tc);
+  assert_int_equal(stop(&e), 0);
+}
+
+static void test_transport_selection(void **state) {
+  (void)state;
+  env_t e;
+  static const char *const extra[] = {"--shm-socket", "off", NULL};
+  assert_int_equal(start(&e, extra), 0);
+  ecs_client_config_t cfg;
+  ecs_client_config_init(&cfg);
+  cfg.servers = e.servers;
+  cfg.ns = "test";
+  cfg.transport = "shm";
+  ecs_client_t *c = NULL;
+  char err[256];
+  assert_int_equal(ecs_client_connect(&cfg, &c, err, sizeof err), ECS_ENOTSUP);
+  assert_non_null(strstr(err, "shared memory"));
+  cfg.transport = "auto"; /* falls back to tcp */
+  assert_int_equal(ecs_client_connect(&cfg, &c, err, sizeof err), ECS_OK);
+  assert_string_equal(ecs_client_transport(c), "tcp");
+  ecs_client_close(c);
+  cfg.transport = "carrier-pigeon";
+  assert_int_equal(ecs_client_connect(&cfg, &c, err, sizeof err), ECS_EINVAL);
+  assert_non_null(strstr(err, "carrier-pigeon"));
+  assert_int_equal(stop(&e), 0);
+}
+
+/* A peer running as another user is refused (needs root to switch users). */
+static void test_peer_uid_refused(void **state) {
+  (void)state;
+  if (geteuid() != 0) {
+    skip();
+  }
+  env_t e;
+  assert_int_equal(start(&e, NULL), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (setuid(65534) != 0)
+      _exit(2);
+    ecs_client_config_t cfg;
+    ecs_client_config_init(&cfg);
+    cfg.servers = e.servers;
+    cfg.ns = "test";
+    cfg.transport = "shm";
+    cfg.timeout_ms = 2000;
+    ecs_client_t *c = NULL;
+    int rc = ecs_client_connect(&cfg, &c, NULL, 0);
+    _exit(rc == ECS_OK ? 1 : 0); /* refused is right */
+  }
+  int ws;
+  assert_int_equal(waitpid(pid, &ws, 0), pid);
+  assert_true(WIFEXITED(ws));
+  assert_int_equal(WEXITSTATUS(ws), 0);
+  assert_int_equal(stop(&e), 0);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_views_zero_copy),
+      cmocka_unit_test(test_leases_under_eviction),
+      cmocka_unit_test(test_client_killed_holding_pins),
+      cmocka_unit_test(test_lease_expiry),
+      cmocka_unit_test(test_read_only_and_copy_paths),
+      cmocka_unit_test(test_transport_selection),
+      cmocka_unit_test(test_peer_uid_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
