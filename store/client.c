@@ -24,6 +24,7 @@
 
 #include "store/client_internal.h"
 #include "store/client_priv.h"
+#include "store/codec.h"
 #include "store/meta.h"
 #include "store/net.h"
 #include "store/proto.h"
@@ -299,9 +300,10 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     rc = ECS_EINVAL;
     goto fail;
   }
-  if (c->cfg.compression && *c->cfg.compression && strcmp(c->cfg.compression, "none") != 0) {
-    snprintf(errbuf, errlen, "compression '%s' is not built into this client yet", c->cfg.compression);
-    rc = ECS_ENOTSUP;
+  if (c->cfg.compression && *c->cfg.compression && ecs_codec_parse(c->cfg.compression, &c->codec) != ECS_OK) {
+    snprintf(errbuf, errlen, "unknown compression '%s' (expected none, lz4, zstd or auto)",
+             c->cfg.compression);
+    rc = ECS_EINVAL;
     goto fail;
   }
   uint64_t deadline = ecs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms + (uint64_t)c->cfg.timeout_ms;
@@ -395,6 +397,35 @@ static int put_validate(const ecs_key_t *k, const ecs_tensor_t *t) {
   return ECS_OK;
 }
 
+/* Compresses one tensor for the wire with the handle's codec.  Returns a
+ * malloc'd buffer of *len bytes and sets *codec, or NULL when the bytes go
+ * raw (small, incompressible, auto said no, or any codec error: raw is
+ * always a correct fallback). */
+static void *compress_item(int codec, const ecs_tensor_t *t, size_t *len, uint8_t *used) {
+  if (t->nbytes < 4096)
+    return NULL; /* not worth a codec frame */
+  int req = codec;
+  if (codec & ECS_CODEC_AUTO) {
+    int ch = ecs_codec_choose(codec, t->desc.dtype, t->data, (size_t)t->nbytes, 0);
+    if (ch <= 0)
+      return NULL;
+    req = ch;
+  }
+  size_t cap = ecs_codec_bound(req, (size_t)t->nbytes);
+  void *buf = cap ? malloc(cap) : NULL;
+  size_t out = 0;
+  uint8_t u = ECS_CODEC_NONE;
+  if (!buf ||
+      ecs_codec_compress(req, t->desc.dtype, t->data, (size_t)t->nbytes, buf, cap, &out, &u, 0) != ECS_OK ||
+      u == ECS_CODEC_NONE || out >= t->nbytes) {
+    free(buf);
+    return NULL;
+  }
+  *len = out;
+  *used = u;
+  return buf;
+}
+
 static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
                           const size_t *idx, size_t m, int *status, uint64_t deadline) {
   int rc = ecs__cli_ensure(c, s, deadline);
@@ -402,38 +433,55 @@ static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, cons
     return rc;
   if (s->path == ECS_PATH_SHM && s->map && s->map->writable)
     return ecs__shm_put(c, s, keys, ts, idx, m, status, deadline);
-  struct iovec *data = malloc(m * sizeof *data);
-  if (!data)
+  struct iovec *data = malloc((m ? m : 1) * sizeof *data);
+  void **zbuf = calloc(m ? m : 1, sizeof *zbuf);
+  if (!data || !zbuf) {
+    free(data);
+    free(zbuf);
     return ECS_ENOMEM;
+  }
   ecs_wbuf_reset(&c->w);
   uint64_t total = 0;
   int nd = 0;
   for (size_t j = 0; j < m; j++) {
     const ecs_tensor_t *t = &ts[idx[j]];
+    const void *stored = t->data;
+    size_t slen = (size_t)t->nbytes;
+    uint8_t codec = ECS_CODEC_NONE;
+    if (c->codec != ECS_CODEC_NONE)
+      zbuf[j] = compress_item(c->codec, t, &slen, &codec);
+    if (zbuf[j])
+      stored = zbuf[j];
     ecs_put_item_t it = {.key = keys[idx[j]].data,
                          .key_len = (uint16_t)keys[idx[j]].len,
-                         .codec = ECS_CODEC_NONE,
+                         .codec = codec,
                          .desc = t->desc,
-                         .nbytes = t->nbytes,
+                         .nbytes = slen,
                          .raw_nbytes = t->nbytes,
-                         .checksum = ecs_checksum(t->data, (size_t)t->nbytes)};
+                         .checksum = ecs_checksum(stored, slen)};
     ecs_proto_put_item_write(&c->w, &it);
-    if (t->nbytes) {
-      data[nd].iov_base = (void *)t->data;
-      data[nd].iov_len = (size_t)t->nbytes;
+    if (slen) {
+      data[nd].iov_base = (void *)stored;
+      data[nd].iov_len = slen;
       nd++;
     }
-    total += t->nbytes;
+    total += slen;
   }
   if (total > s->max_data) {
-    free(data);
-    for (size_t j = 0; j < m; j++)
+    for (size_t j = 0; j < m; j++) {
+      free(zbuf[j]);
       status[idx[j]] = ECS_ETOOBIG;
+    }
+    free(data);
+    free(zbuf);
     return ECS_OK;
   }
   uint32_t id;
   rc = ecs__cli_send(c, s, ECS_OP_PUT, 0, (uint32_t)m, data, nd, total, &id, deadline);
   free(data);
+  for (size_t j = 0; j < m; j++)
+    free(zbuf[j]);
+  free(zbuf);
   ecs_hdr_t h;
   if (rc == ECS_OK)
     rc = ecs__cli_recv(c, s, ECS_OP_PUT, id, &h, deadline);
@@ -525,77 +573,129 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
     ecs__cli_err(c, "%s: get refused: %s", s->addr, ecs_strerror(rc));
     return ecs__cli_fail(c, s, rc);
   }
-  /* Records first: they say where each payload goes. */
+  /* Records first: they say where each payload goes.  Raw payloads are
+   * read straight into the caller's buffers; compressed ones into one
+   * scratch buffer, then decompressed into the caller's. */
   ecs_rbuf_t r;
   ecs_rbuf_init(&r, c->rmeta, h.meta_len);
   struct iovec *iov = malloc((m ? m : 1) * sizeof *iov);
-  uint64_t *sums = malloc((m ? m : 1) * sizeof *sums);
-  if (!iov || !sums) {
+  ecs_get_reply_t *reps = malloc((m ? m : 1) * sizeof *reps);
+  uint64_t *zoff = malloc((m ? m : 1) * sizeof *zoff);
+  uint8_t *scratch = NULL;
+  if (!iov || !reps || !zoff) {
     free(iov);
-    free(sums);
+    free(reps);
+    free(zoff);
     return ecs__cli_fail(c, s, ECS_ENOMEM);
   }
   int niov = 0;
-  uint64_t total = 0;
+  uint64_t total = 0, ztotal = 0;
   rc = ECS_OK;
-  for (size_t j = 0; j < m; j++) {
+  for (size_t j = 0; j < m && rc == ECS_OK; j++) {
     ecs_get_buf_t *b = &bufs[idx[j]];
-    ecs_get_reply_t rep;
-    if (ecs_proto_get_reply_read(&r, &rep) != ECS_OK) {
+    ecs_get_reply_t *rep = &reps[j];
+    if (ecs_proto_get_reply_read(&r, rep) != ECS_OK) {
       rc = ECS_EPROTO;
       break;
     }
-    b->status = rep.status;
-    b->nbytes = rep.nbytes;
-    b->desc = rep.desc;
-    sums[j] = rep.checksum;
-    if (rep.status != ECS_OK)
+    b->status = rep->status;
+    b->nbytes = rep->status == ECS_EBUFSMALL ? rep->raw_nbytes : rep->nbytes;
+    b->desc = rep->desc;
+    if (rep->status != ECS_OK)
       continue;
-    if (rep.codec != ECS_CODEC_NONE) {
-      /* Compressed objects need the codec layer (not wired into this path yet). */
-      rc = ECS_EPROTO;
-      break;
+    total += rep->nbytes;
+    if (rep->codec != ECS_CODEC_NONE) {
+      zoff[j] = ztotal;
+      ztotal += rep->nbytes;
+      continue;
     }
     if (alloc) {
-      b->data = malloc(rep.nbytes ? (size_t)rep.nbytes : 1);
+      b->data = malloc(rep->nbytes ? (size_t)rep->nbytes : 1);
       if (!b->data) {
         rc = ECS_ENOMEM;
         break;
       }
-      b->capacity = rep.nbytes;
-    } else if (rep.nbytes > b->capacity) {
+      b->capacity = rep->nbytes;
+    } else if (rep->nbytes > b->capacity) {
       rc = ECS_EPROTO; /* the server sent more than we asked for */
       break;
     }
-    if (rep.nbytes) {
+    if (rep->nbytes) {
       iov[niov].iov_base = b->data;
-      iov[niov].iov_len = (size_t)rep.nbytes;
+      iov[niov].iov_len = (size_t)rep->nbytes;
       niov++;
     }
-    total += rep.nbytes;
   }
   if (rc == ECS_OK && total != h.data_len)
     rc = ECS_EPROTO;
+  if (rc == ECS_OK && ztotal) {
+    scratch = malloc((size_t)ztotal);
+    if (!scratch)
+      rc = ECS_ENOMEM;
+  }
+  /* the iovecs in reply order: raw items into their buffers, compressed
+   * ones into the scratch buffer */
+  if (rc == ECS_OK && ztotal) {
+    niov = 0;
+    for (size_t j = 0; j < m; j++) {
+      if (reps[j].status != ECS_OK || reps[j].nbytes == 0)
+        continue;
+      iov[niov].iov_base = reps[j].codec != ECS_CODEC_NONE ? scratch + zoff[j] : bufs[idx[j]].data;
+      iov[niov].iov_len = (size_t)reps[j].nbytes;
+      niov++;
+    }
+  }
   for (int done = 0; rc == ECS_OK && done < niov;) {
     int k = niov - done > ECS_CLI_IOV_CHUNK ? ECS_CLI_IOV_CHUNK : niov - done;
     rc = ecs_net_readv_all(s->fd, iov + done, k, deadline);
     done += k;
   }
   free(iov);
-  if (rc) {
-    free(sums);
-    return ecs__cli_fail(c, s, rc);
-  }
-  if (c->cfg.verify_checksum) {
+  if (rc == ECS_OK) {
     for (size_t j = 0; j < m; j++) {
       ecs_get_buf_t *b = &bufs[idx[j]];
-      if (b->status == ECS_OK && ecs_checksum(b->data, (size_t)b->nbytes) != sums[j]) {
+      const ecs_get_reply_t *rep = &reps[j];
+      if (b->status != ECS_OK)
+        continue;
+      if (rep->codec != ECS_CODEC_NONE)
+        b->status = ecs__cli_deliver(c, b, scratch + zoff[j], rep->codec, rep->nbytes, rep->raw_nbytes,
+                                     rep->checksum, alloc);
+      else if (c->cfg.verify_checksum && ecs_checksum(b->data, (size_t)b->nbytes) != rep->checksum)
         b->status = ECS_ECHECKSUM;
+      if (b->status == ECS_ECHECKSUM || b->status == ECS_ECODEC)
         b->nbytes = 0;
-      }
     }
   }
-  free(sums);
+  free(scratch);
+  free(reps);
+  free(zoff);
+  return rc ? ecs__cli_fail(c, s, rc) : ECS_OK;
+}
+
+/* Puts one stored object (at src, as the server keeps it) into the
+ * caller's buffer: checksum first, then a copy or a decompression, with
+ * the capacity checked against the raw size.  Returns the item's status. */
+int ecs__cli_deliver(ecs_client_t *c, ecs_get_buf_t *b, const void *src, uint8_t codec, uint64_t nbytes,
+                     uint64_t raw_nbytes, uint64_t checksum, int alloc) {
+  if (c->cfg.verify_checksum && ecs_checksum(src, (size_t)nbytes) != checksum)
+    return ECS_ECHECKSUM;
+  if (alloc) {
+    b->data = malloc(raw_nbytes ? (size_t)raw_nbytes : 1);
+    if (!b->data)
+      return ECS_ENOMEM;
+    b->capacity = raw_nbytes;
+  } else if (raw_nbytes > b->capacity || (raw_nbytes && !b->data)) {
+    b->nbytes = raw_nbytes; /* what is needed */
+    return ECS_EBUFSMALL;
+  }
+  if (codec == ECS_CODEC_NONE) {
+    if (raw_nbytes)
+      memcpy(b->data, src, (size_t)raw_nbytes);
+  } else if (ecs_codec_decompress(codec, b->desc.dtype, src, (size_t)nbytes, b->data, (size_t)raw_nbytes) !=
+             ECS_OK) {
+    return ECS_ECODEC;
+  }
+  b->nbytes = raw_nbytes;
   return ECS_OK;
 }
 

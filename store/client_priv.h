@@ -82,6 +82,11 @@ int ecs__cli_send(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint16_t flags,
 int ecs__cli_recv(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t req_id, ecs_hdr_t *h,
                   uint64_t deadline);
 
+/* Delivers one stored object at src into b (verify, copy or decompress,
+ * capacity against the raw size); returns the item's status. */
+int ecs__cli_deliver(ecs_client_t *c, ecs_get_buf_t *b, const void *src, uint8_t codec, uint64_t nbytes,
+                     uint64_t raw_nbytes, uint64_t checksum, int alloc);
+
 /* client_shm.c: after a TCP HELLO that named a shm socket, try to switch
  * server s to it (same node and epoch over both sockets, then ATTACH and
  * map).  ECS_OK when s->path is now SHM; an error otherwise (s is left on

@@ -184,29 +184,19 @@ int ecs__shm_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_g
     if (l.status != ECS_OK)
       continue;
     ids[nids++] = l.lease_id;
-    if (l.codec != ECS_CODEC_NONE) {
-      b->status = ECS_ENOTSUP; /* compressed objects are read over TCP */
-      b->nbytes = 0;
-      continue;
-    }
-    if (alloc) {
-      b->data = malloc(l.nbytes ? (size_t)l.nbytes : 1);
-      if (!b->data) {
-        b->status = ECS_ENOMEM;
+    if (l.codec == ECS_CODEC_NONE && !alloc && l.nbytes <= b->capacity && (b->data || !l.nbytes)) {
+      /* raw: copy, then verify the copy (hot in cache for most sizes) */
+      if (l.nbytes)
+        memcpy(b->data, base + l.off, (size_t)l.nbytes);
+      if (c->cfg.verify_checksum && ecs_checksum(b->data, (size_t)l.nbytes) != l.checksum) {
+        b->status = ECS_ECHECKSUM;
         b->nbytes = 0;
-        continue;
       }
-      b->capacity = l.nbytes;
-    } else if (l.nbytes > b->capacity || (l.nbytes && !b->data)) {
-      b->status = ECS_EBUFSMALL; /* nbytes says what is needed */
       continue;
     }
-    if (l.nbytes)
-      memcpy(b->data, base + l.off, (size_t)l.nbytes);
-    if (c->cfg.verify_checksum && ecs_checksum(b->data, (size_t)l.nbytes) != l.checksum) {
-      b->status = ECS_ECHECKSUM;
+    b->status = ecs__cli_deliver(c, b, base + l.off, l.codec, l.nbytes, l.raw_nbytes, l.checksum, alloc);
+    if (b->status == ECS_ECHECKSUM || b->status == ECS_ECODEC || b->status == ECS_ENOMEM)
       b->nbytes = 0;
-    }
   }
   if (rc) {
     free(ids);

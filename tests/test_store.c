@@ -3,6 +3,7 @@
  * redis-server and real server processes on free ports in temp dirs.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -385,6 +386,107 @@ static void test_checksum_mismatch_detected(void **state) {
   assert_int_equal(get1(nv, "corrupt-me", out, sizeof out, &n), ECS_OK);
   assert_memory_not_equal(out, a, sizeof a);
   ecs_client_close(nv);
+}
+
+/* Normal-like bf16 values (Box-Muller), as encoder outputs have. */
+static void fill_bf16_normal(uint16_t *p, size_t n, uint32_t seed) {
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    double u1 = ((x >> 8) + 1.0) / 16777217.0;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    double u2 = (x >> 8) / 16777216.0;
+    float f = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    p[i] = (uint16_t)(bits >> 16);
+  }
+}
+
+static void test_compressed_objects(void **state) {
+  env_t *e = *state;
+  static const char *codecs[] = {"lz4", "zstd", "auto"};
+  enum { TOK = 256, HID = 512 };
+  size_t n = (size_t)TOK * HID * 2;
+  uint16_t *emb = malloc(n);
+  uint8_t *rnd = malloc(n), *out = malloc(n);
+  fill_bf16_normal(emb, (size_t)TOK * HID, 42);
+  fill(rnd, n, 43);
+  for (size_t ci = 0; ci < 3; ci++) {
+    ecs_client_config_t cfg;
+    ecs_client_config_init(&cfg);
+    cfg.servers = e->servers;
+    cfg.ns = "test";
+    cfg.transport = "tcp"; /* compression applies to TCP puts */
+    cfg.compression = codecs[ci];
+    ecs_client_t *z;
+    assert_int_equal(ecs_client_connect(&cfg, &z, NULL, 0), ECS_OK);
+    ecs_server_stat_t before = stat0(e->c);
+    char k1[32], k2[32];
+    snprintf(k1, sizeof k1, "z-emb-%s", codecs[ci]);
+    snprintf(k2, sizeof k2, "z-rnd-%s", codecs[ci]);
+    ecs_key_t keys[2] = {{k1, strlen(k1)}, {k2, strlen(k2)}};
+    ecs_tensor_t t[2];
+    memset(t, 0, sizeof t);
+    t[0].data = emb;
+    t[0].nbytes = n;
+    t[0].desc.dtype = ECS_DTYPE_BF16;
+    t[0].desc.ndim = 2;
+    t[0].desc.shape[0] = TOK;
+    t[0].desc.shape[1] = HID;
+    t[1] = t[0];
+    t[1].data = rnd;
+    int st[2];
+    assert_int_equal(ecs_put_batch(z, keys, t, 2, st), ECS_OK);
+    assert_int_equal(st[0], ECS_OK);
+    assert_int_equal(st[1], ECS_OK);
+    assert_int_equal(ecs_put_batch(z, keys, t, 2, st), ECS_OK); /* idempotent when compressed */
+    assert_int_equal(st[0], ECS_OK);
+    ecs_server_stat_t after = stat0(e->c);
+    /* the embedding took less pool than its raw size (zstd/auto; lz4 barely helps bf16) */
+    if (ci != 0)
+      assert_true(after.bytes_in_use - before.bytes_in_use < 2 * n - n / 8);
+    /* read back through the transport under test: always the raw tensor */
+    for (int i = 0; i < 2; i++) {
+      ecs_get_buf_t b = {.data = out, .capacity = n};
+      assert_int_equal(ecs_get_batch(e->c, &keys[i], &b, 1), ECS_OK);
+      assert_int_equal(b.status, ECS_OK);
+      assert_int_equal(b.nbytes, n);
+      assert_int_equal(b.desc.dtype, ECS_DTYPE_BF16);
+      assert_int_equal(b.desc.shape[1], HID);
+      assert_memory_equal(out, i == 0 ? (const void *)emb : (const void *)rnd, n);
+      ecs_get_buf_t a;
+      memset(&a, 0, sizeof a);
+      assert_int_equal(ecs_get_batch_alloc(e->c, &keys[i], &a, 1), ECS_OK);
+      assert_int_equal(a.status, ECS_OK);
+      assert_int_equal(a.nbytes, n);
+      assert_memory_equal(a.data, i == 0 ? (const void *)emb : (const void *)rnd, n);
+      ecs_free(a.data);
+      /* a buffer big enough for the compressed bytes but not the tensor */
+      b.capacity = n - 1;
+      assert_int_equal(ecs_get_batch(e->c, &keys[i], &b, 1), ECS_OK);
+      assert_int_equal(b.status, ECS_EBUFSMALL);
+      assert_int_equal(b.nbytes, n);
+    }
+    ecs_client_close(z);
+  }
+  /* a bad codec name is refused at connect, naming it */
+  ecs_client_config_t cfg;
+  ecs_client_config_init(&cfg);
+  cfg.servers = e->servers;
+  cfg.ns = "test";
+  cfg.compression = "brotli";
+  ecs_client_t *bad = NULL;
+  char err[200];
+  assert_int_equal(ecs_client_connect(&cfg, &bad, err, sizeof err), ECS_EINVAL);
+  assert_non_null(strstr(err, "brotli"));
+  free(emb);
+  free(rnd);
+  free(out);
 }
 
 static void test_stat_and_ping(void **state) {
@@ -946,6 +1048,7 @@ int main(void) {
       cmocka_unit_test(test_idempotent_and_conflicting_put),
       cmocka_unit_test(test_remove_and_redis_records),
       cmocka_unit_test(test_checksum_mismatch_detected),
+      cmocka_unit_test(test_compressed_objects),
       cmocka_unit_test(test_stat_and_ping),
       cmocka_unit_test(test_malformed_frames),
       cmocka_unit_test(test_disconnect_mid_put_leaks_nothing),

@@ -56,7 +56,10 @@ typedef struct ecs_client_config {
   const char *rdma_device; /* RDMA device name (NULL: the first one) */
   int rdma_port;           /* RDMA port number (default 1) */
   int rdma_gid_index;      /* RoCE GID index (default 0) */
-  const char *compression; /* "none" (default), "lz4", "zstd" or "auto": codec for puts */
+  const char *compression; /* "none" (default), "lz4", "zstd" or "auto" (zstd where a sample
+                              shrinks >= 1.1x): codec for puts over TCP, with a byte shuffle
+                              for 16/32-bit dtypes; objects are stored as sent and every get
+                              returns the raw tensor (docs/codec.md); shm puts stay raw */
   int shm_read_only;       /* 1: map the shared pool read-only (puts then go through the
                               socket); for clients that only get (default 0) */
 } ecs_client_config_t;
