@@ -1,0 +1,110 @@
+"""C errors become Python exceptions carrying the C library's text."""
+
+import time
+
+import numpy as np
+import pytest
+
+import ecstore
+from conftest import free_port
+
+
+def test_connection_refused_carries_c_text():
+    port = free_port()
+    with pytest.raises(ecstore.ConnectionFailedError) as e:
+        ecstore.connect(servers="127.0.0.1:%d" % port, connect_timeout_ms=500)
+    err = e.value
+    assert isinstance(err, ecstore.EcstoreError) and isinstance(err, ConnectionError)
+    assert err.code == ecstore.ECONN and err.name == "ECONN"
+    assert err.strerror == ecstore.strerror(ecstore.ECONN) == "connection failed or closed"
+    assert "cannot connect to 127.0.0.1:%d" % port in str(err)
+
+
+def test_bad_config_values(cluster):
+    with pytest.raises(ecstore.InvalidArgumentError, match="unknown transport 'bogus'"):
+        ecstore.connect(cluster.config(transport="bogus"))
+    with pytest.raises(ecstore.InvalidArgumentError, match="unknown config key 'srvers'"):
+        ecstore.connect(cluster.config(srvers="x"))
+    with pytest.raises(ecstore.InvalidArgumentError, match="given twice"):
+        ecstore.connect(cluster.config(ns="pytest"))  # namespace and its alias
+    with pytest.raises(ecstore.InvalidArgumentError, match="wants an integer"):
+        ecstore.connect(cluster.config(timeout_ms="10"))
+
+
+def test_wrong_namespace_names_server(cluster):
+    with pytest.raises(ecstore.EcstoreError, match="refused the namespace 'other'"):
+        ecstore.connect(cluster.config(namespace="other"))
+
+
+def test_unreachable_redis(cluster):
+    with pytest.raises(ecstore.RedisError, match="cannot reach Redis"):
+        ecstore.connect(cluster.config(redis_url="redis://127.0.0.1:%d" % free_port(), connect_timeout_ms=500))
+
+
+def test_conflict_and_too_big(store, uniq):
+    k = uniq()
+    store.put_tensor(k, np.zeros(4, np.float32))
+    with pytest.raises(ecstore.ConflictError, match=r"key exists with different content \(ECONFLICT\): put"):
+        store.put_tensor(k, np.ones(4, np.float32))
+    with pytest.raises(ecstore.NoSpaceError) as e:
+        store.put_tensor(uniq(), np.zeros(129 << 20, np.uint8))  # the pool is 128M
+    assert e.value.name == "ETOOBIG"
+
+
+def test_missing_key_error_is_keyerror(store, uniq):
+    e = ecstore.error_class(ecstore.ENOTFOUND)(ecstore.ENOTFOUND, "k")
+    assert isinstance(e, KeyError) and str(e) == "key not found (ENOTFOUND): k"
+    with pytest.raises(KeyError):
+        ecstore.check(ecstore.ENOTFOUND)
+    ecstore.check(ecstore.OK)
+
+
+def test_deadline_on_paused_server_and_recovery(private_cluster, uniq):
+    k = uniq()
+    with ecstore.connect(private_cluster.config(timeout_ms=400)) as s:
+        s.put_tensor(k, np.arange(10, dtype=np.int32))
+        private_cluster.server.pause()
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(ecstore.DeadlineExceededError, match="deadline exceeded") as e:
+                s.batch_get_tensors([k, uniq()])
+            assert time.monotonic() - t0 < 3
+            # the whole-call error still reports every item
+            assert e.value.statuses == [ecstore.ETIMEDOUT, ecstore.ETIMEDOUT]
+            assert isinstance(e.value, TimeoutError)
+        finally:
+            private_cluster.server.resume()
+        assert np.array_equal(s.get_tensor(k, framework="numpy"), np.arange(10, dtype=np.int32))
+        private_cluster.redis.pause()
+        try:
+            # an existence check that fails is an error, never "exists"
+            with pytest.raises(ecstore.DeadlineExceededError, match="redis"):
+                s.batch_is_exist([k])
+        finally:
+            private_cluster.redis.resume()
+        assert s.batch_is_exist([k]) == [1]
+        private_cluster.server.stop()
+        with pytest.raises(ecstore.ConnectionFailedError, match="cannot connect") as e:
+            s.batch_put_from([k], [1], [0])
+        assert e.value.statuses == [ecstore.ECONN]
+
+
+def test_closed_store_raises(cluster):
+    s = ecstore.connect(cluster.config())
+    s.close()
+    s.close()  # idempotent
+    assert s.closed
+    with pytest.raises(ecstore.ConnectionFailedError, match="store is closed"):
+        s.ping()
+    with pytest.raises(ecstore.ConnectionFailedError, match="not set up"):
+        ecstore.Store().ping()
+
+
+def test_context_manager_closes_even_on_error(cluster):
+    with pytest.raises(RuntimeError):
+        with ecstore.connect(cluster.config()) as s:
+            s.ping()
+            raise RuntimeError("boom")
+    assert s.closed
+    with pytest.raises(ecstore.ConnectionFailedError):
+        s.ping()
