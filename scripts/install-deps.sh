@@ -10,6 +10,7 @@ pkgs=(
   libibverbs-dev librdmacm-dev
   redis-server redis-tools
   python3
+  python3-numpy python3-torch python3-pytest python3-redis
 )
 # Extra packages for the benchmarks' plots and peers (ECS_DEPS_BENCH=1).
 if [ "${ECS_DEPS_BENCH:-0}" = 1 ]; then
