@@ -51,6 +51,7 @@ struct ecs_client {
   ecs_cli_srv_t srv[ECS_CLI_MAX_SERVERS];
   size_t nsrv;
   ecs_cli_want_t want; /* transport asked for */
+  int codec;           /* request codec for TCP puts (store/codec.h), or ECS_CODEC_NONE */
   ecs_meta_t *meta;    /* Redis link for exists_batch, or NULL */
   uint32_t next_req;   /* request ids */
   uint8_t *rmeta;      /* reply records buffer */
