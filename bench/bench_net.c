@@ -41,11 +41,14 @@ typedef struct cfg {
   const char *redis;  /* existing Redis, or NULL to start one */
   const char *csv;    /* CSV output file, or NULL */
   int no_redis;       /* skip the Redis baseline */
+  int no_verify;      /* ecstore clients skip checksum verification */
+  int do_tcp, do_shm; /* which path tables to run */
 } cfg_t;
 
 /* What one measured cell produced. */
 typedef struct result {
   double gbps;           /* payload GB/s (1e9 bytes) */
+  double mops;           /* objects per second, millions */
   double p50_us, p99_us; /* per-call latency */
 } result_t;
 
@@ -109,7 +112,17 @@ static void *raw_accept(void *p) {
 /* ------------------------------------------------------------------ */
 /* workers                                                              */
 
-typedef enum mode { M_ECS_GET, M_ECS_PUT, M_RAW_GET, M_REDIS_GET, M_REDIS_SET } mode_t_;
+typedef enum mode {
+  M_ECS_GET,
+  M_ECS_PUT,
+  M_RAW_GET,
+  M_REDIS_GET,
+  M_REDIS_SET,
+  M_SHM_GET,
+  M_SHM_PUT,
+  M_SHM_VIEW,
+  M_MEMCPY
+} mode_t_;
 
 typedef struct worker {
   mode_t_ mode;
@@ -121,8 +134,10 @@ typedef struct worker {
   const char *redis_host;
   int redis_port;
   int raw_port;
+  int verify; /* ecstore: verify checksums */
   /* out */
   uint64_t bytes;
+  uint64_t objects;
   double *lat_us;
   size_t nlat, lat_cap;
   int err;
@@ -140,10 +155,12 @@ static void key_of(char *out, size_t cap, int conn, int i, size_t size) {
   snprintf(out, cap, "bench-%zu-%d-%d", size, conn, i);
 }
 
-static ecs_client_t *bench_client(const char *servers) {
+static ecs_client_t *bench_client(const char *servers, const char *transport, int verify) {
   ecs_client_config_t cfg;
   ecs_client_config_init(&cfg);
   cfg.servers = servers;
+  cfg.transport = transport;
+  cfg.verify_checksum = verify;
   cfg.ns = "test";
   cfg.timeout_ms = 60000;
   ecs_client_t *c = NULL;
@@ -156,7 +173,9 @@ static ecs_client_t *bench_client(const char *servers) {
 /* ecstore: the batch's objects are put once, then read (or re-put under new
  * keys) in a loop for the time given. */
 static void run_ecs(worker_t *w) {
-  ecs_client_t *c = bench_client(w->servers);
+  int shm = w->mode == M_SHM_GET || w->mode == M_SHM_PUT || w->mode == M_SHM_VIEW;
+  int get = w->mode == M_ECS_GET || w->mode == M_SHM_GET || w->mode == M_SHM_VIEW;
+  ecs_client_t *c = bench_client(w->servers, shm ? "shm" : "tcp", w->verify);
   if (!c) {
     w->err = 1;
     return;
@@ -182,14 +201,21 @@ static void run_ecs(worker_t *w) {
     dst[i] = malloc(w->size);
     memset(dst[i], 0, w->size); /* fault the pages in before timing */
   }
-  if (w->mode == M_ECS_GET && ecs_put_batch(c, keys, ts, (size_t)b, st) != ECS_OK)
+  ecs_view_t *views = calloc((size_t)b, sizeof *views);
+  if (get && ecs_put_batch(c, keys, ts, (size_t)b, st) != ECS_OK)
     w->err = 1;
   uint64_t end = ecs_bench_now_ns() + (uint64_t)(w->seconds * 1e9);
   uint64_t round = 0;
   while (!w->err && ecs_bench_now_ns() < end) {
     uint64_t t0 = ecs_bench_now_ns();
     int rc;
-    if (w->mode == M_ECS_GET) {
+    if (w->mode == M_SHM_VIEW) {
+      rc = ecs_get_view_batch(c, keys, views, (size_t)b);
+      for (int i = 0; !rc && i < b; i++)
+        if (views[i].status)
+          rc = views[i].status;
+      ecs_view_release(c, views, (size_t)b);
+    } else if (get) {
       for (int i = 0; i < b; i++) {
         bufs[i].data = dst[i];
         bufs[i].capacity = w->size;
@@ -218,9 +244,11 @@ static void run_ecs(worker_t *w) {
     }
     lat_push(w, (double)(ecs_bench_now_ns() - t0) / 1e3);
     w->bytes += (uint64_t)b * w->size;
+    w->objects += (uint64_t)b;
   }
-  if (w->mode == M_ECS_GET)
+  if (get)
     ecs_remove_batch(c, keys, (size_t)b, st);
+  free(views);
   for (int i = 0; i < b; i++)
     free(dst[i]);
   free(dst);
@@ -327,11 +355,44 @@ static void run_redis(worker_t *w) {
   redisFree(r);
 }
 
+/* The physical baseline of the shm path: the same bytes copied between
+ * buffers of the same sizes, batch by batch. */
+static void run_memcpy(worker_t *w) {
+  int b = w->batch;
+  uint8_t **src = calloc((size_t)b, sizeof *src), **dst = calloc((size_t)b, sizeof *dst);
+  for (int i = 0; i < b; i++) {
+    src[i] = malloc(w->size);
+    dst[i] = malloc(w->size);
+    memset(src[i], 0x3c, w->size);
+    memset(dst[i], 0, w->size);
+  }
+  uint64_t end = ecs_bench_now_ns() + (uint64_t)(w->seconds * 1e9);
+  while (ecs_bench_now_ns() < end) {
+    uint64_t t0 = ecs_bench_now_ns();
+    for (int i = 0; i < b; i++)
+      memcpy(dst[i], src[i], w->size);
+    __asm__ __volatile__("" ::: "memory"); /* keep the copies */
+    lat_push(w, (double)(ecs_bench_now_ns() - t0) / 1e3);
+    w->bytes += (uint64_t)b * w->size;
+    w->objects += (uint64_t)b;
+  }
+  for (int i = 0; i < b; i++) {
+    free(src[i]);
+    free(dst[i]);
+  }
+  free(src);
+  free(dst);
+}
+
 static void *worker_main(void *p) {
   worker_t *w = p;
   switch (w->mode) {
   case M_ECS_GET:
-  case M_ECS_PUT: run_ecs(w); break;
+  case M_ECS_PUT:
+  case M_SHM_GET:
+  case M_SHM_PUT:
+  case M_SHM_VIEW: run_ecs(w); break;
+  case M_MEMCPY: run_memcpy(w); break;
   case M_RAW_GET: run_raw(w); break;
   case M_REDIS_GET:
   case M_REDIS_SET: run_redis(w); break;
@@ -344,7 +405,6 @@ static int run_cell(const cfg_t *cfg, mode_t_ mode, size_t size, int batch, int 
                     const char *servers, const char *rhost, int rport, int raw_port, result_t *out) {
   worker_t ws[MAX_CONNS];
   pthread_t th[MAX_CONNS];
-  (void)cfg;
   memset(ws, 0, sizeof ws);
   for (int i = 0; i < nconn; i++) {
     ws[i] = (worker_t){.mode = mode,
@@ -355,16 +415,18 @@ static int run_cell(const cfg_t *cfg, mode_t_ mode, size_t size, int batch, int 
                        .servers = servers,
                        .redis_host = rhost,
                        .redis_port = rport,
-                       .raw_port = raw_port};
+                       .raw_port = raw_port,
+                       .verify = !cfg->no_verify};
     pthread_create(&th[i], NULL, worker_main, &ws[i]);
   }
   uint64_t t0 = ecs_bench_now_ns();
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, objects = 0;
   size_t nlat = 0;
   int err = 0;
   for (int i = 0; i < nconn; i++) {
     pthread_join(th[i], NULL);
     bytes += ws[i].bytes;
+    objects += ws[i].objects;
     nlat += ws[i].nlat;
     err |= ws[i].err;
   }
@@ -377,6 +439,7 @@ static int run_cell(const cfg_t *cfg, mode_t_ mode, size_t size, int batch, int 
     free(ws[i].lat_us);
   }
   out->gbps = el > 0 ? (double)bytes / el / 1e9 : 0;
+  out->mops = el > 0 ? (double)objects / el / 1e6 : 0;
   out->p50_us = ecs_bench_percentile(all, nlat, 50);
   out->p99_us = ecs_bench_percentile(all, nlat, 99);
   free(all);
@@ -402,6 +465,111 @@ static int measure(const cfg_t *cfg, mode_t_ mode, size_t size, int batch, int n
       rs[j - 1] = t;
     }
   *out = rs[reps / 2];
+  return 0;
+}
+
+/* Where the measured peers are. */
+typedef struct bench_env {
+  const char *servers;
+  const char *rhost;
+  int rport;
+  int raw_port;
+} bench_env_t;
+
+static void size_label(char *out, size_t cap, size_t size) {
+  if (size >= (1u << 20))
+    snprintf(out, cap, "%zuM", size >> 20);
+  else
+    snprintf(out, cap, "%zuK", size >> 10);
+}
+
+static void csv_row(FILE *csv, const char *op, size_t size, int b, int nc, const char *path,
+                    const result_t *r) {
+  if (csv)
+    fprintf(csv, "%s,%zu,%d,%d,%s,%.4f,%.4f,%.1f,%.1f\n", op, size, b, nc, path, r->gbps, r->mops, r->p50_us,
+            r->p99_us);
+}
+
+/* ecstore over TCP next to a raw TCP stream and Redis. */
+static int tcp_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
+  printf("# ecstore over loopback TCP vs a raw TCP stream and Redis (pipelined), same run;\n"
+         "# GB/s = 1e9 payload bytes/s, median of %d x %.2fs; latency per batch call; checksums %s\n",
+         cfg->reps, cfg->seconds, cfg->no_verify ? "off" : "verified");
+  printf("%-4s %6s %5s %5s | %8s %9s %9s | %8s %7s | %8s %7s\n", "op", "size", "batch", "conns", "ecs GB/s",
+         "p50 us", "p99 us", "raw GB/s", "ecs/raw", "rds GB/s", "ecs/rds");
+  for (int op = 0; op < 2; op++) {
+    for (int i = 0; i < cfg->nsizes; i++) {
+      for (int j = 0; j < cfg->nbatches; j++) {
+        for (int k = 0; k < cfg->nconns; k++) {
+          size_t size = cfg->sizes[i];
+          int b = cfg->batches[j], nc = cfg->conns[k];
+          result_t ecs, raw = {0}, red = {0};
+          if (measure(cfg, op == 0 ? M_ECS_GET : M_ECS_PUT, size, b, nc, e->servers, e->rhost, e->rport,
+                      e->raw_port, &ecs))
+            return 1;
+          if (op == 0)
+            measure(cfg, M_RAW_GET, size, b, nc, e->servers, e->rhost, e->rport, e->raw_port, &raw);
+          if (!cfg->no_redis)
+            measure(cfg, op == 0 ? M_REDIS_GET : M_REDIS_SET, size, b, nc, e->servers, e->rhost, e->rport,
+                    e->raw_port, &red);
+          char sz[16];
+          size_label(sz, sizeof sz, size);
+          printf("%-4s %6s %5d %5d | %8.2f %9.0f %9.0f | ", op == 0 ? "get" : "put", sz, b, nc, ecs.gbps,
+                 ecs.p50_us, ecs.p99_us);
+          if (op == 0)
+            printf("%8.2f %6.0f%% | ", raw.gbps, raw.gbps > 0 ? 100 * ecs.gbps / raw.gbps : 0);
+          else
+            printf("%8s %7s | ", "-", "-");
+          if (!cfg->no_redis)
+            printf("%8.2f %6.2fx\n", red.gbps, red.gbps > 0 ? ecs.gbps / red.gbps : 0);
+          else
+            printf("%8s %7s\n", "-", "-");
+          fflush(stdout);
+          const char *opn = op ? "put" : "get";
+          csv_row(csv, opn, size, b, nc, "ecstore-tcp", &ecs);
+          if (op == 0)
+            csv_row(csv, opn, size, b, nc, "raw-tcp", &raw);
+          if (!cfg->no_redis)
+            csv_row(csv, opn, size, b, nc, "redis", &red);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+/* ecstore over shared memory (copy into the caller's buffer, views, puts
+ * in place) next to memcpy of the same bytes. */
+static int shm_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
+  printf("\n# ecstore over shared memory (same host) vs memcpy of the same bytes, same run;\n"
+         "# copy: get into a caller buffer; view: zero-copy pin + release (objects/s); checksums %s\n",
+         cfg->no_verify ? "off" : "verified");
+  printf("%6s %5s %5s | %8s %8s %8s | %8s %8s | %8s %7s | %8s %8s\n", "size", "batch", "conns", "copyGB/s",
+         "p50 us", "p99 us", "memcpy", "cp/mcpy", "view Mo/s", "p50 us", "put GB/s", "put/mcpy");
+  for (int i = 0; i < cfg->nsizes; i++) {
+    for (int j = 0; j < cfg->nbatches; j++) {
+      for (int k = 0; k < cfg->nconns; k++) {
+        size_t size = cfg->sizes[i];
+        int b = cfg->batches[j], nc = cfg->conns[k];
+        result_t cp, view, put, mc;
+        if (measure(cfg, M_SHM_GET, size, b, nc, e->servers, e->rhost, e->rport, e->raw_port, &cp) ||
+            measure(cfg, M_SHM_VIEW, size, b, nc, e->servers, e->rhost, e->rport, e->raw_port, &view) ||
+            measure(cfg, M_SHM_PUT, size, b, nc, e->servers, e->rhost, e->rport, e->raw_port, &put) ||
+            measure(cfg, M_MEMCPY, size, b, nc, e->servers, e->rhost, e->rport, e->raw_port, &mc))
+          return 1;
+        char sz[16];
+        size_label(sz, sizeof sz, size);
+        printf("%6s %5d %5d | %8.2f %8.0f %8.0f | %8.2f %7.0f%% | %9.3f %7.0f | %8.2f %7.0f%%\n", sz, b, nc,
+               cp.gbps, cp.p50_us, cp.p99_us, mc.gbps, mc.gbps > 0 ? 100 * cp.gbps / mc.gbps : 0, view.mops,
+               view.p50_us, put.gbps, mc.gbps > 0 ? 100 * put.gbps / mc.gbps : 0);
+        fflush(stdout);
+        csv_row(csv, "get", size, b, nc, "ecstore-shm-copy", &cp);
+        csv_row(csv, "get", size, b, nc, "ecstore-shm-view", &view);
+        csv_row(csv, "put", size, b, nc, "ecstore-shm", &put);
+        csv_row(csv, "get", size, b, nc, "memcpy", &mc);
+      }
+    }
+  }
   return 0;
 }
 
@@ -445,6 +613,8 @@ static void net_usage(FILE *f) {
              "  --server H:P     use a running ecstore-server (namespace 'test')\n"
              "  --redis H:P      use a running Redis for the baseline\n"
              "  --no-redis       skip the Redis baseline\n"
+             "  --paths LIST     tcp,shm (default both): which tables to run\n"
+             "  --no-verify      ecstore clients skip checksum verification\n"
              "  --csv FILE       also write the table as CSV\n"
              "  --quick          a small, fast run (CI checks the harness with it)\n");
 }
@@ -457,13 +627,16 @@ int ecs_bench_net(int argc, char **argv) {
                .conns = {1, 4},
                .nconns = 2,
                .reps = 5,
-               .seconds = 0.5};
+               .seconds = 0.5,
+               .do_tcp = 1,
+               .do_shm = 1};
   static const struct option opts[] = {
       {"sizes", required_argument, 0, 's'},   {"batches", required_argument, 0, 'b'},
       {"conns", required_argument, 0, 'c'},   {"reps", required_argument, 0, 'r'},
       {"seconds", required_argument, 0, 't'}, {"server", required_argument, 0, 'S'},
       {"redis", required_argument, 0, 'R'},   {"no-redis", no_argument, 0, 'N'},
       {"csv", required_argument, 0, 'o'},     {"quick", no_argument, 0, 'q'},
+      {"paths", required_argument, 0, 'P'},   {"no-verify", no_argument, 0, 'V'},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   int o;
   optind = 1;
@@ -494,6 +667,13 @@ int ecs_bench_net(int argc, char **argv) {
     case 'S': cfg.server = optarg; break;
     case 'R': cfg.redis = optarg; break;
     case 'N': cfg.no_redis = 1; break;
+    case 'V': cfg.no_verify = 1; break;
+    case 'P':
+      cfg.do_tcp = strstr(optarg, "tcp") != NULL;
+      cfg.do_shm = strstr(optarg, "shm") != NULL;
+      if (!cfg.do_tcp && !cfg.do_shm)
+        goto bad;
+      break;
     case 'o': cfg.csv = optarg; break;
     case 'q':
       cfg.sizes[0] = 64 << 10;
@@ -584,61 +764,14 @@ int ecs_bench_net(int argc, char **argv) {
     return 1;
   }
   if (csv)
-    fprintf(csv, "op,size,batch,conns,path,gbps,p50_us,p99_us\n");
+    fprintf(csv, "op,size,batch,conns,path,gbps,mops,p50_us,p99_us\n");
   ecs_bench_print_machine();
-  printf("# ecstore over loopback TCP vs a raw TCP stream and Redis (pipelined), same run;\n"
-         "# GB/s = 1e9 payload bytes/s, median of %d x %.2fs; latency per batch call\n",
-         cfg.reps, cfg.seconds);
-  printf("%-4s %6s %5s %5s | %8s %9s %9s | %8s %7s | %8s %7s\n", "op", "size", "batch", "conns", "ecs GB/s",
-         "p50 us", "p99 us", "raw GB/s", "ecs/raw", "rds GB/s", "ecs/rds");
+  bench_env_t env = {.servers = servers, .rhost = rhost, .rport = rport, .raw_port = rs.port};
   int failed = 0;
-  for (int op = 0; op < 2 && !failed; op++) {
-    for (int i = 0; i < cfg.nsizes && !failed; i++) {
-      for (int j = 0; j < cfg.nbatches && !failed; j++) {
-        for (int k = 0; k < cfg.nconns && !failed; k++) {
-          size_t size = cfg.sizes[i];
-          int b = cfg.batches[j], nc = cfg.conns[k];
-          result_t ecs, raw = {0}, red = {0};
-          mode_t_ em = op == 0 ? M_ECS_GET : M_ECS_PUT;
-          if (measure(&cfg, em, size, b, nc, servers, rhost, rport, rs.port, &ecs)) {
-            failed = 1;
-            break;
-          }
-          if (op == 0)
-            measure(&cfg, M_RAW_GET, size, b, nc, servers, rhost, rport, rs.port, &raw);
-          if (!cfg.no_redis)
-            measure(&cfg, op == 0 ? M_REDIS_GET : M_REDIS_SET, size, b, nc, servers, rhost, rport, rs.port,
-                    &red);
-          char sz[16];
-          if (size >= (1u << 20))
-            snprintf(sz, sizeof sz, "%zuM", size >> 20);
-          else
-            snprintf(sz, sizeof sz, "%zuK", size >> 10);
-          printf("%-4s %6s %5d %5d | %8.2f %9.0f %9.0f | ", op == 0 ? "get" : "put", sz, b, nc, ecs.gbps,
-                 ecs.p50_us, ecs.p99_us);
-          if (op == 0)
-            printf("%8.2f %6.0f%% | ", raw.gbps, raw.gbps > 0 ? 100 * ecs.gbps / raw.gbps : 0);
-          else
-            printf("%8s %7s | ", "-", "-");
-          if (!cfg.no_redis)
-            printf("%8.2f %6.2fx\n", red.gbps, red.gbps > 0 ? ecs.gbps / red.gbps : 0);
-          else
-            printf("%8s %7s\n", "-", "-");
-          fflush(stdout);
-          if (csv) {
-            fprintf(csv, "%s,%zu,%d,%d,ecstore-tcp,%.4f,%.1f,%.1f\n", op ? "put" : "get", size, b, nc,
-                    ecs.gbps, ecs.p50_us, ecs.p99_us);
-            if (op == 0)
-              fprintf(csv, "get,%zu,%d,%d,raw-tcp,%.4f,%.1f,%.1f\n", size, b, nc, raw.gbps, raw.p50_us,
-                      raw.p99_us);
-            if (!cfg.no_redis)
-              fprintf(csv, "%s,%zu,%d,%d,redis,%.4f,%.1f,%.1f\n", op ? "put" : "get", size, b, nc, red.gbps,
-                      red.p50_us, red.p99_us);
-          }
-        }
-      }
-    }
-  }
+  if (cfg.do_tcp)
+    failed = tcp_table(&cfg, &env, csv);
+  if (cfg.do_shm && !failed)
+    failed = shm_table(&cfg, &env, csv);
   if (csv)
     fclose(csv);
   rs.stop = 1;
