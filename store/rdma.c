@@ -884,6 +884,8 @@ static int do_batch(ecs_rdma_ep *ep, const ecs_rdma_item *items, size_t n, int *
   batch b = {.ep = ep, .items = items, .status = status, .n = n, .op = op};
   b.deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : ep->ctx->timeout_ms);
   if (n > ep->trk_cap) {
+    if (n > SIZE_MAX / sizeof(item_track))
+      return all_status(status, n, ECS_ENOMEM);
     item_track *t = realloc(ep->trk, n * sizeof(*t));
     if (!t)
       return all_status(status, n, ECS_ENOMEM);
