@@ -234,9 +234,9 @@ int ecs_ec_config_parse_json(ecs_ec_config_t *cfg, const char *json, size_t len,
     return rc;
   }
   if (root->type != ECS_JSON_OBJECT) {
+    ecs_json_type_t t = root->type;
     ecs__json_free(root);
-    return cfg_fail(err, errlen, "JSON: the config must be an object, not %s",
-                    ecs__json_type_name(root->type));
+    return cfg_fail(err, errlen, "JSON: the config must be an object, not %s", ecs__json_type_name(t));
   }
   rc = ECS_OK;
   for (const ecs_json_t *m = root->child; m && rc == ECS_OK; m = m->next) {
