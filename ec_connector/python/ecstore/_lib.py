@@ -195,6 +195,11 @@ _CLIENT_PROTOS = {
     "ecs_ping": (ctypes.c_int, [_P]),
 }
 
+# Newer than the first client: bound when the library has them.
+_OPTIONAL_PROTOS = {
+    "ecs_client_transport": (ctypes.c_char_p, [_P]),
+}
+
 _CONNECTOR_PROTOS = {
     "ecs_ec_open_json": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P), ctypes.c_char_p, _S]),
     "ecs_ec_close": (None, [_P]),
@@ -266,6 +271,7 @@ def lib():
                 continue
             _lib_path = cand
             _bind(handle, _CLIENT_PROTOS, True)
+            _bind(handle, _OPTIONAL_PROTOS, False)
             _bind(handle, _CONNECTOR_PROTOS, False)
             _lib = handle
             return _lib

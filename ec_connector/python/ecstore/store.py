@@ -512,6 +512,14 @@ class Store:
         rc, detail = self._call(self._lib.ecs_ping)
         check(rc, detail)
 
+    def transport(self):
+        """The data path this thread's handle uses now ("tcp", "shm" or
+        "mixed"), or None when the library predates ecs_client_transport."""
+        fn = getattr(self._lib, "ecs_client_transport", None)
+        if fn is None:
+            return None
+        return self._call(fn)[0].decode()
+
     def server_count(self):
         """The number of configured servers."""
         return self._call(self._lib.ecs_client_server_count)[0]
