@@ -89,8 +89,8 @@ typedef struct ecs_ec_config {
   char disk_path[512];    /* [disk_path] directory of the disk backend ("") */
   int disk_fsync;         /* [disk_fsync] fsync each file before its rename (false) */
   int redis_ttl_s;        /* [redis_ttl_s] expiry of redis-backend objects (0: none) */
-  int kv_ttl_s;           /* [kv_ttl_s] expiry of KV manifests and registry keys (600) */
-  int lookup_retries;     /* [lookup_retries] KV lookups: retries of transient errors (5) */
+  int kv_ttl_s;           /* [kv_ttl_s] expiry of KV request manifests (600) */
+  int lookup_retries;     /* [lookup_retries] KV Redis calls: retries of transient errors (5) */
   int retry_backoff_ms;   /* [retry_backoff_ms] first backoff, doubled per retry (20) */
 } ecs_ec_config_t;
 
