@@ -80,6 +80,7 @@ typedef struct pin {
 typedef struct conn {
   int fd;                              /* the socket */
   int local;                           /* came in on the Unix socket (shm allowed) */
+  uint32_t events;                     /* what epoll watches now (EPOLLIN or EPOLLOUT) */
   int send_fd;                         /* fd to pass with the reply (ATTACH), or -1 */
   pin_t *pins;                         /* lease/reservation slots */
   uint32_t npins, pins_cap;            /* slots used (high-water), allocated */
@@ -250,9 +251,15 @@ static void conn_close(ecs_server_t *s, conn_t *c) {
   free(c);
 }
 
+/* Arms the socket for ev; a no-op (no syscall) when it already is. */
 static int conn_set_events(ecs_server_t *s, conn_t *c, uint32_t ev) {
+  if (c->events == ev)
+    return 0;
   struct epoll_event e = {.events = ev, .data.ptr = c};
-  return epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &e);
+  if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &e) != 0)
+    return -1;
+  c->events = ev;
+  return 0;
 }
 
 static int conn_hold(conn_t *c, ecs_obj_t *obj) {
@@ -1193,6 +1200,7 @@ static void accept_all(ecs_server_t *s, int lfd, int local) {
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
+    c->events = EPOLLIN;
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
       ecs_wbuf_free(&c->out);
       free(c);
