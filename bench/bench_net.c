@@ -9,24 +9,21 @@
  * --server/--redis name running ones.  Figures are medians over reps;
  * ratios are ecstore / baseline.
  */
-#include <errno.h>
 #include <getopt.h>
-#include <hiredis/hiredis.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_work.h"
 #include "ecstore/ecstore.h"
 #include "store/net.h"
 #include "support/ts.h"
 
 #define MAX_LIST 16
-#define MAX_CONNS 16
+#define MAX_CONNS ECS_BENCH_MAX_CONNS
 
 typedef struct cfg {
   size_t sizes[MAX_LIST];
@@ -45,442 +42,20 @@ typedef struct cfg {
   int do_tcp, do_shm; /* which path tables to run */
 } cfg_t;
 
-/* What one measured cell produced. */
-typedef struct result {
-  double gbps;           /* payload GB/s (1e9 bytes) */
-  double mops;           /* objects per second, millions */
-  double p50_us, p99_us; /* per-call latency */
-} result_t;
-
-/* ------------------------------------------------------------------ */
-/* the raw-socket baseline                                             */
-
-typedef struct raw_srv {
-  int lfd;
-  int port;
-  uint8_t *buf;
-  size_t cap;
-  volatile int stop;
-} raw_srv_t;
-
-/* One client: read u64 n (n == 0: bye), reply with n bytes. */
-static void *raw_conn(void *p) {
-  intptr_t *args = p;
-  int fd = (int)args[0];
-  raw_srv_t *rs = (raw_srv_t *)args[1];
-  free(args);
-  for (;;) {
-    uint64_t n;
-    if (ecs_net_read_all(fd, &n, 8, ecs_now_ms() + 60000) || n == 0)
-      break;
-    int bad = 0;
-    while (n > 0 && !bad) {
-      size_t k = n > rs->cap ? rs->cap : (size_t)n;
-      struct iovec iov = {rs->buf, k};
-      bad = ecs_net_writev_all(fd, &iov, 1, ecs_now_ms() + 60000) != 0;
-      n -= k;
-    }
-    if (bad)
-      break;
-  }
-  close(fd);
-  return NULL;
-}
-
-static void *raw_accept(void *p) {
-  raw_srv_t *rs = p;
-  while (!rs->stop) {
-    int fd = accept(rs->lfd, NULL, NULL);
-    if (fd < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        usleep(1000);
-        continue;
-      }
-      break;
-    }
-    ecs_net_set_nonblock(fd);
-    intptr_t *args = malloc(2 * sizeof *args);
-    args[0] = fd;
-    args[1] = (intptr_t)rs;
-    pthread_t th;
-    pthread_create(&th, NULL, raw_conn, args);
-    pthread_detach(th);
-  }
-  return NULL;
-}
-
-/* ------------------------------------------------------------------ */
-/* workers                                                              */
-
-typedef enum mode {
-  M_ECS_GET,
-  M_ECS_PUT,
-  M_RAW_GET,
-  M_REDIS_GET,
-  M_REDIS_SET,
-  M_SHM_GET,
-  M_SHM_PUT,
-  M_SHM_VIEW,
-  M_MEMCPY
-} mode_t_;
-
-typedef struct worker {
-  mode_t_ mode;
-  int id; /* connection index */
-  size_t size;
-  int batch;
-  double seconds;
-  const char *servers;
-  const char *redis_host;
-  int redis_port;
-  int raw_port;
-  int verify; /* ecstore: verify checksums */
-  /* out */
-  uint64_t bytes;
-  uint64_t objects;
-  double *lat_us;
-  size_t nlat, lat_cap;
-  int err;
-} worker_t;
-
-static void lat_push(worker_t *w, double us) {
-  if (w->nlat == w->lat_cap) {
-    w->lat_cap = w->lat_cap ? w->lat_cap * 2 : 1024;
-    w->lat_us = realloc(w->lat_us, w->lat_cap * sizeof *w->lat_us);
-  }
-  w->lat_us[w->nlat++] = us;
-}
-
-static void key_of(char *out, size_t cap, int conn, int i, size_t size) {
-  snprintf(out, cap, "bench-%zu-%d-%d", size, conn, i);
-}
-
-static ecs_client_t *bench_client(const char *servers, const char *transport, int verify) {
-  ecs_client_config_t cfg;
-  ecs_client_config_init(&cfg);
-  cfg.servers = servers;
-  cfg.transport = transport;
-  cfg.verify_checksum = verify;
-  cfg.ns = "test";
-  cfg.timeout_ms = 60000;
-  ecs_client_t *c = NULL;
-  char err[256];
-  if (ecs_client_connect(&cfg, &c, err, sizeof err) != ECS_OK)
-    fprintf(stderr, "ecstore-bench: connect: %s\n", err);
-  return c;
-}
-
-/* ecstore: the batch's objects are put once, then read (or re-put under new
- * keys) in a loop for the time given. */
-static void run_ecs(worker_t *w) {
-  int shm = w->mode == M_SHM_GET || w->mode == M_SHM_PUT || w->mode == M_SHM_VIEW;
-  int get = w->mode == M_ECS_GET || w->mode == M_SHM_GET || w->mode == M_SHM_VIEW;
-  ecs_client_t *c = bench_client(w->servers, shm ? "shm" : "tcp", w->verify);
-  if (!c) {
-    w->err = 1;
-    return;
-  }
-  int b = w->batch;
-  ecs_key_t *keys = calloc((size_t)b, sizeof *keys);
-  char(*names)[64] = calloc((size_t)b, 64);
-  ecs_tensor_t *ts = calloc((size_t)b, sizeof *ts);
-  ecs_get_buf_t *bufs = calloc((size_t)b, sizeof *bufs);
-  int *st = calloc((size_t)b, sizeof *st);
-  uint8_t *src = malloc(w->size);
-  uint8_t **dst = calloc((size_t)b, sizeof *dst);
-  memset(src, 0x3c, w->size);
-  for (int i = 0; i < b; i++) {
-    key_of(names[i], 64, w->id, i, w->size);
-    keys[i].data = names[i];
-    keys[i].len = strlen(names[i]);
-    ts[i].data = src;
-    ts[i].nbytes = w->size;
-    ts[i].desc.dtype = ECS_DTYPE_U8;
-    ts[i].desc.ndim = 1;
-    ts[i].desc.shape[0] = w->size;
-    dst[i] = malloc(w->size);
-    memset(dst[i], 0, w->size); /* fault the pages in before timing */
-  }
-  ecs_view_t *views = calloc((size_t)b, sizeof *views);
-  if (get && ecs_put_batch(c, keys, ts, (size_t)b, st) != ECS_OK)
-    w->err = 1;
-  uint64_t end = ecs_bench_now_ns() + (uint64_t)(w->seconds * 1e9);
-  uint64_t round = 0;
-  while (!w->err && ecs_bench_now_ns() < end) {
-    uint64_t t0 = ecs_bench_now_ns();
-    int rc;
-    if (w->mode == M_SHM_VIEW) {
-      rc = ecs_get_view_batch(c, keys, views, (size_t)b);
-      for (int i = 0; !rc && i < b; i++)
-        if (views[i].status)
-          rc = views[i].status;
-      ecs_view_release(c, views, (size_t)b);
-    } else if (get) {
-      for (int i = 0; i < b; i++) {
-        bufs[i].data = dst[i];
-        bufs[i].capacity = w->size;
-      }
-      rc = ecs_get_batch(c, keys, bufs, (size_t)b);
-      for (int i = 0; !rc && i < b; i++)
-        if (bufs[i].status)
-          rc = bufs[i].status;
-    } else {
-      /* fresh keys each round (objects are immutable); the pool evicts the old */
-      for (int i = 0; i < b; i++) {
-        snprintf(names[i], 64, "bench-put-%zu-%d-%llu-%d", w->size, w->id, (unsigned long long)round, i);
-        keys[i].len = strlen(names[i]);
-      }
-      rc = ecs_put_batch(c, keys, ts, (size_t)b, st);
-      for (int i = 0; !rc && i < b; i++)
-        if (st[i])
-          rc = st[i];
-      round++;
-    }
-    if (rc) {
-      fprintf(stderr, "ecstore-bench: %s failed: %s\n", w->mode == M_ECS_GET ? "get" : "put",
-              ecs_strerror(rc));
-      w->err = 1;
-      break;
-    }
-    lat_push(w, (double)(ecs_bench_now_ns() - t0) / 1e3);
-    w->bytes += (uint64_t)b * w->size;
-    w->objects += (uint64_t)b;
-  }
-  if (get)
-    ecs_remove_batch(c, keys, (size_t)b, st);
-  free(views);
-  for (int i = 0; i < b; i++)
-    free(dst[i]);
-  free(dst);
-  free(src);
-  free(st);
-  free(bufs);
-  free(ts);
-  free(names);
-  free(keys);
-  ecs_client_close(c);
-}
-
-/* Raw socket: ask for batch * size bytes, read them into per-object buffers. */
-static void run_raw(worker_t *w) {
-  int fd;
-  if (ecs_net_connect("127.0.0.1", w->raw_port, 2000, &fd)) {
-    w->err = 1;
-    return;
-  }
-  int b = w->batch;
-  struct iovec *iov = calloc((size_t)b, sizeof *iov), *tmp = calloc((size_t)b, sizeof *tmp);
-  for (int i = 0; i < b; i++) {
-    iov[i].iov_base = malloc(w->size);
-    memset(iov[i].iov_base, 0, w->size);
-    iov[i].iov_len = w->size;
-  }
-  uint64_t end = ecs_bench_now_ns() + (uint64_t)(w->seconds * 1e9);
-  while (ecs_bench_now_ns() < end) {
-    uint64_t t0 = ecs_bench_now_ns();
-    uint64_t n = (uint64_t)b * w->size;
-    struct iovec req = {&n, 8};
-    memcpy(tmp, iov, (size_t)b * sizeof *iov);
-    if (ecs_net_writev_all(fd, &req, 1, ecs_now_ms() + 60000) ||
-        ecs_net_readv_all(fd, tmp, b, ecs_now_ms() + 60000)) {
-      w->err = 1;
-      break;
-    }
-    lat_push(w, (double)(ecs_bench_now_ns() - t0) / 1e3);
-    w->bytes += n;
-  }
-  uint64_t zero = 0;
-  struct iovec bye = {&zero, 8};
-  ecs_net_writev_all(fd, &bye, 1, ecs_now_ms() + 1000);
-  close(fd);
-  for (int i = 0; i < b; i++)
-    free(iov[i].iov_base);
-  free(iov);
-  free(tmp);
-}
-
-/* Redis: the batch as one pipeline of GETs (or SETs) per round. */
-static void run_redis(worker_t *w) {
-  struct timeval tv = {60, 0};
-  redisContext *r = redisConnectWithTimeout(w->redis_host, w->redis_port, tv);
-  if (!r || r->err) {
-    w->err = 1;
-    if (r)
-      redisFree(r);
-    return;
-  }
-  int b = w->batch;
-  char *val = malloc(w->size);
-  memset(val, 0x3c, w->size);
-  uint8_t *dst = malloc(w->size);
-  char key[96];
-  for (int i = 0; i < b; i++) {
-    key_of(key, sizeof key, w->id, i, w->size);
-    redisReply *rep = redisCommand(r, "SET %s %b", key, val, w->size);
-    if (!rep)
-      w->err = 1;
-    freeReplyObject(rep);
-  }
-  uint64_t end = ecs_bench_now_ns() + (uint64_t)(w->seconds * 1e9);
-  while (!w->err && ecs_bench_now_ns() < end) {
-    uint64_t t0 = ecs_bench_now_ns();
-    for (int i = 0; i < b; i++) {
-      key_of(key, sizeof key, w->id, i, w->size);
-      if (w->mode == M_REDIS_GET)
-        redisAppendCommand(r, "GET %s", key);
-      else
-        redisAppendCommand(r, "SET %s %b", key, val, w->size);
-    }
-    for (int i = 0; i < b; i++) {
-      redisReply *rep = NULL;
-      if (redisGetReply(r, (void **)&rep) != REDIS_OK || !rep) {
-        w->err = 1;
-        break;
-      }
-      /* a client hands the bytes to its caller: copy out, as a get into a
-       * caller buffer must */
-      if (w->mode == M_REDIS_GET && rep->type == REDIS_REPLY_STRING && (size_t)rep->len == w->size)
-        memcpy(dst, rep->str, w->size);
-      freeReplyObject(rep);
-    }
-    lat_push(w, (double)(ecs_bench_now_ns() - t0) / 1e3);
-    w->bytes += (uint64_t)b * w->size;
-  }
-  for (int i = 0; i < b; i++) {
-    key_of(key, sizeof key, w->id, i, w->size);
-    freeReplyObject(redisCommand(r, "DEL %s", key));
-  }
-  free(val);
-  free(dst);
-  redisFree(r);
-}
-
-/* The physical baseline of the shm path: the same bytes copied between
- * buffers of the same sizes, batch by batch. */
-static void run_memcpy(worker_t *w) {
-  int b = w->batch;
-  uint8_t **src = calloc((size_t)b, sizeof *src), **dst = calloc((size_t)b, sizeof *dst);
-  for (int i = 0; i < b; i++) {
-    src[i] = malloc(w->size);
-    dst[i] = malloc(w->size);
-    memset(src[i], 0x3c, w->size);
-    memset(dst[i], 0, w->size);
-  }
-  uint64_t end = ecs_bench_now_ns() + (uint64_t)(w->seconds * 1e9);
-  while (ecs_bench_now_ns() < end) {
-    uint64_t t0 = ecs_bench_now_ns();
-    for (int i = 0; i < b; i++)
-      memcpy(dst[i], src[i], w->size);
-    __asm__ __volatile__("" ::: "memory"); /* keep the copies */
-    lat_push(w, (double)(ecs_bench_now_ns() - t0) / 1e3);
-    w->bytes += (uint64_t)b * w->size;
-    w->objects += (uint64_t)b;
-  }
-  for (int i = 0; i < b; i++) {
-    free(src[i]);
-    free(dst[i]);
-  }
-  free(src);
-  free(dst);
-}
-
-static void *worker_main(void *p) {
-  worker_t *w = p;
-  switch (w->mode) {
-  case M_ECS_GET:
-  case M_ECS_PUT:
-  case M_SHM_GET:
-  case M_SHM_PUT:
-  case M_SHM_VIEW: run_ecs(w); break;
-  case M_MEMCPY: run_memcpy(w); break;
-  case M_RAW_GET: run_raw(w); break;
-  case M_REDIS_GET:
-  case M_REDIS_SET: run_redis(w); break;
-  }
-  return NULL;
-}
-
-/* Runs nconn workers at once; aggregates throughput and latencies. */
-static int run_cell(const cfg_t *cfg, mode_t_ mode, size_t size, int batch, int nconn, double seconds,
-                    const char *servers, const char *rhost, int rport, int raw_port, result_t *out) {
-  worker_t ws[MAX_CONNS];
-  pthread_t th[MAX_CONNS];
-  memset(ws, 0, sizeof ws);
-  for (int i = 0; i < nconn; i++) {
-    ws[i] = (worker_t){.mode = mode,
-                       .id = i,
-                       .size = size,
-                       .batch = batch,
-                       .seconds = seconds,
-                       .servers = servers,
-                       .redis_host = rhost,
-                       .redis_port = rport,
-                       .raw_port = raw_port,
-                       .verify = !cfg->no_verify};
-    pthread_create(&th[i], NULL, worker_main, &ws[i]);
-  }
-  uint64_t t0 = ecs_bench_now_ns();
-  uint64_t bytes = 0, objects = 0;
-  size_t nlat = 0;
-  int err = 0;
-  for (int i = 0; i < nconn; i++) {
-    pthread_join(th[i], NULL);
-    bytes += ws[i].bytes;
-    objects += ws[i].objects;
-    nlat += ws[i].nlat;
-    err |= ws[i].err;
-  }
-  double el = (double)(ecs_bench_now_ns() - t0) / 1e9;
-  double *all = malloc((nlat ? nlat : 1) * sizeof *all);
-  size_t k = 0;
-  for (int i = 0; i < nconn; i++) {
-    memcpy(all + k, ws[i].lat_us, ws[i].nlat * sizeof *all);
-    k += ws[i].nlat;
-    free(ws[i].lat_us);
-  }
-  out->gbps = el > 0 ? (double)bytes / el / 1e9 : 0;
-  out->mops = el > 0 ? (double)objects / el / 1e6 : 0;
-  out->p50_us = ecs_bench_percentile(all, nlat, 50);
-  out->p99_us = ecs_bench_percentile(all, nlat, 99);
-  free(all);
-  return err ? -1 : 0;
-}
-
-/* Median of reps runs (by throughput; latencies of the median run). */
-static int measure(const cfg_t *cfg, mode_t_ mode, size_t size, int batch, int nconn, const char *servers,
-                   const char *rhost, int rport, int raw_port, result_t *out) {
-  result_t rs[32];
-  int reps = cfg->reps > 32 ? 32 : cfg->reps;
-  result_t warm;
-  if (run_cell(cfg, mode, size, batch, nconn, cfg->seconds / 4, servers, rhost, rport, raw_port, &warm))
-    return -1;
-  for (int i = 0; i < reps; i++)
-    if (run_cell(cfg, mode, size, batch, nconn, cfg->seconds, servers, rhost, rport, raw_port, &rs[i]))
-      return -1;
-  /* sort by throughput, take the middle one */
-  for (int i = 1; i < reps; i++)
-    for (int j = i; j > 0 && rs[j].gbps < rs[j - 1].gbps; j--) {
-      result_t t = rs[j];
-      rs[j] = rs[j - 1];
-      rs[j - 1] = t;
-    }
-  *out = rs[reps / 2];
-  return 0;
-}
+typedef ecs_bench_result_t result_t;
 
 /* Where the measured peers are. */
-typedef struct bench_env {
-  const char *servers;
-  const char *rhost;
-  int rport;
-  int raw_port;
-} bench_env_t;
+typedef ecs_bench_env_t bench_env_t;
+
+/* Median of reps cells (bench_work.c); latencies over every timed call. */
+static int measure(const cfg_t *cfg, ecs_bench_mode_t mode, const char *transport, size_t size, int batch,
+                   int nconn, const bench_env_t *e, result_t *out) {
+  ecs_bench_job_t job = {.mode = mode, .transport = transport, .size = size, .batch = batch, .conns = nconn};
+  return ecs_bench_measure(e, &job, cfg->reps, cfg->seconds, out);
+}
 
 static void size_label(char *out, size_t cap, size_t size) {
-  if (size >= (1u << 20))
-    snprintf(out, cap, "%zuM", size >> 20);
-  else
-    snprintf(out, cap, "%zuK", size >> 10);
+  ecs_bench_size_label(out, cap, size);
 }
 
 static void csv_row(FILE *csv, const char *op, size_t size, int b, int nc, const char *path,
@@ -504,14 +79,12 @@ static int tcp_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
           size_t size = cfg->sizes[i];
           int b = cfg->batches[j], nc = cfg->conns[k];
           result_t ecs, raw = {0}, red = {0};
-          if (measure(cfg, op == 0 ? M_ECS_GET : M_ECS_PUT, size, b, nc, e->servers, e->rhost, e->rport,
-                      e->raw_port, &ecs))
+          if (measure(cfg, op == 0 ? ECS_BM_ECS_GET : ECS_BM_ECS_PUT, "tcp", size, b, nc, e, &ecs))
             return 1;
           if (op == 0)
-            measure(cfg, M_RAW_GET, size, b, nc, e->servers, e->rhost, e->rport, e->raw_port, &raw);
+            measure(cfg, ECS_BM_RAW_GET, NULL, size, b, nc, e, &raw);
           if (!cfg->no_redis)
-            measure(cfg, op == 0 ? M_REDIS_GET : M_REDIS_SET, size, b, nc, e->servers, e->rhost, e->rport,
-                    e->raw_port, &red);
+            measure(cfg, op == 0 ? ECS_BM_REDIS_GET : ECS_BM_REDIS_SET, NULL, size, b, nc, e, &red);
           char sz[16];
           size_label(sz, sizeof sz, size);
           printf("%-4s %6s %5d %5d | %8.2f %9.0f %9.0f | ", op == 0 ? "get" : "put", sz, b, nc, ecs.gbps,
@@ -552,10 +125,10 @@ static int shm_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
         size_t size = cfg->sizes[i];
         int b = cfg->batches[j], nc = cfg->conns[k];
         result_t cp, view, put, mc;
-        if (measure(cfg, M_SHM_GET, size, b, nc, e->servers, e->rhost, e->rport, e->raw_port, &cp) ||
-            measure(cfg, M_SHM_VIEW, size, b, nc, e->servers, e->rhost, e->rport, e->raw_port, &view) ||
-            measure(cfg, M_SHM_PUT, size, b, nc, e->servers, e->rhost, e->rport, e->raw_port, &put) ||
-            measure(cfg, M_MEMCPY, size, b, nc, e->servers, e->rhost, e->rport, e->raw_port, &mc))
+        if (measure(cfg, ECS_BM_ECS_GET, "shm", size, b, nc, e, &cp) ||
+            measure(cfg, ECS_BM_ECS_VIEW, "shm", size, b, nc, e, &view) ||
+            measure(cfg, ECS_BM_ECS_PUT, "shm", size, b, nc, e, &put) ||
+            measure(cfg, ECS_BM_MEMCPY, NULL, size, b, nc, e, &mc))
           return 1;
         char sz[16];
         size_label(sz, sizeof sz, size);
@@ -701,17 +274,7 @@ int ecs_bench_net(int argc, char **argv) {
   memset(&server, 0, sizeof server);
   char servers[160], rhost[128] = "127.0.0.1";
   int rport = 0;
-  if (!getenv("ECS_BIN_DIR")) {
-    char exe[512];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-      exe[n] = '\0';
-      char *slash = strrchr(exe, '/');
-      if (slash)
-        *slash = '\0';
-      setenv("ECS_BIN_DIR", exe, 1);
-    }
-  }
+  ecs_bench_find_bins();
   if (cfg.redis) {
     if (ecs_net_parse_hostport(cfg.redis, rhost, sizeof rhost, &rport)) {
       fprintf(stderr, "ecstore-bench net: bad --redis '%s'\n", cfg.redis);
@@ -747,17 +310,11 @@ int ecs_bench_net(int argc, char **argv) {
     }
     snprintf(servers, sizeof servers, "127.0.0.1:%d", server.port);
   }
-  raw_srv_t rs = {.cap = 1 << 20};
-  rs.buf = malloc(rs.cap);
-  memset(rs.buf, 0x3c, rs.cap);
-  if (ecs_net_listen("127.0.0.1", 0, 64, &rs.lfd)) {
+  ecs_bench_raw_t rs;
+  if (ecs_bench_raw_start(&rs)) {
     fprintf(stderr, "ecstore-bench net: cannot listen for the raw baseline\n");
     return 1;
   }
-  rs.port = ecs_net_local_port(rs.lfd);
-  pthread_t acc;
-  pthread_create(&acc, NULL, raw_accept, &rs);
-
   FILE *csv = cfg.csv ? fopen(cfg.csv, "w") : NULL;
   if (cfg.csv && !csv) {
     fprintf(stderr, "ecstore-bench net: cannot write %s\n", cfg.csv);
@@ -766,7 +323,8 @@ int ecs_bench_net(int argc, char **argv) {
   if (csv)
     fprintf(csv, "op,size,batch,conns,path,gbps,mops,p50_us,p99_us\n");
   ecs_bench_print_machine();
-  bench_env_t env = {.servers = servers, .rhost = rhost, .rport = rport, .raw_port = rs.port};
+  bench_env_t env = {
+      .servers = servers, .rhost = rhost, .rport = rport, .raw_port = rs.port, .verify = !cfg.no_verify};
   int failed = 0;
   if (cfg.do_tcp)
     failed = tcp_table(&cfg, &env, csv);
@@ -774,10 +332,7 @@ int ecs_bench_net(int argc, char **argv) {
     failed = shm_table(&cfg, &env, csv);
   if (csv)
     fclose(csv);
-  rs.stop = 1;
-  pthread_join(acc, NULL);
-  close(rs.lfd);
-  free(rs.buf);
+  ecs_bench_raw_stop(&rs);
   if (server.pid)
     ecs_ts_stop(&server, 5000);
   if (redis.pid)
