@@ -54,6 +54,7 @@ typedef struct worker {
   int fault_stall_ms;       /* prefill: stall before publishing ... */
   int fault_every;          /* ... every Nth request (0: never) */
   ecs_ec_conn_t *conn;      /* the connector (one per process) */
+  char path[64];            /* backend/path in use, e.g. "ecstore/shm" */
   ecs_kv_worker_t kvw;      /* our registration (prefill, decode) */
   int registered;           /* kvw is registered */
   pthread_mutex_t amu;      /* active */
@@ -411,7 +412,7 @@ static void *conn_main(void *arg) {
     pthread_mutex_unlock(&W.amu);
     ex_done_t d;
     memset(&d, 0, sizeof d);
-    snprintf(d.path, sizeof d.path, "%s", ecs_ec_describe(W.conn));
+    snprintf(d.path, sizeof d.path, "%s", W.path);
     int want = W.role == ROLE_ENCODER  ? EX_MSG_ENCODE
                : W.role == ROLE_DECODE ? EX_MSG_DECODE
                                        : EX_MSG_PREFILL;
@@ -443,6 +444,28 @@ static void *conn_main(void *arg) {
   free(cx->job);
   free(cx);
   return NULL;
+}
+
+/* The data path in use.  ecs_ec_describe() gives the protocol as
+ * configured ("ecstore/auto"), not the one auto chose, so for auto a
+ * short-lived client with the same settings asks the client library
+ * (auto picks the same way for every client on this host). */
+static void resolve_path(const ecs_ec_config_t *cfg) {
+  snprintf(W.path, sizeof W.path, "%s", ecs_ec_describe(W.conn));
+  if (cfg->backend != ECS_EC_BACKEND_ECSTORE || strcmp(cfg->protocol, "auto") != 0)
+    return;
+  ecs_client_config_t cc;
+  ecs_client_config_init(&cc);
+  cc.servers = cfg->servers;
+  cc.ns = cfg->ns;
+  cc.auth_token = cfg->auth_token[0] ? cfg->auth_token : NULL;
+  cc.connect_timeout_ms = cfg->connect_timeout_ms;
+  cc.timeout_ms = cfg->timeout_ms;
+  cc.transport = "auto";
+  ecs_client_t *c = NULL;
+  if (ecs_client_connect(&cc, &c, NULL, 0) == ECS_OK)
+    snprintf(W.path, sizeof W.path, "ecstore/%s (auto)", ecs_client_transport(c));
+  ecs_client_close(c);
 }
 
 static void usage(FILE *f) {
@@ -540,6 +563,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: connector: %s (%s)\n", W.instance, err, ecs_err_name(rc));
     return 1;
   }
+  resolve_path(&cfg);
   int lfd, port;
   if ((rc = ex_listen(W.listen, NULL, &lfd, &port)) != ECS_OK) {
     fprintf(stderr, "%s: cannot listen on %s: %s\n", W.instance, W.listen, ecs_strerror(rc));
@@ -574,7 +598,7 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  ECS_LOG_I("%s listening on %s (%s)", names[W.role], W.advertise, ecs_ec_describe(W.conn));
+  ECS_LOG_I("%s listening on %s (%s)", names[W.role], W.advertise, W.path);
 
   pthread_attr_t attr;
   pthread_attr_init(&attr);

@@ -343,6 +343,10 @@ ex_main() {
   if [ "$fault" = server-down ]; then
     echo "== fault: stopping ecstore-server before the load (saves fail, consumers recompute)"
     kill -TERM -- "-$server_pid" 2>/dev/null || true
+    local until=$((SECONDS + 5))
+    while kill -0 "$server_pid" 2>/dev/null && [ "$SECONDS" -lt "$until" ]; do
+      sleep 0.05
+    done
   fi
 
   local wl=(--requests "$requests" --images-per-request "$ipr" --image-size "$image_size"
