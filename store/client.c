@@ -60,6 +60,7 @@ void ecs__cli_drop(srv_t *s) {
     close(s->fd);
   s->fd = -1;
   s->path = ECS_PATH_TCP;
+  ecs__rdma_drop(s);
   if (s->map) {
     s->map->retired = 1;
     ecs__shm_map_put(s->map);
@@ -189,6 +190,13 @@ int ecs__cli_ensure(ecs_client_t *c, srv_t *s, uint64_t deadline) {
   }
   if (c->want == ECS_WANT_TCP)
     return ECS_OK;
+  if (c->want == ECS_WANT_RDMA) {
+    rc = ecs__rdma_upgrade(c, s, deadline);
+    if (rc != ECS_OK && s->fd >= 0)
+      fprintf(stderr, "ecstore: %s; using tcp\n", c->errmsg);
+    c->errmsg[0] = '\0';
+    return s->fd >= 0 ? ECS_OK : (rc ? rc : ECS_ECONN);
+  }
   /* shm when the server is on this host: its Unix socket answers as the
    * same node and epoch */
   if (!s->shm_path[0]) {
@@ -234,6 +242,7 @@ static int parse_servers(ecs_client_t *c, char *errbuf, size_t errlen) {
     }
     snprintf(s->addr, sizeof s->addr, "%s", tok);
     s->fd = -1;
+    s->cli = c;
     c->nsrv++;
   }
   if (c->nsrv == 0) {
@@ -292,9 +301,13 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
   } else if (!strcmp(tr, "shm")) {
     c->want = ECS_WANT_SHM;
   } else if (!strcmp(tr, "rdma")) {
-    snprintf(errbuf, errlen, "transport 'rdma' is not built into this client yet");
-    rc = ECS_ENOTSUP;
-    goto fail;
+    /* Without a device: one line, then tcp (the contract). */
+    char rerr[256] = "";
+    c->want = ECS_WANT_RDMA;
+    if (ecs__rdma_client_open(c, rerr, sizeof rerr) != ECS_OK) {
+      fprintf(stderr, "ecstore: %s; using tcp\n", rerr[0] ? rerr : "rdma: unavailable");
+      c->want = ECS_WANT_TCP;
+    }
   } else {
     snprintf(errbuf, errlen, "unknown transport '%s' (expected auto, tcp, shm or rdma)", tr);
     rc = ECS_EINVAL;
@@ -345,6 +358,7 @@ void ecs_client_close(ecs_client_t *c) {
   for (size_t i = 0; i < c->nsrv; i++)
     ecs__cli_drop(&c->srv[i]);
   ecs_meta_close(c->meta);
+  ecs__rdma_client_close(c);
   ecs_wbuf_free(&c->w);
   free(c->rmeta);
   free(c->servers_s);
@@ -433,6 +447,8 @@ static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, cons
     return rc;
   if (s->path == ECS_PATH_SHM && s->map && s->map->writable)
     return ecs__shm_put(c, s, keys, ts, idx, m, status, deadline);
+  if (s->path == ECS_PATH_RDMA)
+    return ecs__rdma_put(c, s, keys, ts, idx, m, status, deadline);
   struct iovec *data = malloc((m ? m : 1) * sizeof *data);
   void **zbuf = calloc(m ? m : 1, sizeof *zbuf);
   if (!data || !zbuf) {
@@ -554,6 +570,8 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
     return rc;
   if (s->path == ECS_PATH_SHM)
     return ecs__shm_get(c, s, keys, bufs, idx, m, alloc, deadline);
+  if (s->path == ECS_PATH_RDMA)
+    return ecs__rdma_get(c, s, keys, bufs, idx, m, alloc, deadline);
   ecs_wbuf_reset(&c->w);
   for (size_t j = 0; j < m; j++) {
     ecs_get_item_t it = {.key = keys[idx[j]].data,

@@ -3,6 +3,7 @@
 #define ECS_CLIENT_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ecstore/ecstore.h"
 
@@ -13,5 +14,8 @@ int ecs__client_debug_corrupt(ecs_client_t *c, const void *key, size_t key_len);
 
 /* The socket of server i (-1 when not connected), for fault tests. */
 int ecs__client_server_fd(ecs_client_t *c, size_t server);
+
+/* The QP number of server i's RDMA endpoint (fault-injection tests). */
+int ecs__client_rdma_qpn(ecs_client_t *c, size_t server, uint32_t *qpn);
 
 #endif

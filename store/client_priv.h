@@ -28,36 +28,56 @@ typedef struct ecs_shm_map {
   int retired;    /* replaced by a newer mapping */
 } ecs_shm_map_t;
 
-typedef enum ecs_cli_path { ECS_PATH_TCP = 0, ECS_PATH_SHM = 1 } ecs_cli_path_t;
+typedef enum ecs_cli_path { ECS_PATH_TCP = 0, ECS_PATH_SHM = 1, ECS_PATH_RDMA = 2 } ecs_cli_path_t;
 
 typedef struct ecs_cli_srv {
-  char host[128];      /* from the config */
-  int port;            /* from the config */
-  char addr[160];      /* "HOST:PORT" as configured */
-  int fd;              /* the connection (TCP, or the Unix socket on the shm path); -1 */
-  ecs_cli_path_t path; /* what fd is */
-  char node_id[64];    /* from HELLO */
-  uint64_t epoch;      /* from HELLO */
-  uint64_t max_data;   /* from HELLO */
-  char shm_path[108];  /* the server's Unix socket, from HELLO over TCP */
-  ecs_shm_map_t *map;  /* the pool mapping while path == SHM */
+  char host[128];         /* from the config */
+  int port;               /* from the config */
+  char addr[160];         /* "HOST:PORT" as configured */
+  int fd;                 /* the connection (TCP, or the Unix socket on the shm path); -1 */
+  ecs_cli_path_t path;    /* what fd is */
+  char node_id[64];       /* from HELLO */
+  uint64_t epoch;         /* from HELLO */
+  uint64_t max_data;      /* from HELLO */
+  char shm_path[108];     /* the server's Unix socket, from HELLO over TCP */
+  ecs_shm_map_t *map;     /* the pool mapping while path == SHM */
+  struct ecs_rdma_ep *ep; /* RDMA endpoint while path == RDMA */
+  uint64_t region_addr;   /* the server's pool as advertised over RDMA */
+  uint64_t region_len;    /* its length */
+  uint32_t region_rkey;   /* its rkey */
+  struct ecs_client *cli; /* the owning client (for the RDMA exchange callback) */
 } ecs_cli_srv_t;
 
-typedef enum ecs_cli_want { ECS_WANT_TCP = 0, ECS_WANT_AUTO = 1, ECS_WANT_SHM = 2 } ecs_cli_want_t;
+typedef enum ecs_cli_want {
+  ECS_WANT_TCP = 0,
+  ECS_WANT_AUTO = 1,
+  ECS_WANT_SHM = 2,
+  ECS_WANT_RDMA = 3
+} ecs_cli_want_t;
+
+/* A buffer given to ecs_register_buffer (mr NULL without an RDMA device). */
+typedef struct ecs_cli_reg {
+  void *ptr;
+  size_t len;
+  struct ecs_rdma_mr *mr;
+} ecs_cli_reg_t;
 
 struct ecs_client {
   ecs_client_config_t cfg; /* strings below are owned copies */
   char *servers_s, *redis_s, *ns_s, *token_s;
   ecs_cli_srv_t srv[ECS_CLI_MAX_SERVERS];
   size_t nsrv;
-  ecs_cli_want_t want; /* transport asked for */
-  int codec;           /* request codec for TCP puts (store/codec.h), or ECS_CODEC_NONE */
-  ecs_meta_t *meta;    /* Redis link for exists_batch, or NULL */
-  uint32_t next_req;   /* request ids */
-  uint8_t *rmeta;      /* reply records buffer */
-  size_t rmeta_cap;    /* its size */
-  ecs_wbuf_t w;        /* request records */
-  char errmsg[256];    /* last whole-batch error detail */
+  ecs_cli_want_t want;       /* transport asked for */
+  int codec;                 /* request codec for TCP puts (store/codec.h), or ECS_CODEC_NONE */
+  struct ecs_rdma_ctx *rdma; /* RDMA device context (transport rdma), or NULL */
+  ecs_cli_reg_t *regs;       /* registered buffers */
+  size_t nregs, regs_cap;    /* count and capacity */
+  ecs_meta_t *meta;          /* Redis link for exists_batch, or NULL */
+  uint32_t next_req;         /* request ids */
+  uint8_t *rmeta;            /* reply records buffer */
+  size_t rmeta_cap;          /* its size */
+  ecs_wbuf_t w;              /* request records */
+  char errmsg[256];          /* last whole-batch error detail */
 };
 
 static inline uint64_t ecs__cli_deadline(const ecs_client_t *c) {
@@ -98,6 +118,31 @@ int ecs__shm_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_g
                  const size_t *idx, size_t m, int alloc, uint64_t deadline);
 int ecs__shm_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
                  const size_t *idx, size_t m, int *status, uint64_t deadline);
+/* In-place puts (shm, RDMA): write() moves src[k] (nbytes) to pool
+ * offset off[k] and sets st[k]; a nonzero return fails the whole call. */
+typedef int (*ecs_cli_writer_fn)(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_tensor_t *const *src,
+                                 const uint64_t *off, size_t n, int *st, uint64_t deadline);
+/* RESERVE -> write -> COMMIT for one server's share of a batch (a key that
+ * repeats in the batch is written once and the repeats settled after). */
+int ecs__cli_put_inplace(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                         const size_t *idx, size_t m, int *status, uint64_t deadline,
+                         ecs_cli_writer_fn write);
+/* LEASE for keys idx[0..m) (records in c->rmeta), and a one-way RELEASE. */
+int ecs__cli_lease(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const size_t *idx, size_t m,
+                   ecs_hdr_t *h, uint64_t deadline);
+void ecs__cli_release(ecs_client_t *c, ecs_cli_srv_t *s, const uint64_t *ids, size_t n, uint64_t deadline);
+
+/* client_rdma.c: open/close the device context, set up a server's
+ * endpoint after its TCP HELLO, and the RDMA data path. */
+int ecs__rdma_client_open(ecs_client_t *c, char *errbuf, size_t errlen);
+void ecs__rdma_client_close(ecs_client_t *c);
+int ecs__rdma_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
+void ecs__rdma_drop(ecs_cli_srv_t *s);
+int ecs__rdma_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
+                  const size_t *idx, size_t m, int alloc, uint64_t deadline);
+int ecs__rdma_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                  const size_t *idx, size_t m, int *status, uint64_t deadline);
+
 /* Unmaps a mapping that no view holds any more. */
 void ecs__shm_map_put(ecs_shm_map_t *m);
 

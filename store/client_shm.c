@@ -27,8 +27,10 @@
 
 #include "store/client_priv.h"
 
-static int shm_put_unique(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                          const size_t *idx, size_t m, int *status, uint64_t deadline);
+static int put_unique(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                      const size_t *idx, size_t m, int *status, uint64_t deadline, ecs_cli_writer_fn write);
+static int shm_write(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_tensor_t *const *src, const uint64_t *off,
+                     size_t n, int *st, uint64_t deadline);
 
 void ecs__shm_map_put(ecs_shm_map_t *m) {
   if (m && m->retired && m->views == 0) {
@@ -124,7 +126,7 @@ int ecs__shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
 }
 
 /* Sends the lease ids one-way: the server replies to nothing. */
-static void release_ids(ecs_client_t *c, ecs_cli_srv_t *s, const uint64_t *ids, size_t n, uint64_t deadline) {
+void ecs__cli_release(ecs_client_t *c, ecs_cli_srv_t *s, const uint64_t *ids, size_t n, uint64_t deadline) {
   for (size_t off = 0; off < n && s->fd >= 0; off += ECS_PROTO_MAX_ITEMS) {
     size_t k = n - off < ECS_PROTO_MAX_ITEMS ? n - off : ECS_PROTO_MAX_ITEMS;
     ecs_wbuf_reset(&c->w);
@@ -138,8 +140,8 @@ static void release_ids(ecs_client_t *c, ecs_cli_srv_t *s, const uint64_t *ids, 
 }
 
 /* LEASE for keys idx[0..m): the reply records stay in c->rmeta. */
-static int lease(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const size_t *idx, size_t m,
-                 ecs_hdr_t *h, uint64_t deadline) {
+int ecs__cli_lease(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const size_t *idx, size_t m,
+                   ecs_hdr_t *h, uint64_t deadline) {
   ecs_wbuf_reset(&c->w);
   for (size_t j = 0; j < m; j++)
     ecs_proto_key_write(&c->w, keys[idx[j]].data, (uint16_t)keys[idx[j]].len);
@@ -160,7 +162,7 @@ static int lease_in_bounds(const ecs_shm_map_t *map, const ecs_lease_reply_t *l)
 int ecs__shm_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
                  const size_t *idx, size_t m, int alloc, uint64_t deadline) {
   ecs_hdr_t h;
-  int rc = lease(c, s, keys, idx, m, &h, deadline);
+  int rc = ecs__cli_lease(c, s, keys, idx, m, &h, deadline);
   if (rc)
     return ecs__cli_fail(c, s, rc);
   uint64_t *ids = malloc((m ? m : 1) * sizeof *ids);
@@ -202,7 +204,7 @@ int ecs__shm_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_g
     free(ids);
     return ecs__cli_fail(c, s, rc);
   }
-  release_ids(c, s, ids, nids, deadline);
+  ecs__cli_release(c, s, ids, nids, deadline);
   free(ids);
   return ECS_OK;
 }
@@ -238,6 +240,11 @@ static int find_dups(const ecs_key_t *keys, const size_t *idx, size_t m, size_t 
   return ECS_OK;
 }
 
+int ecs__shm_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                 const size_t *idx, size_t m, int *status, uint64_t deadline) {
+  return ecs__cli_put_inplace(c, s, keys, ts, idx, m, status, deadline, shm_write);
+}
+
 static int same_tensor(const ecs_tensor_t *a, uint64_t asum, const ecs_tensor_t *b, uint64_t bsum) {
   if (a->nbytes != b->nbytes || asum != bsum || a->desc.dtype != b->desc.dtype ||
       a->desc.ndim != b->desc.ndim)
@@ -248,8 +255,9 @@ static int same_tensor(const ecs_tensor_t *a, uint64_t asum, const ecs_tensor_t 
   return 1;
 }
 
-int ecs__shm_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                 const size_t *idx, size_t m, int *status, uint64_t deadline) {
+int ecs__cli_put_inplace(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                         const size_t *idx, size_t m, int *status, uint64_t deadline,
+                         ecs_cli_writer_fn write) {
   /* A key twice in one batch is reserved once; the repeat is settled
    * against the first once it is stored (same content: OK). */
   size_t *first = malloc((m ? m : 1) * sizeof *first);
@@ -263,7 +271,7 @@ int ecs__shm_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const
   for (size_t j = 0; j < m; j++)
     if (first[j] == j)
       uidx[um++] = idx[j];
-  int rc = shm_put_unique(c, s, keys, ts, uidx, um, status, deadline);
+  int rc = put_unique(c, s, keys, ts, uidx, um, status, deadline, write);
   for (size_t j = 0; rc == ECS_OK && j < m; j++) {
     if (first[j] == j)
       continue;
@@ -279,15 +287,20 @@ int ecs__shm_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const
   return rc;
 }
 
-static int shm_put_unique(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                          const size_t *idx, size_t m, int *status, uint64_t deadline) {
+/* RESERVE -> write in place -> COMMIT for keys that are unique in the
+ * batch.  write() moves the bytes (memcpy into the shared map, or RDMA
+ * WRITEs); an item it could not write is committed with abort and gets the
+ * write's status. */
+static int put_unique(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                      const size_t *idx, size_t m, int *status, uint64_t deadline, ecs_cli_writer_fn write) {
   uint64_t *sums = malloc((m ? m : 1) * sizeof *sums);
-  size_t *committing = malloc((m ? m : 1) * sizeof *committing);
-  if (!sums || !committing) {
-    free(sums);
-    free(committing);
-    return ECS_ENOMEM;
-  }
+  uint64_t *woff = malloc((m ? m : 1) * sizeof *woff), *wresv = malloc((m ? m : 1) * sizeof *wresv);
+  size_t *wj = malloc((m ? m : 1) * sizeof *wj);
+  const ecs_tensor_t **wsrc = malloc((m ? m : 1) * sizeof *wsrc);
+  int *wst = malloc((m ? m : 1) * sizeof *wst);
+  int rc = ECS_ENOMEM;
+  if (!sums || !woff || !wresv || !wj || !wsrc || !wst)
+    goto out;
   ecs_wbuf_reset(&c->w);
   for (size_t j = 0; j < m; j++) {
     const ecs_tensor_t *t = &ts[idx[j]];
@@ -303,60 +316,81 @@ static int shm_put_unique(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *ke
   }
   uint32_t id;
   ecs_hdr_t h;
-  int rc = ecs__cli_send(c, s, ECS_OP_RESERVE, 0, (uint32_t)m, NULL, 0, 0, &id, deadline);
+  rc = ecs__cli_send(c, s, ECS_OP_RESERVE, 0, (uint32_t)m, NULL, 0, 0, &id, deadline);
   if (rc == ECS_OK)
     rc = ecs__cli_recv(c, s, ECS_OP_RESERVE, id, &h, deadline);
   if (rc == ECS_OK && (h.status != ECS_OK || h.count != m || h.data_len != 0))
     rc = h.status != ECS_OK ? h.status : ECS_EPROTO;
-  /* Copy each reserved object in place; build the commit records. */
-  ecs_wbuf_t commits;
-  ecs_wbuf_init(&commits);
-  size_t ncommit = 0;
+  size_t nw = 0;
   if (rc == ECS_OK) {
     ecs_rbuf_t r;
     ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-    for (size_t j = 0; j < m; j++) {
+    for (size_t j = 0; j < m && rc == ECS_OK; j++) {
       ecs_reserve_reply_t rr;
-      const ecs_tensor_t *t = &ts[idx[j]];
-      if (ecs_proto_reserve_reply_read(&r, &rr) != ECS_OK ||
-          (rr.status == ECS_OK && rr.resv_id && (rr.off > s->map->len || t->nbytes > s->map->len - rr.off))) {
+      if (ecs_proto_reserve_reply_read(&r, &rr) != ECS_OK) {
         rc = ECS_EPROTO;
         break;
       }
       status[idx[j]] = rr.status;
       if (rr.status != ECS_OK || rr.resv_id == 0)
         continue; /* an error, or already stored with this content */
-      if (t->nbytes)
-        memcpy(s->map->base + rr.off, t->data, (size_t)t->nbytes);
-      ecs_commit_item_t ci = {.resv_id = rr.resv_id, .checksum = sums[j]};
-      ecs_proto_commit_item_write(&commits, &ci);
-      committing[ncommit++] = idx[j];
+      wj[nw] = j;
+      woff[nw] = rr.off;
+      wresv[nw] = rr.resv_id;
+      wsrc[nw] = &ts[idx[j]];
+      nw++;
     }
   }
-  if (rc == ECS_OK && ncommit > 0) {
-    ecs_wbuf_t tmp = c->w; /* send the commit records as the request's */
-    c->w = commits;
-    rc = ecs__cli_send(c, s, ECS_OP_COMMIT, 0, (uint32_t)ncommit, NULL, 0, 0, &id, deadline);
-    commits = c->w;
-    c->w = tmp;
+  /* the bytes go in place; then one COMMIT settles every reservation */
+  if (rc == ECS_OK && nw > 0)
+    rc = write(c, s, wsrc, woff, nw, wst, deadline);
+  if (rc == ECS_OK && nw > 0) {
+    ecs_wbuf_reset(&c->w);
+    for (size_t k = 0; k < nw; k++) {
+      ecs_commit_item_t ci = {.resv_id = wresv[k], .checksum = sums[wj[k]], .abort = wst[k] != ECS_OK};
+      ecs_proto_commit_item_write(&c->w, &ci);
+    }
+    rc = ecs__cli_send(c, s, ECS_OP_COMMIT, 0, (uint32_t)nw, NULL, 0, 0, &id, deadline);
     if (rc == ECS_OK)
       rc = ecs__cli_recv(c, s, ECS_OP_COMMIT, id, &h, deadline);
-    if (rc == ECS_OK && (h.status != ECS_OK || h.count != ncommit))
+    if (rc == ECS_OK && (h.status != ECS_OK || h.count != nw))
       rc = h.status != ECS_OK ? h.status : ECS_EPROTO;
     if (rc == ECS_OK) {
       ecs_rbuf_t r;
       ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-      for (size_t k = 0; k < ncommit && rc == ECS_OK; k++) {
+      for (size_t k = 0; k < nw && rc == ECS_OK; k++) {
         int32_t st;
         rc = ecs_proto_status_read(&r, &st);
-        status[committing[k]] = st;
+        status[idx[wj[k]]] = wst[k] != ECS_OK ? wst[k] : st;
       }
     }
   }
-  ecs_wbuf_free(&commits);
+out:
   free(sums);
-  free(committing);
+  free(woff);
+  free(wresv);
+  free(wj);
+  free(wsrc);
+  free(wst);
+  if (rc == ECS_ENOMEM)
+    return rc;
   return rc ? ecs__cli_fail(c, s, rc) : ECS_OK; /* a dropped connection aborts the reservations */
+}
+
+/* The shm writer: memcpy into the shared map, bounds-checked. */
+static int shm_write(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_tensor_t *const *src, const uint64_t *off,
+                     size_t n, int *st, uint64_t deadline) {
+  (void)c;
+  (void)deadline;
+  for (size_t k = 0; k < n; k++)
+    if (off[k] > s->map->len || src[k]->nbytes > s->map->len - off[k])
+      return ECS_EPROTO;
+  for (size_t k = 0; k < n; k++) {
+    if (src[k]->nbytes)
+      memcpy(s->map->base + off[k], src[k]->data, (size_t)src[k]->nbytes);
+    st[k] = ECS_OK;
+  }
+  return ECS_OK;
 }
 
 /* ------------------------------------------------------------------ */
@@ -374,7 +408,7 @@ static int view_one_server(ecs_client_t *c, size_t si, const ecs_key_t *keys, ec
     return ECS_OK;
   }
   ecs_hdr_t h;
-  rc = lease(c, s, keys, idx, m, &h, deadline);
+  rc = ecs__cli_lease(c, s, keys, idx, m, &h, deadline);
   if (rc)
     return ecs__cli_fail(c, s, rc);
   uint64_t *drop = malloc((m ? m : 1) * sizeof *drop);
@@ -419,7 +453,7 @@ static int view_one_server(ecs_client_t *c, size_t si, const ecs_key_t *keys, ec
     v->srv_ = (uint32_t)si;
     s->map->views++;
   }
-  release_ids(c, s, drop, ndrop, deadline);
+  ecs__cli_release(c, s, drop, ndrop, deadline);
   free(drop);
   return ECS_OK;
 }
@@ -481,15 +515,18 @@ int ecs_view_release(ecs_client_t *c, ecs_view_t *views, size_t n) {
       v->status = ECS_ENOTFOUND;
     }
     if (k)
-      release_ids(c, s, ids, k, deadline);
+      ecs__cli_release(c, s, ids, k, deadline);
   }
   free(ids);
   return ECS_OK;
 }
 
 const char *ecs_client_transport(const ecs_client_t *c) {
-  size_t shm = 0;
+  size_t n[3] = {0, 0, 0};
   for (size_t i = 0; i < c->nsrv; i++)
-    shm += c->srv[i].path == ECS_PATH_SHM;
-  return shm == 0 ? "tcp" : shm == c->nsrv ? "shm" : "mixed";
+    n[c->srv[i].path]++;
+  return n[ECS_PATH_TCP] == c->nsrv    ? "tcp"
+         : n[ECS_PATH_SHM] == c->nsrv  ? "shm"
+         : n[ECS_PATH_RDMA] == c->nsrv ? "rdma"
+                                       : "mixed";
 }

@@ -94,6 +94,7 @@ static int op_known(unsigned op) {
   case ECS_OP_RESERVE:
   case ECS_OP_COMMIT:
   case ECS_OP_ATTACH:
+  case ECS_OP_RDMA_CONNECT:
   case ECS_OP_DEBUG: return 1;
   default: return 0;
   }

@@ -29,19 +29,20 @@
 #define ECS_PROTO_MAX_NS 128          /* namespace bytes */
 
 typedef enum ecs_op {
-  ECS_OP_HELLO = 1,    /* first message: auth token, namespace, client info */
-  ECS_OP_PUT = 2,      /* items: ecs_put_item; data: each item's bytes */
-  ECS_OP_GET = 3,      /* items: ecs_get_item; reply items: ecs_get_reply */
-  ECS_OP_EXISTS = 4,   /* items: key only; reply items: status (0 / ENOTFOUND) */
-  ECS_OP_REMOVE = 5,   /* items: key only; reply items: status */
-  ECS_OP_STAT = 6,     /* no items; reply meta: ecs_stat_reply */
-  ECS_OP_PING = 7,     /* no items; empty reply */
-  ECS_OP_LEASE = 8,    /* items: key only; reply items: ecs_lease_reply (pins objects) */
-  ECS_OP_RELEASE = 9,  /* items: u64 lease id; reply items: status (none with NOREPLY) */
-  ECS_OP_RESERVE = 10, /* items: ecs_put_item (checksum ignored); reply items: ecs_reserve_reply */
-  ECS_OP_COMMIT = 11,  /* items: ecs_commit_item; reply items: status */
-  ECS_OP_ATTACH = 12,  /* shm only: meta u32 flags; reply meta ecs_attach_reply + the pool fd */
-  ECS_OP_DEBUG = 0x70  /* test-only hooks; refused unless the server enables them */
+  ECS_OP_HELLO = 1,         /* first message: auth token, namespace, client info */
+  ECS_OP_PUT = 2,           /* items: ecs_put_item; data: each item's bytes */
+  ECS_OP_GET = 3,           /* items: ecs_get_item; reply items: ecs_get_reply */
+  ECS_OP_EXISTS = 4,        /* items: key only; reply items: status (0 / ENOTFOUND) */
+  ECS_OP_REMOVE = 5,        /* items: key only; reply items: status */
+  ECS_OP_STAT = 6,          /* no items; reply meta: ecs_stat_reply */
+  ECS_OP_PING = 7,          /* no items; empty reply */
+  ECS_OP_LEASE = 8,         /* items: key only; reply items: ecs_lease_reply (pins objects) */
+  ECS_OP_RELEASE = 9,       /* items: u64 lease id; reply items: status (none with NOREPLY) */
+  ECS_OP_RESERVE = 10,      /* items: ecs_put_item (checksum ignored); reply items: ecs_reserve_reply */
+  ECS_OP_COMMIT = 11,       /* items: ecs_commit_item; reply items: status */
+  ECS_OP_ATTACH = 12,       /* shm only: meta u32 flags; reply meta ecs_attach_reply + the pool fd */
+  ECS_OP_RDMA_CONNECT = 13, /* meta: the client's RDMA blob; reply meta: the server's */
+  ECS_OP_DEBUG = 0x70       /* test-only hooks; refused unless the server enables them */
 } ecs_op_t;
 
 #define ECS_FLAG_REPLY 0x0001u   /* set on every server -> client message */

@@ -1083,3 +1083,15 @@ int ecs_rdma_write_batch(ecs_rdma_ep *ep, const ecs_rdma_item *items, size_t n, 
 }
 
 #endif /* ECS_HAVE_RDMA */
+
+/* ---- test hook: the verbs table the store's server and client use ------ */
+
+static const struct ecs_verbs_ops *g_ops_override;
+
+void ecs__rdma_set_ops_override(const struct ecs_verbs_ops *ops) {
+  g_ops_override = ops;
+}
+
+const struct ecs_verbs_ops *ecs__rdma_ops_override(void) {
+  return g_ops_override;
+}

@@ -160,6 +160,13 @@ int ecs_rdma_blob_decode(const void *buf, size_t len, ecs_rdma_blob *out);
  *   ECS_ENOTSUP  built without libibverbs;
  *   ECS_EINVAL   bad options (port, GID index, empty RoCE GID entry);
  *   ECS_EIO / ECS_ENOMEM  the device refused. */
+/* A process-wide verbs table that the server and the client pass to
+ * ecs_rdma_ctx_open() instead of libibverbs (NULL: libibverbs).  Tests set
+ * it to the in-process emulation before starting either; not for
+ * production use.  Not thread-safe against concurrent ctx_open. */
+void ecs__rdma_set_ops_override(const struct ecs_verbs_ops *ops);
+const struct ecs_verbs_ops *ecs__rdma_ops_override(void);
+
 int ecs_rdma_ctx_open(const ecs_rdma_opts *opts, const struct ecs_verbs_ops *ops, ecs_rdma_ctx **out,
                       char *errbuf, size_t errlen);
 

@@ -42,6 +42,7 @@
 #include "store/net.h"
 #include "store/objstore.h"
 #include "store/proto.h"
+#include "store/rdma.h"
 
 #define SCRATCH_SIZE (256u << 10) /* discard buffer for refused payloads */
 #define IOV_BATCH 64              /* iovecs built per readv/sendmsg */
@@ -86,6 +87,7 @@ typedef struct conn {
   uint32_t npins, pins_cap;            /* slots used (high-water), allocated */
   uint32_t pin_free;                   /* first free slot or PIN_NONE */
   uint32_t live_pins;                  /* pins held */
+  ecs_rdma_ep *ep;                     /* RDMA endpoint of this client, or NULL */
   uint64_t id;                         /* for logs */
   int authed;                          /* HELLO accepted */
   int close_after_write;               /* drop the connection once the reply is out */
@@ -117,6 +119,8 @@ struct ecs_server {
   int lfd;                        /* listening socket */
   int ufd;                        /* Unix listening socket for shm clients, or -1 */
   char shm_path[108];             /* its path ("" when off) */
+  ecs_rdma_ctx *rdma;             /* RDMA device context, or NULL */
+  ecs_rdma_mr *pool_mr;           /* the pool registered for remote read/write */
   int port;                       /* bound port */
   int epfd;                       /* epoll instance */
   int evfd;                       /* eventfd that wakes the loop for stop */
@@ -154,6 +158,7 @@ void ecs_server_opts_init(ecs_server_opts_t *o) {
   o->max_request = 4ull << 30;
   o->max_conns = 1024;
   o->lease_timeout_ms = 30000;
+  snprintf(o->rdma, sizeof o->rdma, "auto");
 }
 
 /* ------------------------------------------------------------------ */
@@ -231,6 +236,7 @@ static void conn_close(ecs_server_t *s, conn_t *c) {
   conn_release_refs(s, c);
   conn_abort_slots(s, c);
   pins_expire(s, c, UINT64_MAX); /* a client that goes away leaves nothing pinned */
+  ecs_rdma_ep_destroy(c->ep);
   if (c->send_fd >= 0)
     close(c->send_fd);
   epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -867,6 +873,34 @@ static void handle_attach(ecs_server_t *s, conn_t *c) {
   c->send_fd = fd;
 }
 
+/* RDMA_CONNECT: the client's blob in, ours out.  The endpoint (one RC QP
+ * per connection) is made on first use and rebuilt on every later connect,
+ * which is how a client recovers from an error completion. */
+static void handle_rdma_connect(ecs_server_t *s, conn_t *c) {
+  if (!s->rdma) {
+    reply_error(s, c, ECS_ENOTSUP, 0);
+    return;
+  }
+  if (c->hdr.meta_len != ECS_RDMA_BLOB_SIZE) {
+    reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  int rc = c->ep ? ecs_rdma_ep_reset(c->ep) : ecs_rdma_ep_create(s->rdma, s->pool_mr, &c->ep);
+  if (rc == ECS_OK)
+    rc = ecs_rdma_ep_connect(c->ep, c->meta, ECS_RDMA_BLOB_SIZE);
+  uint8_t blob[ECS_RDMA_BLOB_SIZE];
+  if (rc == ECS_OK)
+    rc = ecs_rdma_ep_local_blob(c->ep, blob);
+  if (rc != ECS_OK) {
+    ECS_LOG_W("conn %llu: rdma connect failed: %s", (unsigned long long)c->id, ecs_strerror(rc));
+    reply_error(s, c, rc, 0);
+    return;
+  }
+  reply_begin(c);
+  ecs_wbuf_put(&c->out, blob, sizeof blob);
+  reply_finish(s, c, ECS_OK, 0, 0);
+}
+
 /* Test-only hooks, refused unless --enable-debug-ops. */
 static void handle_debug(ecs_server_t *s, conn_t *c) {
   if (!s->o.enable_debug_ops) {
@@ -918,6 +952,7 @@ static void dispatch(ecs_server_t *s, conn_t *c) {
   case ECS_OP_RESERVE: handle_reserve(s, c); break;
   case ECS_OP_COMMIT: handle_commit(s, c); break;
   case ECS_OP_ATTACH: handle_attach(s, c); break;
+  case ECS_OP_RDMA_CONNECT: handle_rdma_connect(s, c); break;
   case ECS_OP_DEBUG: handle_debug(s, c); break;
   default: reply_error(s, c, ECS_EPROTO, 1); break;
   }
@@ -1245,6 +1280,36 @@ static void tick(ecs_server_t *s) {
 /* ------------------------------------------------------------------ */
 /* life cycle                                                          */
 
+/* Opens the RDMA device and registers the whole pool once, for remote
+ * reads and writes.  Without a device: one line, and tcp/shm only (or a
+ * failed start when --rdma on asked for it). */
+static int rdma_setup(ecs_server_t *s) {
+  if (!strcmp(s->o.rdma, "off"))
+    return ECS_OK;
+  ecs_rdma_opts ro;
+  memset(&ro, 0, sizeof ro);
+  ro.device = s->o.rdma_device[0] ? s->o.rdma_device : NULL;
+  ro.port = s->o.rdma_port;
+  ro.gid_index = s->o.rdma_gid_index;
+  char err[256] = "";
+  int rc = ecs_rdma_ctx_open(&ro, ecs__rdma_ops_override(), &s->rdma, err, sizeof err);
+  if (rc == ECS_OK)
+    rc = ecs_rdma_reg(s->rdma, ecs_pool_base(s->pool), ecs_pool_size(s->pool),
+                      ECS_RDMA_REMOTE_READ | ECS_RDMA_REMOTE_WRITE, &s->pool_mr);
+  if (rc == ECS_OK) {
+    ECS_LOG_I("rdma: pool registered for remote access");
+    return ECS_OK;
+  }
+  ecs_rdma_ctx_close(s->rdma);
+  s->rdma = NULL;
+  if (!strcmp(s->o.rdma, "on")) {
+    ECS_LOG_E("%s", err[0] ? err : "rdma: cannot register the pool");
+    return rc;
+  }
+  ECS_LOG_I("%s; serving tcp and shm only", err[0] ? err : "rdma: unavailable");
+  return ECS_OK;
+}
+
 /* The Unix socket local clients use for shm (and any request). */
 static int shm_listen(ecs_server_t *s) {
   if (s->o.shm_socket[0])
@@ -1363,6 +1428,9 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   e.data.ptr = &s->evfd;
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &e) != 0)
     goto fail;
+  rc = rdma_setup(s);
+  if (rc)
+    goto fail;
   if (strcmp(o->shm_socket, "off") != 0) {
     rc = shm_listen(s);
     if (rc)
@@ -1439,6 +1507,8 @@ void ecs_server_destroy(ecs_server_t *s) {
   free(s->conns);
   ecs_meta_close(s->meta);
   ecs_objstore_destroy(s->os);
+  ecs_rdma_dereg(s->pool_mr);
+  ecs_rdma_ctx_close(s->rdma);
   ecs_pool_destroy(s->pool);
   if (s->lfd >= 0)
     close(s->lfd);

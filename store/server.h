@@ -44,6 +44,10 @@ typedef struct ecs_server_opts {
   unsigned shm_allow_uids[16]; /* uids allowed on the shm socket (besides ours and root) */
   int n_shm_allow_uids;        /* entries in shm_allow_uids */
   int lease_timeout_ms;        /* a lease or reservation not released by then is dropped (30000) */
+  char rdma[8];                /* "auto" (default: use a device when there is one), "on", "off" */
+  char rdma_device[64];        /* RDMA device ("": the first one) */
+  int rdma_port;               /* RDMA port (default 1) */
+  int rdma_gid_index;          /* RoCE GID index (default 0) */
 } ecs_server_opts_t;
 
 void ecs_server_opts_init(ecs_server_opts_t *o);

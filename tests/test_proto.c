@@ -141,15 +141,16 @@ static int hdr_roundtrip(const ecs_hdr_t *h, uint64_t max_data, ecs_hdr_t *out) 
 static void test_hdr_validation(void **state) {
   (void)state;
   ecs_hdr_t h, g;
-  static const unsigned ops[] = {ECS_OP_HELLO,  ECS_OP_PUT,    ECS_OP_GET,   ECS_OP_EXISTS,  ECS_OP_REMOVE,
-                                 ECS_OP_STAT,   ECS_OP_PING,   ECS_OP_LEASE, ECS_OP_RELEASE, ECS_OP_RESERVE,
-                                 ECS_OP_COMMIT, ECS_OP_ATTACH, ECS_OP_DEBUG};
+  static const unsigned ops[] = {ECS_OP_HELLO,        ECS_OP_PUT,     ECS_OP_GET,    ECS_OP_EXISTS,
+                                 ECS_OP_REMOVE,       ECS_OP_STAT,    ECS_OP_PING,   ECS_OP_LEASE,
+                                 ECS_OP_RELEASE,      ECS_OP_RESERVE, ECS_OP_COMMIT, ECS_OP_ATTACH,
+                                 ECS_OP_RDMA_CONNECT, ECS_OP_DEBUG};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     h = good_hdr();
     h.opcode = (uint8_t)ops[i];
     assert_int_equal(hdr_roundtrip(&h, 1000, &g), ECS_OK);
   }
-  static const unsigned bad_ops[] = {0, 13, 14, 0x6f, 0x71, 0xff};
+  static const unsigned bad_ops[] = {0, 14, 15, 0x6f, 0x71, 0xff};
   for (size_t i = 0; i < sizeof bad_ops / sizeof bad_ops[0]; i++) {
     h = good_hdr();
     h.opcode = (uint8_t)bad_ops[i];

@@ -51,8 +51,10 @@ typedef struct ecs_client_config {
   int timeout_ms;          /* deadline of one call (default 10000) */
   int verify_checksum;     /* 1: check xxh3 of every object received (default 1) */
   const char *transport;   /* "auto" (default: shm when the server is on this host, else
-                              tcp), "tcp", "shm" or "rdma"; an explicit choice that cannot
-                              be honoured fails connect with ECS_ENOTSUP and says why */
+                              tcp), "tcp", "shm" (fails connect with ECS_ENOTSUP, saying
+                              why, when it cannot be used) or "rdma" (without a device,
+                              or against a server without one: one line on stderr, then
+                              tcp) */
   const char *rdma_device; /* RDMA device name (NULL: the first one) */
   int rdma_port;           /* RDMA port number (default 1) */
   int rdma_gid_index;      /* RoCE GID index (default 0) */
@@ -151,8 +153,17 @@ int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views
  * them.  Never blocks on the server (the release is one-way). */
 int ecs_view_release(ecs_client_t *c, ecs_view_t *views, size_t n);
 
-/* "tcp", "shm", or "mixed" when servers are reached differently: the data
- * path this handle uses now. */
+/* Registers [ptr, ptr + len) for RDMA transfers (like Mooncake Store's
+ * register_buffer): gets into and puts from registered memory go straight
+ * to and from the NIC.  Unregistered buffers still work over RDMA, but are
+ * registered for each call (slow).  Without RDMA the region is only
+ * recorded.  ECS_EBUSY when ptr is already registered. */
+int ecs_register_buffer(ecs_client_t *c, void *ptr, size_t len);
+/* Undoes ecs_register_buffer(ptr).  ECS_ENOTFOUND when it was not registered. */
+int ecs_unregister_buffer(ecs_client_t *c, void *ptr);
+
+/* "tcp", "shm", "rdma", or "mixed" when servers are reached differently:
+ * the data path this handle uses now. */
 const char *ecs_client_transport(const ecs_client_t *c);
 
 /* Frees a buffer from ecs_get_batch_alloc(); accepts NULL. */

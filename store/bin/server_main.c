@@ -50,6 +50,11 @@ static void usage(FILE *f) {
           "                            (default /tmp/ecstore-PORT.sock)\n"
           "  --shm-allow-uid LIST      uids allowed on the shm socket besides the server's and root's\n"
           "  --lease-timeout-ms MS     drop a shm/RDMA lease or reservation held this long (default 30000)\n"
+          "  --rdma auto|on|off        register the pool for RDMA clients: auto uses a device when one\n"
+          "                            exists (default), on refuses to start without one\n"
+          "  --rdma-device NAME        RDMA device (default: the first one)\n"
+          "  --rdma-port N             RDMA port (default 1)\n"
+          "  --rdma-gid-index N        RoCE GID index (default 0)\n"
           "  --port-file FILE          write the bound port to FILE once listening\n"
           "  --log-level LEVEL         error, warn, info or debug (default info)\n"
           "  --config FILE             read options from FILE ('name = value' lines);\n"
@@ -86,6 +91,10 @@ enum {
   O_SHMSOCK,
   O_SHMUID,
   O_LEASETO,
+  O_RDMA,
+  O_RDMADEV,
+  O_RDMAPORT,
+  O_RDMAGID,
   O_HELP
 };
 
@@ -112,6 +121,10 @@ static const struct option long_opts[] = {
     {"shm-socket", required_argument, 0, O_SHMSOCK},
     {"shm-allow-uid", required_argument, 0, O_SHMUID},
     {"lease-timeout-ms", required_argument, 0, O_LEASETO},
+    {"rdma", required_argument, 0, O_RDMA},
+    {"rdma-device", required_argument, 0, O_RDMADEV},
+    {"rdma-port", required_argument, 0, O_RDMAPORT},
+    {"rdma-gid-index", required_argument, 0, O_RDMAGID},
     {"log-level", required_argument, 0, O_LOG},
     {"config", required_argument, 0, O_CONFIG},
     {"enable-debug-ops", no_argument, 0, O_DEBUGOPS},
@@ -261,6 +274,26 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     }
     return 0;
   }
+  case O_RDMA:
+    if (strcmp(arg, "auto") && strcmp(arg, "on") && strcmp(arg, "off"))
+      return bad("rdma", arg, "expected auto, on or off");
+    snprintf(o->rdma, sizeof o->rdma, "%s", arg);
+    return 0;
+  case O_RDMADEV:
+    if (!*arg || strlen(arg) >= sizeof o->rdma_device)
+      return bad("rdma-device", arg, "expected a device name");
+    snprintf(o->rdma_device, sizeof o->rdma_device, "%s", arg);
+    return 0;
+  case O_RDMAPORT:
+    if (ecs_parse_int(arg, 1, 255, &v))
+      return bad("rdma-port", arg, "expected 1..255");
+    o->rdma_port = (int)v;
+    return 0;
+  case O_RDMAGID:
+    if (ecs_parse_int(arg, 0, 255, &v))
+      return bad("rdma-gid-index", arg, "expected 0..255");
+    o->rdma_gid_index = (int)v;
+    return 0;
   case O_LEASETO:
     if (ecs_parse_int(arg, 100, 3600000, &v))
       return bad("lease-timeout-ms", arg, "expected 100..3600000");
