@@ -469,6 +469,18 @@ static void handle_stat(ecs_server_t *s, conn_t *c) {
   reply_finish(s, c, ECS_OK, 0, 0);
 }
 
+/* A re-put of a committed key whose stored bytes no longer match their
+ * checksum (memory corruption) replaces the object instead of reporting an
+ * idempotent success: the retry heals the store.  This costs one hash of
+ * the stored object per duplicate put, which only retries pay. */
+static ecs_obj_t *drop_if_corrupt(ecs_server_t *s, ecs_obj_t *o) {
+  if (ecs_checksum(ecs_objstore_data(s->os, o), (size_t)o->nbytes) == o->checksum)
+    return o;
+  ECS_LOG_W("stored object failed its checksum; replacing it with the new put");
+  ecs_objstore_remove(s->os, o->key, o->key_len);
+  return NULL;
+}
+
 static int same_content(const ecs_obj_t *o, const ecs_put_item_t *it) {
   if (o->nbytes != it->nbytes || o->checksum != it->checksum || o->codec != it->codec ||
       o->raw_nbytes != it->raw_nbytes || o->desc.dtype != it->desc.dtype || o->desc.ndim != it->desc.ndim)
@@ -521,6 +533,8 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
     if (sl->status != ECS_OK)
       continue;
     ecs_obj_t *o = ecs_objstore_find(s->os, sl->item.key, sl->item.key_len);
+    if (o && o->state == ECS_OBJ_COMMITTED && same_content(o, &sl->item))
+      o = drop_if_corrupt(s, o);
     if (o && o->state == ECS_OBJ_COMMITTED) {
       sl->status = same_content(o, &sl->item) ? ECS_OK : ECS_ECONFLICT;
       continue;
@@ -771,6 +785,8 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
     ecs_reserve_reply_t rr = {.status = rc};
     if (rc == ECS_OK) {
       ecs_obj_t *o = ecs_objstore_find(s->os, it.key, it.key_len);
+      if (o && o->state == ECS_OBJ_COMMITTED && same_content(o, &it))
+        o = drop_if_corrupt(s, o);
       if (o && o->state == ECS_OBJ_COMMITTED) {
         /* already stored: same content is fine (resv_id 0), else a conflict */
         rr.status = same_content(o, &it) ? ECS_OK : ECS_ECONFLICT;
