@@ -740,9 +740,8 @@ void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
                         "len",  len,  "raw_len", raw,        "dtype", dtype, "shape", shape,
                         "csum", csum, "codec",   codec,      "t",     t};
   size_t lens[22];
-  for (int i = 0; i < 22; i++)
-    lens[i] = strlen(argv[i]);
-  lens[1] = klen;
+  for (int i = 0; i < 22; i++) /* argv[1] is the binary key: never strlen it */
+    lens[i] = i == 1 ? klen : strlen(argv[i]);
   meta_enqueue(m, 22, argv, lens);
   meta_maybe_autoflush(m);
 }
