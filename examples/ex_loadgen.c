@@ -148,7 +148,7 @@ static void usage(FILE *f) {
 /* Figures over the results. */
 typedef struct report {
   uint32_t ok, failed;
-  double dur_s, ttft[3], tpot[3], load[2], kvf[2];
+  double dur_s, ttft[3], tpot[3], load[2], save[2], kvf[2];
   uint64_t in_tok, out_tok;
   ex_stats_t st;
   double hit_rate, load_hit_rate;
@@ -159,7 +159,8 @@ static void compute(report_t *rp, uint64_t t0, uint64_t t1) {
   memset(rp, 0, sizeof *rp);
   double *ttft = calloc(WL.requests + 1, sizeof(double)), *tpot = calloc(WL.requests + 1, sizeof(double));
   double *load = calloc(WL.requests + 1, sizeof(double)), *kvf = calloc(WL.requests + 1, sizeof(double));
-  size_t nt = 0, np = 0, nl = 0, nk = 0;
+  double *save = calloc(WL.requests + 1, sizeof(double));
+  size_t nt = 0, np = 0, nl = 0, nk = 0, ns = 0;
   for (uint32_t i = 0; i < WL.requests; i++) {
     result_t *r = &R[i];
     ex_stats_add(&rp->st, &r->st);
@@ -167,6 +168,8 @@ static void compute(report_t *rp, uint64_t t0, uint64_t t1) {
       snprintf(rp->path, sizeof rp->path, "%s", r->path);
     if (r->st.load_items > 0 && load != NULL)
       load[nl++] = (double)r->st.load_us / 1000.0;
+    if (r->st.encoded > 0 && save != NULL)
+      save[ns++] = (double)r->st.save_us / 1000.0;
     if (r->st.kv_fetch_us > 0 && r->status == 0 && kvf != NULL)
       kvf[nk++] = (double)r->st.kv_fetch_us / 1000.0;
     if (r->status != 0 || !r->done) {
@@ -182,7 +185,9 @@ static void compute(report_t *rp, uint64_t t0, uint64_t t1) {
       tpot[np++] = (double)(r->t_last - r->t_first) / 1000.0 / (double)(r->ntok - 1);
   }
   rp->dur_s = (double)(t1 - t0) / 1e6;
-  if (ttft && tpot && load && kvf) {
+  if (ttft && tpot && load && kvf && save) {
+    rp->save[0] = ex_pct(save, ns, 50);
+    rp->save[1] = ex_pct(save, ns, 99);
     rp->ttft[0] = ex_mean(ttft, nt);
     rp->ttft[1] = ex_pct(ttft, nt, 50);
     rp->ttft[2] = ex_pct(ttft, nt, 99);
@@ -200,6 +205,7 @@ static void compute(report_t *rp, uint64_t t0, uint64_t t1) {
   free(tpot);
   free(load);
   free(kvf);
+  free(save);
 }
 
 static void print_report(const report_t *rp, const char *label, uint32_t conc) {
@@ -229,6 +235,7 @@ static void print_report(const report_t *rp, const char *label, uint32_t conc) {
          (double)rp->st.load_bytes / MB);
   printf("%-44s %llu / %llu (%.1f%%)\n", "Loads / hits at load:", (unsigned long long)rp->st.load_items,
          (unsigned long long)rp->st.load_hits, 100.0 * rp->load_hit_rate);
+  printf("%-44s %.2f / %.2f\n", "EC save + wait_for_save p50 / p99 (ms):", rp->save[0], rp->save[1]);
   printf("%-44s %.2f / %.2f\n", "EC load latency p50 / p99 (ms):", rp->load[0], rp->load[1]);
   printf("%-44s %llu\n", "Recomputed embeddings (misses at load):", (unsigned long long)rp->st.recomputes);
   printf("%-44s %llu\n", "Failed saves (reported by encoders):", (unsigned long long)rp->st.saves_failed);
@@ -300,6 +307,7 @@ static void write_outputs(const report_t *rp, const char *tokens_out, const char
             rp->tpot[2]);
     fprintf(f, "ec_load_p50_ms=%.3f\nec_load_p99_ms=%.3f\nhit_rate=%.4f\nload_hit_rate=%.4f\n", rp->load[0],
             rp->load[1], rp->hit_rate, rp->load_hit_rate);
+    fprintf(f, "ec_save_p50_ms=%.3f\nec_save_p99_ms=%.3f\n", rp->save[0], rp->save[1]);
     fprintf(f, "save_mb=%.3f\nload_mb=%.3f\nrecomputes=%llu\nsaves_failed=%llu\n",
             (double)rp->st.save_bytes / 1e6, (double)rp->st.load_bytes / 1e6,
             (unsigned long long)rp->st.recomputes, (unsigned long long)rp->st.saves_failed);
