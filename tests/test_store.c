@@ -126,6 +126,8 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
   env_t *e = *state;
+  if (!e) /* setup failed and cleaned up after itself */
+    return -1;
   int st = stop_env(e);
   free(e);
   if (st != 0)
