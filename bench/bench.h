@@ -23,12 +23,15 @@ double ecs_bench_percentile(double *v, size_t n, double p);
 /* Parses "4K", "16M", "2G", "123" into bytes.  Returns 0 or -1. */
 int ecs_bench_parse_size(const char *s, size_t *out);
 
-/* One line naming the machine (cores, memory) and the date, for headers. */
+/* One line naming the machine (cores, CPU, memory) and the date, for
+ * headers: into out, or printed as "# machine: ..." on stdout. */
+void ecs_bench_machine(char *out, size_t cap);
 void ecs_bench_print_machine(void);
 
 /* Subcommands (one per bench_*.c file). */
 int ecs_bench_pool(int argc, char **argv);
 int ecs_bench_net(int argc, char **argv);
 int ecs_bench_codec(int argc, char **argv);
+int ecs_bench_compare(int argc, char **argv);
 
 #endif

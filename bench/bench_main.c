@@ -11,11 +11,14 @@ static const struct {
 } cmds[] = {
     {"net", ecs_bench_net, "ecstore put/get over loopback TCP vs a raw socket stream and Redis"},
     {"pool", ecs_bench_pool, "buddy pool alloc/free vs glibc malloc, and a FIFO eviction workload"},
+    {"compare", ecs_bench_compare,
+     "every ecstore path next to Redis, memcached, files, raw TCP and memcpy; scaling; CSV"},
     {"codec", ecs_bench_codec, "lz4/zstd ratio and speed, with and without byte shuffle, vs memcpy"},
 };
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: ecstore-bench SUBCOMMAND [options]   (SUBCOMMAND --help for its options)\n\nsubcommands:\n");
+  fprintf(
+      f, "usage: ecstore-bench SUBCOMMAND [options]   (SUBCOMMAND --help for its options)\n\nsubcommands:\n");
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].help);
 }

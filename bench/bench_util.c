@@ -45,13 +45,23 @@ int ecs_bench_parse_size(const char *s, size_t *out) {
     return -1;
   unsigned long long mul = 1;
   switch (*end) {
-  case '\0':
+  case '\0': break;
+  case 'k':
+  case 'K':
+    mul = 1ull << 10;
+    end++;
     break;
-  case 'k': case 'K': mul = 1ull << 10; end++; break;
-  case 'm': case 'M': mul = 1ull << 20; end++; break;
-  case 'g': case 'G': mul = 1ull << 30; end++; break;
-  default:
-    return -1;
+  case 'm':
+  case 'M':
+    mul = 1ull << 20;
+    end++;
+    break;
+  case 'g':
+  case 'G':
+    mul = 1ull << 30;
+    end++;
+    break;
+  default: return -1;
   }
   if (*end == 'i' || *end == 'B')
     end++;
@@ -63,9 +73,28 @@ int ecs_bench_parse_size(const char *s, size_t *out) {
   return 0;
 }
 
-void ecs_bench_print_machine(void) {
+/* The CPU's model name from /proc/cpuinfo, or "?". */
+static void cpu_model(char *out, size_t cap) {
+  snprintf(out, cap, "?");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f)
+    return;
+  char line[256];
+  while (fgets(line, sizeof line, f)) {
+    char *colon = strchr(line, ':');
+    if (strncmp(line, "model name", 10) == 0 && colon) {
+      colon += 1 + (colon[1] == ' ');
+      colon[strcspn(colon, "\n")] = '\0';
+      snprintf(out, cap, "%s", colon);
+      break;
+    }
+  }
+  fclose(f);
+}
+
+void ecs_bench_machine(char *out, size_t cap) {
   struct sysinfo si;
-  char date[32] = "?";
+  char date[32] = "?", cpu[128];
   time_t now = time(NULL);
   struct tm tm;
   if (gmtime_r(&now, &tm))
@@ -73,5 +102,12 @@ void ecs_bench_print_machine(void) {
   double gib = 0;
   if (sysinfo(&si) == 0)
     gib = (double)si.totalram * si.mem_unit / (1024.0 * 1024 * 1024);
-  printf("# machine: %ld cores, %.1f GiB memory; %s\n", sysconf(_SC_NPROCESSORS_ONLN), gib, date);
+  cpu_model(cpu, sizeof cpu);
+  snprintf(out, cap, "%ld cores (%s), %.1f GiB memory; %s", sysconf(_SC_NPROCESSORS_ONLN), cpu, gib, date);
+}
+
+void ecs_bench_print_machine(void) {
+  char m[256];
+  ecs_bench_machine(m, sizeof m);
+  printf("# machine: %s\n", m);
 }

@@ -818,7 +818,11 @@ int ecs_bench_memcached_start(ecs_ts_proc_t *p, size_t mem_mb, size_t max_item) 
   char sport[16], smem[32], sitem[32];
   snprintf(sport, sizeof sport, "%d", port);
   snprintf(smem, sizeof smem, "%zu", mem_mb);
-  snprintf(sitem, sizeof sitem, "%zum", (max_item + (1u << 20) - 1) >> 20);
+  /* -I bounds the item with its header: twice the largest value, >= 2 MiB */
+  size_t item_mb = 2 * ((max_item + (1u << 20) - 1) >> 20);
+  snprintf(sitem, sizeof sitem, "%zum", item_mb < 2 ? 2 : item_mb);
+  if (mem_mb < 2 * item_mb)
+    snprintf(smem, sizeof smem, "%zu", 2 * item_mb);
   /* -U 0: no UDP; -t 2: the machine's cores; -u: memcached refuses root */
   char *argv[] = {(char *)bin, "-l", "127.0.0.1", "-p", sport, "-U", "0",    "-m",
                   smem,        "-I", sitem,       "-t", "2",   "-u", "root", NULL};
