@@ -789,13 +789,29 @@ static void test_background_eviction(void **state) {
   static const char *const extra[] = {"--pool-size", "16M", "--high-watermark", "0.5", "--low-watermark",
                                       "0.25",        NULL};
   assert_int_equal(start_env(&e, extra), 0);
-  uint8_t *obj = calloc(1, MIB);
-  for (int i = 0; i < 12; i++) {
-    char key[32];
-    snprintf(key, sizeof key, "bg-%d", i);
-    obj[0] = (uint8_t)i;
-    assert_int_equal(put1(e.c, key, obj, MIB, ECS_DTYPE_U8), ECS_OK);
+  /* one batch of 12 MiB: committed at once, so the fill jumps above the
+   * high watermark (8 MiB) and the loop must bring it to the low one */
+  enum { N = 12 };
+  uint8_t *obj = calloc(N, MIB);
+  char names[N][16];
+  ecs_key_t keys[N];
+  ecs_tensor_t ts[N];
+  int st_[N];
+  memset(ts, 0, sizeof ts);
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "bg-%d", i);
+    keys[i].data = names[i];
+    keys[i].len = strlen(names[i]);
+    obj[(size_t)i * MIB] = (uint8_t)i;
+    ts[i].data = obj + (size_t)i * MIB;
+    ts[i].nbytes = MIB;
+    ts[i].desc.dtype = ECS_DTYPE_U8;
+    ts[i].desc.ndim = 1;
+    ts[i].desc.shape[0] = MIB;
   }
+  assert_int_equal(ecs_put_batch(e.c, keys, ts, N, st_), ECS_OK);
+  for (int i = 0; i < N; i++)
+    assert_int_equal(st_[i], ECS_OK);
   free(obj);
   ecs_server_stat_t st;
   for (int i = 0; i < 100; i++) { /* the loop evicts within a tick or two */
