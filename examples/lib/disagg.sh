@@ -112,9 +112,24 @@ ex_stop_all() {
   EX_NAMES=()
 }
 
+# ex_run_fg CMD...: runs CMD with the script's stdout, but in the background
+# so that a signal to the script runs its trap at once; sets EX_FG_RC.
+EX_FG_PID=""
+ex_run_fg() {
+  "$@" &
+  EX_FG_PID=$!
+  EX_FG_RC=0
+  wait "$EX_FG_PID" || EX_FG_RC=$?
+  EX_FG_PID=""
+}
+
 ex_cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  if [ -n "$EX_FG_PID" ]; then
+    kill -TERM "$EX_FG_PID" 2>/dev/null || true
+    wait "$EX_FG_PID" 2>/dev/null || true
+  fi
   ex_stop_all
   if [ -n "$EX_TMP" ] && [ -d "$EX_TMP" ]; then
     if [ "$EX_KEEP" = 1 ] || { [ "$rc" -ne 0 ] && [ -n "${ECS_EXAMPLES_KEEP_ON_FAIL:-}" ]; }; then
@@ -351,17 +366,17 @@ ex_main() {
 
   local wl=(--requests "$requests" --images-per-request "$ipr" --image-size "$image_size"
     --prompt-tokens "$prompt" --output-tokens "$output" --unique-images "$unique" --seed "$seed")
-  local lrc=0
-  "$bin/ecs-example-loadgen" --proxy "127.0.0.1:$(ex_port "$EX_TMP/proxy.port")" "${wl[@]}" \
+  ex_run_fg "$bin/ecs-example-loadgen" --proxy "127.0.0.1:$(ex_port "$EX_TMP/proxy.port")" "${wl[@]}" \
     --concurrency "$conc" --label "$mode, $backend" --tokens-out "$EX_TMP/tokens.txt" \
-    --summary-out "$EX_TMP/summary.txt" || lrc=$?
+    --summary-out "$EX_TMP/summary.txt"
+  local lrc=$EX_FG_RC
   if [ "$lrc" -ne 0 ] && [ "$lrc" -ne 3 ]; then
     echo "error: the load generator failed (status $lrc)" >&2
     exit 1
   fi
   ex_stop_all
-  local crc=0
-  "$bin/ecs-example-reference" "${wl[@]}" --check "$EX_TMP/tokens.txt" || crc=$?
+  ex_run_fg "$bin/ecs-example-reference" "${wl[@]}" --check "$EX_TMP/tokens.txt"
+  local crc=$EX_FG_RC
   if [ -n "$summary_out" ]; then
     cp "$EX_TMP/summary.txt" "$summary_out"
     if [ "$crc" -eq 0 ]; then echo "correctness=PASS"; else echo "correctness=FAIL"; fi >>"$summary_out"
