@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The README's main command: installs what is missing, builds ecstore and
-# runs the main job.  Options are passed through to the job.
+# runs the 1E1PD example (examples/disagg_1e1pd_example.sh: an encoder and a
+# prefill/decode worker over the EC connector and ecstore-server, a serving
+# report, and a token-by-token check against a single-process run).
+# Options are passed through to the example (--help lists them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 "$PWD/scripts/install-deps.sh"
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
-exec build/bin/ecstore-bench pool "$@"
+exec examples/disagg_1e1pd_example.sh --build-dir "$PWD/build" "$@"
