@@ -9,3 +9,7 @@ foreach(_c ${_ecs_example_cases})
   set_tests_properties(examples_${_c} PROPERTIES TIMEOUT 240 LABELS examples
     ENVIRONMENT "ECS_BIN_DIR=${CMAKE_BINARY_DIR}/bin;ECS_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endforeach()
+
+# The examples' wire codec and stand-in model (unit, no processes).
+ecs_add_test(test_examples_wire SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_examples_wire.c
+  LABELS "unit;examples" LIBS ecs_examples)
