@@ -147,7 +147,10 @@ class ECConnector:
 
     def __del__(self):
         if getattr(self, "_ptr", None):
-            self.close()
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - at interpreter exit; nothing to report to
+                pass
 
     def describe(self):
         """The backend in use and its path, as ecs_ec_describe says."""
@@ -276,11 +279,14 @@ def _key(h):
 class LoadHandle:
     """A load in progress.  ``statuses`` holds the per-item codes of the
     last wait/poll (ECS_OK: hit; anything else: a miss the engine
-    recomputes; EBUSY: still pending).  Context manager: releases on exit."""
+    recomputes; EBUSY: still pending).  Context manager: releases on exit.
+    wait() and poll() are for one thread at a time (as in C)."""
 
     def __init__(self, conn, ptr, pairs):
         self._conn = conn
         self._ptr = ptr
+        self._lock = threading.Lock()
+        self._release = conn._lib.ecs_ec_load_release  # bound now: usable at interpreter exit
         self._pairs = pairs  # keeps the destination buffers alive
         self._res = (_lib.EcLoadResult * len(pairs))()
         self.statuses = [codes.EBUSY] * len(pairs)
@@ -328,11 +334,14 @@ class LoadHandle:
 
     def release(self):
         """Cancels items not started, waits for the one in flight, frees the
-        handle; after it the connector never touches the outs again."""
-        if self._ptr:
-            self._conn._lib.ecs_ec_load_release(self._ptr)
-            self._ptr = None
-            self._pairs = [(h, None) for h, _ in self._pairs]
+        handle; after it the connector never touches the outs again.
+        Idempotent, and safe against the connector's close() on another
+        thread (which releases open loads first)."""
+        with self._lock:
+            if self._ptr:
+                self._release(self._ptr)
+                self._ptr = None
+                self._pairs = [(h, None) for h, _ in self._pairs]
 
     def __enter__(self):
         return self

@@ -117,21 +117,23 @@ class _Handle:
     """One C client handle, used by one thread; the lock lets close() from
     another thread wait for a call in flight."""
 
-    __slots__ = ("ptr", "lock", "__weakref__")
+    __slots__ = ("ptr", "lock", "_close", "__weakref__")
 
     def __init__(self, ptr):
         self.ptr = ptr
         self.lock = threading.Lock()
+        # Bound now: at interpreter exit module globals may be gone.
+        self._close = _lib.lib().ecs_client_close
 
     def close(self):
         with self.lock:
             if self.ptr:
-                _lib.lib().ecs_client_close(self.ptr)
+                self._close(self.ptr)
                 self.ptr = None
 
     def __del__(self):  # the owning thread ended, or the store was dropped
         if self.ptr:
-            _lib.lib().ecs_client_close(self.ptr)
+            self._close(self.ptr)
             self.ptr = None
 
 

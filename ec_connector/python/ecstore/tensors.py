@@ -217,15 +217,16 @@ class _CBuffer:
     array interface; numpy keeps it as the array's base, so the block is
     freed (ecs_free) when the last array or tensor using it goes away."""
 
-    __slots__ = ("ptr", "__array_interface__")
+    __slots__ = ("ptr", "_free", "__array_interface__")
 
     def __init__(self, ptr, typestr, shape):
         self.ptr = ptr
+        self._free = _lib.lib().ecs_free  # bound now: at exit module globals may be gone
         self.__array_interface__ = {"data": (ptr, False), "shape": tuple(shape), "typestr": typestr, "version": 3}
 
     def __del__(self):
         if self.ptr:
-            _lib.lib().ecs_free(self.ptr)
+            self._free(self.ptr)
             self.ptr = None
 
 
