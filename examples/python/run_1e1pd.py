@@ -57,6 +57,8 @@ def stop(p):
 
 
 def main():
+    # SIGTERM (a timeout, kill) must still stop the servers below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=str(REPO / "build"))
     ap.add_argument("--images", type=int, default=8)
