@@ -83,9 +83,11 @@ static const char *es_errmsg(void *hp) {
   return ecs_client_errmsg(h->c);
 }
 
+/* The data path the client actually took ("tcp", "shm", "rdma"), not the
+ * protocol asked for: "auto" resolves per server at connect. */
 static const char *es_path(void *hp) {
   ecstore_h_t *h = hp;
-  return h->path;
+  return h->c ? ecs_client_transport(h->c) : h->path;
 }
 
 const ecs__ec_ops_t ecs__ec_ops_ecstore = {
