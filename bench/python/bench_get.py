@@ -16,8 +16,8 @@ that this script starts (or that --server/--redis name):
 - redis-py: GET of the same blobs from Redis, pipelined per batch (as the
             C bench's Redis baseline), 1 connection, same timing rule.
 
-Prints GB/s and the ratios Python/C (target >= 95% for large objects) and
-Python/redis-py.  Both ecstore clients use the TCP transport (the C bench's
+Prints GB/s (medians) and the ratios Python/C (the median of the paired
+per-repetition ratios; target >= 95% for large objects) and Python/redis-py.  Both ecstore clients use the TCP transport (the C bench's
 TCP table) and verify checksums (the default of both).
 
   /usr/bin/python3 bench/python/bench_get.py                 # build/ of this tree
@@ -41,6 +41,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "ec_connector" / "python"))
 
 NS = "test"  # the namespace ecstore-bench net uses with --server
+SETTLE_S = 0.3  # quiet time before each timed repetition, C and Python alike
 
 
 def parse_size(s):
@@ -154,11 +155,15 @@ def measure_cell(store, rc, bench, server, transport, size, b, args, tmp):
     argv = c_bench_argv(bench, server, transport, size, b, args.seconds, os.path.join(tmp, "c.csv"))
     c_runs, py_runs = [], []
     for _ in range(args.reps):
+        time.sleep(SETTLE_S)
         c_runs.append(run_c_bench(argv, transport, size, b))
         # the C run removed its objects: put the same bytes back under the same keys
         st = store.batch_put_from(keys, [src.ctypes.data] * b, szs)
         if any(st):
             sys.exit("put failed: %s" % st)
+        # ecstore-bench's put cells filled the pool: let the server's
+        # background eviction and Redis writes finish before timing
+        time.sleep(SETTLE_S)
         py_runs.append(timed(py_get, size * b, args.seconds))
     assert all((d == 0x3C).all() for d in dst)
     store.batch_remove(keys)
@@ -179,7 +184,11 @@ def measure_cell(store, rc, bench, server, transport, size, b, args, tmp):
 
     rpy = statistics.median(timed(rpy_get, size * b, args.seconds) for _ in range(args.reps))
     rc.delete(*keys)
-    return statistics.median(c_runs), statistics.median(py_runs), rpy
+    # Py/C: the median of the paired ratios (each Python repetition against
+    # the C one just before it), steadier than a ratio of medians when other
+    # processes load the machine.
+    ratio = statistics.median(p / c for p, c in zip(py_runs, c_runs))
+    return statistics.median(c_runs), statistics.median(py_runs), ratio, rpy
 
 
 def main():
@@ -230,9 +239,9 @@ def main():
                 used = store.transport() or transport
                 for size in sizes:
                     for b in batches:
-                        c, py, rpy = measure_cell(store, rc, bench, server, transport, size, b, args, tmp)
+                        c, py, ratio, rpy = measure_cell(store, rc, bench, server, transport, size, b, args, tmp)
                         print("%-5s %6s %5d | %8.2f %8.2f %6.0f%% | %9.2f %7.2fx" % (
-                            used, human(size), b, c, py, 100 * py / c, rpy, py / rpy), flush=True)
+                            used, human(size), b, c, py, 100 * ratio, rpy, py / rpy), flush=True)
     finally:
         stop(sp)
         stop(rp)
