@@ -111,6 +111,27 @@ def test_register_buffer_records_and_validates(store):
         store.unregister_buffer(p)
 
 
+def test_register_buffer_reaches_every_c_handle(store):
+    """The C client knows the region (a second C registration says EBUSY),
+    on this thread's handle and on one a new thread opens afterwards."""
+    import threading
+    lib = ecstore._lib.lib()
+    a, p = buf(1 << 16)
+    assert store.register_buffer(p, a.nbytes) == 0
+    assert lib.ecs_register_buffer(store._handle().ptr, p, a.nbytes) == ecstore.codes.EBUSY
+    seen = []
+
+    def other():
+        seen.append(lib.ecs_register_buffer(store._handle().ptr, p, a.nbytes))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == [ecstore.codes.EBUSY]
+    assert store.unregister_buffer(p) == 0
+    assert lib.ecs_unregister_buffer(store._handle().ptr, p) == ecstore.codes.ENOTFOUND
+
+
 def test_stat_ping_server_count(store):
     store.ping()
     assert store.server_count() == 1

@@ -198,6 +198,8 @@ _CLIENT_PROTOS = {
 # Newer than the first client: bound when the library has them.
 _OPTIONAL_PROTOS = {
     "ecs_client_transport": (ctypes.c_char_p, [_P]),
+    "ecs_register_buffer": (ctypes.c_int, [_P, ctypes.c_void_p, _S]),
+    "ecs_unregister_buffer": (ctypes.c_int, [_P, ctypes.c_void_p]),
 }
 
 _CONNECTOR_PROTOS = {

@@ -211,6 +211,9 @@ class Store:
                     h.close()
                     raise make_error(codes.ENOTCONN, "store is closed")
                 self._handles.add(h)
+                regions = list(self._buffers.items())
+            for p, n in regions:  # a new handle registers what the store holds
+                self._register_on(h, p, n)
             self._tls.h = h
         return h
 
@@ -336,20 +339,17 @@ class Store:
     # ---- buffer registration ------------------------------------------
 
     def register_buffer(self, ptr, size):
-        """Records [ptr, ptr+size) as a buffer that batch_put_from and
-        batch_get_into will use.
+        """Registers [ptr, ptr+size) for RDMA transfers, as Mooncake Store's
+        register_buffer does: batch_get_into and batch_put_from on memory
+        inside a registered region go straight to and from the NIC, while
+        unregistered memory is registered for each call (slow).  Without an
+        RDMA transport the C library only records the region.
 
-        What it does today: it validates the region (a nonzero address, a
-        positive size, no overlap with another registered region) and
-        records it; registering the same region again is a no-op (a retry
-        is safe).  It does NOT pin, mlock or register the memory with any
-        NIC or device: libecstore has no registration call yet (RDMA
-        registration is being built in the C client), and every transfer
-        works the same with or without registration.  When the C call
-        exists, this method will call it, keeping this signature.
-        Returns 0; raises InvalidArgumentError on a bad or overlapping
-        region."""
-        if isinstance(ptr, bool) or not isinstance(ptr, int) or isinstance(size, bool) or not isinstance(size, int):
+        Every thread's C handle registers it (handles opened later register
+        it when they open).  Registering the same region again is a no-op (a
+        retry is safe).  Returns 0; raises InvalidArgumentError on a bad or
+        overlapping region, or the C error when registration fails."""
+        if not isinstance(ptr, int) or not isinstance(size, int):
             raise TypeError("register_buffer(ptr, size) takes two ints")
         if ptr <= 0 or size <= 0 or ptr + size > 1 << 64:
             raise make_error(codes.EINVAL, "bad region: ptr=%#x size=%d" % (ptr, size))
@@ -361,15 +361,51 @@ class Store:
                     raise make_error(codes.EINVAL, "region %#x+%d overlaps registered region %#x+%d"
                                      % (ptr, size, p, s))
             self._buffers[ptr] = size
+            handles = list(self._handles)
+        done = []
+        try:
+            for h in handles:
+                self._register_on(h, ptr, size)
+                done.append(h)
+        except BaseException:
+            with self._lock:
+                self._buffers.pop(ptr, None)
+            for h in done:
+                self._unregister_on(h, ptr)
+            raise
         return 0
 
     def unregister_buffer(self, ptr):
-        """Forgets a region recorded by register_buffer (by its start
-        address).  Returns 0; raises NotFoundError when none starts there."""
+        """Undoes register_buffer (by the region's start address) on every
+        thread's handle.  Returns 0; raises NotFoundError when none starts
+        there."""
         with self._lock:
             if self._buffers.pop(ptr, None) is None:
                 raise make_error(codes.ENOTFOUND, "no registered buffer starts at %#x" % ptr)
+            handles = list(self._handles)
+        for h in handles:
+            self._unregister_on(h, ptr)
         return 0
+
+    def _register_on(self, h, ptr, size):
+        fn = getattr(self._lib, "ecs_register_buffer", None)
+        if fn is None:  # a library older than the call: recording is all there is
+            return
+        with h.lock:
+            if not h.ptr:
+                return
+            rc = fn(h.ptr, ptr, size)
+            detail = self._lib.ecs_client_errmsg(h.ptr).decode(errors="replace") if rc else ""
+        if rc and rc != codes.EBUSY:
+            check(rc, detail or "register_buffer")
+
+    def _unregister_on(self, h, ptr):
+        fn = getattr(self._lib, "ecs_unregister_buffer", None)
+        if fn is None:
+            return
+        with h.lock:
+            if h.ptr:
+                fn(h.ptr, ptr)
 
     def registered_buffers(self):
         """{start address: size} of the recorded regions."""
