@@ -427,7 +427,7 @@ static void usage(FILE *f) {
              "  --sizes LIST     object sizes (default 64K,1M,4M,16M)\n"
              "  --batches LIST   objects per call (default 1,8,32)\n"
              "  --reps N         timed repetitions per cell (default 3)\n"
-             "  --seconds S      time per repetition (default 0.2)\n"
+             "  --seconds S      time per repetition (default 0.15)\n"
              "  --conns LIST     connection scaling (default 1,2,4,8)\n"
              "  --pools LIST     pool-size scaling (default 1G,2G,4G,8G,16G; a size that would leave\n"
              "                   less than 4 GiB of memory free is skipped and says so)\n"
@@ -444,7 +444,7 @@ int ecs_bench_compare(int argc, char **argv) {
                 .batches = {1, 8, 32},
                 .nbatches = 3,
                 .reps = 3,
-                .seconds = 0.2,
+                .seconds = 0.15,
                 .conns = {1, 2, 4, 8},
                 .nconns = 4,
                 .pools = {GIB, 2 * GIB, 4 * GIB, 8 * GIB, 16 * GIB},

@@ -32,17 +32,28 @@ static uint64_t next_round(void) {
   return __atomic_fetch_add(&put_round, 1, __ATOMIC_RELAXED);
 }
 
+/* What the workers of one measurement share: they run the same phases
+ * (a warm-up, then reps timed ones) in step, a barrier between phases. */
+typedef struct cell {
+  pthread_barrier_t bar; /* all connections start a phase together */
+  int reps;              /* timed phases */
+  double seconds;        /* length of a timed phase (the warm-up: a quarter) */
+} cell_t;
+
 typedef struct worker {
   const ecs_bench_env_t *env;
   const ecs_bench_job_t *job;
-  int id;         /* connection index */
-  double seconds; /* loop time */
-  /* out */
-  uint64_t bytes;   /* payload moved */
-  uint64_t objects; /* objects moved */
-  uint64_t t_first; /* start of the first timed call (ns) */
-  uint64_t t_last;  /* end of the last timed call (ns) */
-  double *lat_us;   /* one latency per call */
+  cell_t *cell;
+  int id;          /* connection index */
+  int phase;       /* -1 before the first; 0 warm-up; 1..reps timed */
+  uint64_t ncalls; /* calls in this phase */
+  uint64_t end;    /* this phase ends (ns) */
+  /* out, per phase */
+  uint64_t bytes[ECS_BENCH_MAX_REPS + 1];   /* payload moved */
+  uint64_t objects[ECS_BENCH_MAX_REPS + 1]; /* objects moved */
+  uint64_t t_first[ECS_BENCH_MAX_REPS + 1]; /* start of the first call (ns) */
+  uint64_t t_last[ECS_BENCH_MAX_REPS + 1];  /* end of the last call (ns) */
+  double *lat_us;                           /* one latency per timed call */
   size_t nlat, lat_cap;
   int err; /* a call failed */
 } worker_t;
@@ -59,19 +70,35 @@ static void lat_push(worker_t *w, double us) {
   w->lat_us[w->nlat++] = us;
 }
 
-/* One timed call done: its latency and its bytes. */
-static void call_done(worker_t *w, uint64_t t0) {
-  uint64_t now = ecs_bench_now_ns();
-  if (!w->t_first)
-    w->t_first = t0;
-  w->t_last = now;
-  lat_push(w, (double)(now - t0) / 1e3);
-  w->bytes += (uint64_t)w->job->batch * w->job->size;
-  w->objects += (uint64_t)w->job->batch;
+/* Starts the next phase once every connection is ready for it; 0 when
+ * the last one is over.  Every worker must call it until it returns 0
+ * (worker_main drains it after a failure), or the others would wait. */
+static int next_phase(worker_t *w) {
+  if (w->phase >= w->cell->reps)
+    return 0;
+  pthread_barrier_wait(&w->cell->bar);
+  w->phase++;
+  w->ncalls = 0;
+  w->end = ecs_bench_now_ns() + (uint64_t)((w->phase ? w->cell->seconds : w->cell->seconds / 4) * 1e9);
+  return 1;
 }
 
-static uint64_t deadline_of(const worker_t *w) {
-  return ecs_bench_now_ns() + (uint64_t)(w->seconds * 1e9);
+/* Another call in this phase?  At least one, however long it takes. */
+static int phase_running(const worker_t *w) {
+  return !w->err && (w->ncalls == 0 || ecs_bench_now_ns() < w->end);
+}
+
+/* One call done: its bytes, its span and (timed phases) its latency. */
+static void call_done(worker_t *w, uint64_t t0) {
+  uint64_t now = ecs_bench_now_ns();
+  int p = w->phase;
+  if (!w->ncalls++)
+    w->t_first[p] = t0;
+  w->t_last[p] = now;
+  w->bytes[p] += (uint64_t)w->job->batch * w->job->size;
+  w->objects[p] += (uint64_t)w->job->batch;
+  if (p > 0)
+    lat_push(w, (double)(now - t0) / 1e3);
 }
 
 static void key_of(char *out, size_t cap, const worker_t *w, int i) {
@@ -162,45 +189,46 @@ static void run_ecs(worker_t *w) {
             ecs_strerror(batch_status(st, b)));
     w->err = 1;
   }
-  uint64_t end = deadline_of(w);
-  do {
-    if (w->err)
-      break;
-    int rc;
-    if (!get) { /* fresh keys each call; the pool evicts the old */
-      uint64_t round = next_round();
-      for (int i = 0; i < b; i++) {
-        snprintf(names[i], 80, "bench-put-%zu-%llu-%d", j->size, (unsigned long long)round, i);
-        keys[i].len = strlen(names[i]);
+  while (next_phase(w)) {
+    while (phase_running(w)) {
+      if (w->err)
+        break;
+      int rc;
+      if (!get) { /* fresh keys each call; the pool evicts the old */
+        uint64_t round = next_round();
+        for (int i = 0; i < b; i++) {
+          snprintf(names[i], 80, "bench-put-%zu-%llu-%d", j->size, (unsigned long long)round, i);
+          keys[i].len = strlen(names[i]);
+        }
       }
-    }
-    uint64_t t0 = ecs_bench_now_ns();
-    if (j->mode == ECS_BM_ECS_VIEW) {
-      rc = ecs_get_view_batch(c, keys, views, (size_t)b);
-      for (int i = 0; !rc && i < b; i++)
-        rc = views[i].status;
-      ecs_view_release(c, views, (size_t)b);
-    } else if (get) {
-      for (int i = 0; i < b; i++) {
-        gb[i].data = dst[i];
-        gb[i].capacity = j->size;
+      uint64_t t0 = ecs_bench_now_ns();
+      if (j->mode == ECS_BM_ECS_VIEW) {
+        rc = ecs_get_view_batch(c, keys, views, (size_t)b);
+        for (int i = 0; !rc && i < b; i++)
+          rc = views[i].status;
+        ecs_view_release(c, views, (size_t)b);
+      } else if (get) {
+        for (int i = 0; i < b; i++) {
+          gb[i].data = dst[i];
+          gb[i].capacity = j->size;
+        }
+        rc = ecs_get_batch(c, keys, gb, (size_t)b);
+        for (int i = 0; !rc && i < b; i++)
+          rc = gb[i].status;
+      } else {
+        rc = ecs_put_batch(c, keys, ts, (size_t)b, st);
+        if (!rc)
+          rc = batch_status(st, b);
       }
-      rc = ecs_get_batch(c, keys, gb, (size_t)b);
-      for (int i = 0; !rc && i < b; i++)
-        rc = gb[i].status;
-    } else {
-      rc = ecs_put_batch(c, keys, ts, (size_t)b, st);
-      if (!rc)
-        rc = batch_status(st, b);
+      if (rc) {
+        fprintf(stderr, "ecstore-bench: %s over %s failed: %s\n", get ? "get" : "put", j->transport,
+                ecs_strerror(rc));
+        w->err = 1;
+        break;
+      }
+      call_done(w, t0);
     }
-    if (rc) {
-      fprintf(stderr, "ecstore-bench: %s over %s failed: %s\n", get ? "get" : "put", j->transport,
-              ecs_strerror(rc));
-      w->err = 1;
-      break;
-    }
-    call_done(w, t0);
-  } while (ecs_bench_now_ns() < end);
+  }
   if (get) {
     for (int i = 0; i < b; i++) {
       key_of(names[i], 80, w, i);
@@ -345,26 +373,27 @@ static void run_raw(worker_t *w) {
     iov[i + 1].iov_base = obj[i];
     iov[i + 1].iov_len = j->size;
   }
-  uint64_t end = deadline_of(w);
-  do {
-    uint64_t t0 = ecs_bench_now_ns();
-    int rc;
-    if (put) { /* header and bytes in one writev, then the ack */
-      memcpy(tmp, iov, ((size_t)b + 1) * sizeof *iov);
-      rc = ecs_net_writev_all(fd, tmp, b + 1, ecs_now_ms() + IO_MS) ||
-           ecs_net_read_all(fd, &ack, 8, ecs_now_ms() + IO_MS);
-    } else {
-      memcpy(tmp, iov, ((size_t)b + 1) * sizeof *iov);
-      rc = ecs_net_writev_all(fd, tmp, 1, ecs_now_ms() + IO_MS) ||
-           ecs_net_readv_all(fd, tmp + 1, b, ecs_now_ms() + IO_MS);
+  while (next_phase(w)) {
+    while (phase_running(w)) {
+      uint64_t t0 = ecs_bench_now_ns();
+      int rc;
+      if (put) { /* header and bytes in one writev, then the ack */
+        memcpy(tmp, iov, ((size_t)b + 1) * sizeof *iov);
+        rc = ecs_net_writev_all(fd, tmp, b + 1, ecs_now_ms() + IO_MS) ||
+             ecs_net_read_all(fd, &ack, 8, ecs_now_ms() + IO_MS);
+      } else {
+        memcpy(tmp, iov, ((size_t)b + 1) * sizeof *iov);
+        rc = ecs_net_writev_all(fd, tmp, 1, ecs_now_ms() + IO_MS) ||
+             ecs_net_readv_all(fd, tmp + 1, b, ecs_now_ms() + IO_MS);
+      }
+      if (rc) {
+        fprintf(stderr, "ecstore-bench: raw stream failed\n");
+        w->err = 1;
+        break;
+      }
+      call_done(w, t0);
     }
-    if (rc) {
-      fprintf(stderr, "ecstore-bench: raw stream failed\n");
-      w->err = 1;
-      break;
-    }
-    call_done(w, t0);
-  } while (ecs_bench_now_ns() < end);
+  }
   uint64_t zero = 0;
   struct iovec bye = {&zero, 8};
   ecs_net_writev_all(fd, &bye, 1, ecs_now_ms() + 1000);
@@ -409,35 +438,36 @@ static void run_redis(worker_t *w) {
       w->err = 1;
     freeReplyObject(rep);
   }
-  uint64_t end = deadline_of(w);
-  do {
-    if (w->err)
-      break;
-    uint64_t t0 = ecs_bench_now_ns();
-    for (int i = 0; i < b; i++) {
-      key_of(key, sizeof key, w, i);
-      if (get)
-        redisAppendCommand(r, "GET %s", key);
-      else
-        redisAppendCommand(r, "SET %s %b", key, val, j->size);
-    }
-    for (int i = 0; i < b; i++) {
-      redisReply *rep = NULL;
-      if (redisGetReply(r, (void **)&rep) != REDIS_OK || !rep || rep->type == REDIS_REPLY_ERROR ||
-          (get && (rep->type != REDIS_REPLY_STRING || (size_t)rep->len != j->size))) {
-        fprintf(stderr, "ecstore-bench: Redis %s failed\n", get ? "GET" : "SET");
-        freeReplyObject(rep);
-        w->err = 1;
+  while (next_phase(w)) {
+    while (phase_running(w)) {
+      if (w->err)
         break;
+      uint64_t t0 = ecs_bench_now_ns();
+      for (int i = 0; i < b; i++) {
+        key_of(key, sizeof key, w, i);
+        if (get)
+          redisAppendCommand(r, "GET %s", key);
+        else
+          redisAppendCommand(r, "SET %s %b", key, val, j->size);
       }
-      if (get)
-        memcpy(dst[i], rep->str, j->size);
-      freeReplyObject(rep);
+      for (int i = 0; i < b; i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(r, (void **)&rep) != REDIS_OK || !rep || rep->type == REDIS_REPLY_ERROR ||
+            (get && (rep->type != REDIS_REPLY_STRING || (size_t)rep->len != j->size))) {
+          fprintf(stderr, "ecstore-bench: Redis %s failed\n", get ? "GET" : "SET");
+          freeReplyObject(rep);
+          w->err = 1;
+          break;
+        }
+        if (get)
+          memcpy(dst[i], rep->str, j->size);
+        freeReplyObject(rep);
+      }
+      if (w->err)
+        break;
+      call_done(w, t0);
     }
-    if (w->err)
-      break;
-    call_done(w, t0);
-  } while (ecs_bench_now_ns() < end);
+  }
   for (int i = 0; i < b; i++) {
     key_of(key, sizeof key, w, i);
     freeReplyObject(redisCommand(r, "DEL %s", key));
@@ -577,16 +607,17 @@ static void run_mc(worker_t *w) {
     w->err = 1;
     goto out;
   }
-  uint64_t end = deadline_of(w);
-  do {
-    uint64_t t0 = ecs_bench_now_ns();
-    if (get ? mc_get(m, req, rl, dst, j->size, b) : mc_set(m, hdr, iov, val, j->size, b)) {
-      fprintf(stderr, "ecstore-bench: memcached %s failed\n", get ? "get" : "set");
-      w->err = 1;
-      break;
+  while (next_phase(w)) {
+    while (phase_running(w)) {
+      uint64_t t0 = ecs_bench_now_ns();
+      if (get ? mc_get(m, req, rl, dst, j->size, b) : mc_set(m, hdr, iov, val, j->size, b)) {
+        fprintf(stderr, "ecstore-bench: memcached %s failed\n", get ? "get" : "set");
+        w->err = 1;
+        break;
+      }
+      call_done(w, t0);
     }
-    call_done(w, t0);
-  } while (ecs_bench_now_ns() < end);
+  }
 out:
   close(m->fd);
   free(m);
@@ -663,20 +694,21 @@ static void run_file(worker_t *w) {
   memset(src, 0x3c, j->size);
   for (int i = 0; get && i < b && !w->err; i++)
     w->err = write_file(w, i, src) != 0;
-  uint64_t end = deadline_of(w);
-  do {
-    if (w->err)
-      break;
-    uint64_t t0 = ecs_bench_now_ns();
-    for (int i = 0; i < b && !w->err; i++)
-      w->err = (get ? read_file(w, i, dst[i]) : write_file(w, i, src)) != 0;
-    if (w->err) {
-      fprintf(stderr, "ecstore-bench: file %s in %s failed: %s\n", get ? "read" : "write", j->dir,
-              strerror(errno));
-      break;
+  while (next_phase(w)) {
+    while (phase_running(w)) {
+      if (w->err)
+        break;
+      uint64_t t0 = ecs_bench_now_ns();
+      for (int i = 0; i < b && !w->err; i++)
+        w->err = (get ? read_file(w, i, dst[i]) : write_file(w, i, src)) != 0;
+      if (w->err) {
+        fprintf(stderr, "ecstore-bench: file %s in %s failed: %s\n", get ? "read" : "write", j->dir,
+                strerror(errno));
+        break;
+      }
+      call_done(w, t0);
     }
-    call_done(w, t0);
-  } while (ecs_bench_now_ns() < end);
+  }
   for (int i = 0; i < b; i++) {
     char path[600];
     file_name(path, sizeof path, w, i, 0);
@@ -700,14 +732,15 @@ static void run_memcpy(worker_t *w) {
     w->err = 1;
     goto out;
   }
-  uint64_t end = deadline_of(w);
-  do {
-    uint64_t t0 = ecs_bench_now_ns();
-    for (int i = 0; i < b; i++)
-      memcpy(dst[i], src[i], size);
-    __asm__ __volatile__("" ::: "memory"); /* keep the copies */
-    call_done(w, t0);
-  } while (ecs_bench_now_ns() < end);
+  while (next_phase(w)) {
+    while (phase_running(w)) {
+      uint64_t t0 = ecs_bench_now_ns();
+      for (int i = 0; i < b; i++)
+        memcpy(dst[i], src[i], size);
+      __asm__ __volatile__("" ::: "memory"); /* keep the copies */
+      call_done(w, t0);
+    }
+  }
 out:
   bufs_free(src, b);
   bufs_free(dst, b);
@@ -732,76 +765,87 @@ static void *worker_main(void *p) {
   case ECS_BM_FILE_PUT: run_file(w); break;
   case ECS_BM_MEMCPY: run_memcpy(w); break;
   }
+  if (!w->err && w->phase < w->cell->reps)
+    w->err = 1;         /* a worker that left early failed somewhere */
+  while (next_phase(w)) /* keep step with the others to the end */
+    ;
   return NULL;
 }
 
-/* One cell: the job's connections at once for `seconds`.  Throughput is
- * payload over the span from the first timed call's start to the last
- * one's end, over all connections (each path's setup -- storing a get's
- * batch once -- stays out of it); latencies are appended to *lat. */
-static int run_cell(const ecs_bench_env_t *env, const ecs_bench_job_t *job, double seconds, double *gbps,
-                    double *mops, double **lat, size_t *nlat) {
-  worker_t ws[ECS_BENCH_MAX_CONNS];
-  pthread_t th[ECS_BENCH_MAX_CONNS];
-  int n = job->conns < 1 ? 1 : job->conns > ECS_BENCH_MAX_CONNS ? ECS_BENCH_MAX_CONNS : job->conns;
-  memset(ws, 0, sizeof ws);
-  for (int i = 0; i < n; i++) {
-    ws[i] = (worker_t){.env = env, .job = job, .id = i, .seconds = seconds};
-    pthread_create(&th[i], NULL, worker_main, &ws[i]);
-  }
-  uint64_t bytes = 0, objects = 0, t0 = UINT64_MAX, t1 = 0;
-  int err = 0;
-  for (int i = 0; i < n; i++) {
-    pthread_join(th[i], NULL);
-    bytes += ws[i].bytes;
-    objects += ws[i].objects;
-    err |= ws[i].err;
-    if (ws[i].nlat) {
-      t0 = ws[i].t_first < t0 ? ws[i].t_first : t0;
-      t1 = ws[i].t_last > t1 ? ws[i].t_last : t1;
-    }
-  }
-  double span = t1 > t0 ? (double)(t1 - t0) / 1e9 : 0;
-  *gbps = span > 0 ? (double)bytes / span / 1e9 : 0;
-  *mops = span > 0 ? (double)objects / span / 1e6 : 0;
-  for (int i = 0; i < n; i++) {
-    if (lat) {
-      double *p = realloc(*lat, (*nlat + ws[i].nlat + 1) * sizeof *p);
-      if (p) {
-        memcpy(p + *nlat, ws[i].lat_us, ws[i].nlat * sizeof *p);
-        *lat = p;
-        *nlat += ws[i].nlat;
-      }
-    }
-    free(ws[i].lat_us);
-  }
-  return err ? -1 : 0;
-}
-
+/* One measurement: the job's connections run a warm-up phase and reps
+ * timed phases in step, each worker setting up once (connect, store a
+ * get's batch) before the first.  A phase's throughput is its payload over
+ * the span from its first call's start to its last call's end, across
+ * connections; latencies pool every timed call. */
 int ecs_bench_measure(const ecs_bench_env_t *env, const ecs_bench_job_t *job, int reps, double seconds,
                       ecs_bench_result_t *out) {
   memset(out, 0, sizeof *out);
   reps = reps < 1 ? 1 : reps > ECS_BENCH_MAX_REPS ? ECS_BENCH_MAX_REPS : reps;
-  double g[ECS_BENCH_MAX_REPS], m[ECS_BENCH_MAX_REPS], wg, wm;
-  if (run_cell(env, job, seconds / 4, &wg, &wm, NULL, NULL))
+  int n = job->conns < 1 ? 1 : job->conns > ECS_BENCH_MAX_CONNS ? ECS_BENCH_MAX_CONNS : job->conns;
+  cell_t cell = {.reps = reps, .seconds = seconds};
+  worker_t *ws = calloc((size_t)n, sizeof *ws);
+  pthread_t th[ECS_BENCH_MAX_CONNS];
+  if (!ws || pthread_barrier_init(&cell.bar, NULL, (unsigned)n) != 0) {
+    free(ws);
     return -1;
-  double *lat = NULL;
-  size_t nlat = 0;
-  int rc = 0;
-  for (int i = 0; i < reps && !rc; i++)
-    rc = run_cell(env, job, seconds, &g[i], &m[i], &lat, &nlat);
-  if (!rc) {
-    out->reps = reps;
-    out->gbps = ecs_bench_median(g, (size_t)reps); /* sorts g */
-    out->gbps_min = g[0];
-    out->gbps_max = g[reps - 1];
-    out->mops = ecs_bench_median(m, (size_t)reps);
-    out->calls = nlat;
-    out->p50_us = ecs_bench_percentile(lat, nlat, 50);
-    out->p99_us = ecs_bench_percentile(lat, nlat, 99);
   }
+  int started = 0, err = 0;
+  for (int i = 0; i < n; i++) {
+    ws[i] = (worker_t){.env = env, .job = job, .cell = &cell, .id = i, .phase = -1};
+    if (pthread_create(&th[i], NULL, worker_main, &ws[i]) != 0)
+      break;
+    started++;
+  }
+  if (started < n) { /* the barrier counts n: the started ones would wait forever */
+    fprintf(stderr, "ecstore-bench: cannot start %d threads\n", n);
+    exit(1);
+  }
+  for (int i = 0; i < n; i++) {
+    pthread_join(th[i], NULL);
+    err |= ws[i].err;
+  }
+  pthread_barrier_destroy(&cell.bar);
+  double g[ECS_BENCH_MAX_REPS], m[ECS_BENCH_MAX_REPS];
+  size_t nlat = 0;
+  for (int p = 1; p <= reps; p++) {
+    uint64_t bytes = 0, objects = 0, t0 = UINT64_MAX, t1 = 0;
+    for (int i = 0; i < n; i++) {
+      bytes += ws[i].bytes[p];
+      objects += ws[i].objects[p];
+      if (ws[i].bytes[p] || ws[i].objects[p]) {
+        t0 = ws[i].t_first[p] < t0 ? ws[i].t_first[p] : t0;
+        t1 = ws[i].t_last[p] > t1 ? ws[i].t_last[p] : t1;
+      }
+    }
+    double span = t1 > t0 ? (double)(t1 - t0) / 1e9 : 0;
+    g[p - 1] = span > 0 ? (double)bytes / span / 1e9 : 0;
+    m[p - 1] = span > 0 ? (double)objects / span / 1e6 : 0;
+  }
+  for (int i = 0; i < n; i++)
+    nlat += ws[i].nlat;
+  double *lat = malloc((nlat ? nlat : 1) * sizeof *lat);
+  size_t k = 0;
+  for (int i = 0; i < n; i++) {
+    if (lat)
+      memcpy(lat + k, ws[i].lat_us, ws[i].nlat * sizeof *lat);
+    k += ws[i].nlat;
+    free(ws[i].lat_us);
+  }
+  free(ws);
+  if (err || !lat) {
+    free(lat);
+    return -1;
+  }
+  out->reps = reps;
+  out->gbps = ecs_bench_median(g, (size_t)reps); /* sorts g */
+  out->gbps_min = g[0];
+  out->gbps_max = g[reps - 1];
+  out->mops = ecs_bench_median(m, (size_t)reps);
+  out->calls = nlat;
+  out->p50_us = ecs_bench_percentile(lat, nlat, 50);
+  out->p99_us = ecs_bench_percentile(lat, nlat, 99);
   free(lat);
-  return rc ? -1 : 0;
+  return 0;
 }
 
 /* ------------------------------------------------------------------ */
