@@ -394,6 +394,42 @@ static int key_ok(const ecs_key_t *k) {
   return k->data && ecs_key_check(k->data, k->len) == ECS_OK;
 }
 
+/* Runs a batch server by server: fn gets each server's share of the items
+ * that skip[] does not exclude (indices into the caller's arrays, at most
+ * ECS_PROTO_MAX_ITEMS at a time).  A connection that turns out stale (the
+ * server restarted since the last call) is re-opened and the share sent
+ * once more: every request is idempotent (a removal retried after it took
+ * effect reports ENOTFOUND).  When a share fails as a whole, mark() gives
+ * its items, and the server's remaining ones, that error; the first such
+ * error is returned.  Other servers still run. */
+int ecs__cli_each_share(ecs_client_t *c, const ecs_key_t *keys, const int *skip, size_t n, uint64_t deadline,
+                        ecs_cli_share_fn fn, ecs_cli_mark_fn mark, void *arg) {
+  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+  if (!idx)
+    return ECS_ENOMEM;
+  int ret = ECS_OK;
+  for (size_t si = 0; si < c->nsrv; si++) {
+    size_t m = pick(c, keys, skip, n, si, idx);
+    for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
+      size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
+      srv_t *sv = &c->srv[si];
+      int reused = sv->fd >= 0;
+      int rc = fn(c, sv, idx + off, k, arg, deadline);
+      if (rc == ECS_ECONN && reused)
+        rc = fn(c, sv, idx + off, k, arg, deadline);
+      if (rc) {
+        for (size_t j = off; j < m; j++)
+          mark(arg, idx[j], rc);
+        if (ret == ECS_OK)
+          ret = rc;
+        break;
+      }
+    }
+  }
+  free(idx);
+  return ret;
+}
+
 /* ------------------------------------------------------------------ */
 /* put                                                                  */
 
@@ -519,44 +555,36 @@ static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, cons
   return ECS_OK;
 }
 
+typedef struct put_arg {
+  const ecs_key_t *keys;
+  const ecs_tensor_t *ts;
+  int *status;
+} put_arg_t;
+
+static int put_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline) {
+  put_arg_t *a = arg;
+  return put_one_server(c, s, a->keys, a->ts, idx, m, a->status, deadline);
+}
+
+static void put_mark(void *arg, size_t i, int rc) {
+  ((put_arg_t *)arg)->status[i] = rc;
+}
+
 int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
                   int *status) {
   if (!c || (n && (!keys || !tensors || !status)))
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
-  uint64_t deadline = ecs__cli_deadline(c);
   int *skip = calloc(n ? n : 1, sizeof *skip);
-  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
-  if (!skip || !idx) {
-    free(skip);
-    free(idx);
+  if (!skip)
     return ECS_ENOMEM;
-  }
   for (size_t i = 0; i < n; i++) {
     status[i] = put_validate(&keys[i], &tensors[i]);
     skip[i] = status[i] != ECS_OK;
   }
-  int ret = ECS_OK;
-  for (size_t si = 0; si < c->nsrv; si++) {
-    size_t m = pick(c, keys, skip, n, si, idx);
-    for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
-      size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
-      srv_t *sv = &c->srv[si];
-      int reused = sv->fd >= 0;
-      int rc = put_one_server(c, sv, keys, tensors, idx + off, k, status, deadline);
-      if (rc == ECS_ECONN && reused) /* a stale connection (server restarted): puts are idempotent */
-        rc = put_one_server(c, sv, keys, tensors, idx + off, k, status, deadline);
-      if (rc) {
-        for (size_t j = off; j < m; j++)
-          status[idx[j]] = rc;
-        if (ret == ECS_OK)
-          ret = rc;
-        break;
-      }
-    }
-  }
+  put_arg_t a = {keys, tensors, status};
+  int ret = ecs__cli_each_share(c, keys, skip, n, ecs__cli_deadline(c), put_share, put_mark, &a);
   free(skip);
-  free(idx);
   return ret;
 }
 
@@ -717,18 +745,35 @@ int ecs__cli_deliver(ecs_client_t *c, ecs_get_buf_t *b, const void *src, uint8_t
   return ECS_OK;
 }
 
+typedef struct get_arg {
+  const ecs_key_t *keys;
+  ecs_get_buf_t *bufs;
+  int alloc;
+} get_arg_t;
+
+static int get_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline) {
+  get_arg_t *a = arg;
+  return get_one_server(c, s, a->keys, a->bufs, idx, m, a->alloc, deadline);
+}
+
+static void get_mark(void *arg, size_t i, int rc) {
+  get_arg_t *a = arg;
+  ecs_get_buf_t *b = &a->bufs[i];
+  if (a->alloc) {
+    free(b->data);
+    b->data = NULL;
+  }
+  b->status = rc;
+  b->nbytes = 0;
+}
+
 static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n, int alloc) {
   if (!c || (n && (!keys || !bufs)))
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
-  uint64_t deadline = ecs__cli_deadline(c);
   int *skip = calloc(n ? n : 1, sizeof *skip);
-  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
-  if (!skip || !idx) {
-    free(skip);
-    free(idx);
+  if (!skip)
     return ECS_ENOMEM;
-  }
   for (size_t i = 0; i < n; i++) {
     if (alloc)
       bufs[i].data = NULL;
@@ -737,32 +782,8 @@ static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs
     bufs[i].status = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
     skip[i] = bufs[i].status != ECS_OK;
   }
-  int ret = ECS_OK;
-  for (size_t si = 0; si < c->nsrv; si++) {
-    size_t m = pick(c, keys, skip, n, si, idx);
-    for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
-      size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
-      srv_t *sv = &c->srv[si];
-      int reused = sv->fd >= 0;
-      int rc = get_one_server(c, sv, keys, bufs, idx + off, k, alloc, deadline);
-      if (rc == ECS_ECONN && reused) /* a stale connection (server restarted): retry once */
-        rc = get_one_server(c, sv, keys, bufs, idx + off, k, alloc, deadline);
-      if (rc) {
-        for (size_t j = off; j < m; j++) {
-          ecs_get_buf_t *b = &bufs[idx[j]];
-          if (alloc) {
-            free(b->data);
-            b->data = NULL;
-          }
-          b->status = rc;
-          b->nbytes = 0;
-        }
-        if (ret == ECS_OK)
-          ret = rc;
-        break;
-      }
-    }
-  }
+  get_arg_t a = {keys, bufs, alloc};
+  int ret = ecs__cli_each_share(c, keys, skip, n, ecs__cli_deadline(c), get_share, get_mark, &a);
   if (alloc) { /* only OK items keep a buffer */
     for (size_t i = 0; i < n; i++) {
       if (bufs[i].status != ECS_OK && bufs[i].data) {
@@ -772,7 +793,6 @@ static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs
     }
   }
   free(skip);
-  free(idx);
   return ret;
 }
 
@@ -815,41 +835,33 @@ static int keys_one_server(ecs_client_t *c, srv_t *s, uint8_t op, const ecs_key_
   return ECS_OK;
 }
 
+typedef struct keys_arg {
+  const ecs_key_t *keys;
+  uint8_t op;
+  int *out;
+} keys_arg_t;
+
+static int keys_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline) {
+  keys_arg_t *a = arg;
+  return keys_one_server(c, s, a->op, a->keys, idx, m, a->out, deadline);
+}
+
+static void keys_mark(void *arg, size_t i, int rc) {
+  ((keys_arg_t *)arg)->out[i] = rc;
+}
+
 static int keys_batch(ecs_client_t *c, uint8_t op, const ecs_key_t *keys, size_t n, int *out) {
   c->errmsg[0] = '\0';
-  uint64_t deadline = ecs__cli_deadline(c);
   int *skip = calloc(n ? n : 1, sizeof *skip);
-  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
-  if (!skip || !idx) {
-    free(skip);
-    free(idx);
+  if (!skip)
     return ECS_ENOMEM;
-  }
   for (size_t i = 0; i < n; i++) {
     out[i] = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
     skip[i] = out[i] != ECS_OK;
   }
-  int ret = ECS_OK;
-  for (size_t si = 0; si < c->nsrv; si++) {
-    size_t m = pick(c, keys, skip, n, si, idx);
-    for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
-      size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
-      srv_t *sv = &c->srv[si];
-      int reused = sv->fd >= 0;
-      int rc = keys_one_server(c, sv, op, keys, idx + off, k, out, deadline);
-      if (rc == ECS_ECONN && reused) /* a stale connection (server restarted): retry once */
-        rc = keys_one_server(c, sv, op, keys, idx + off, k, out, deadline);
-      if (rc) {
-        for (size_t j = off; j < m; j++)
-          out[idx[j]] = rc;
-        if (ret == ECS_OK)
-          ret = rc;
-        break;
-      }
-    }
-  }
+  keys_arg_t a = {keys, op, out};
+  int ret = ecs__cli_each_share(c, keys, skip, n, ecs__cli_deadline(c), keys_share, keys_mark, &a);
   free(skip);
-  free(idx);
   return ret;
 }
 

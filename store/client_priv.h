@@ -91,6 +91,14 @@ void ecs__cli_drop(ecs_cli_srv_t *s);
 int ecs__cli_fail(ecs_client_t *c, ecs_cli_srv_t *s, int rc);
 /* Connects and greets server s if it is not connected. */
 int ecs__cli_ensure(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
+/* One server's share of a batch (idx: indices into the caller's arrays),
+ * and how to mark an item that a whole-share failure took down. */
+typedef int (*ecs_cli_share_fn)(ecs_client_t *c, ecs_cli_srv_t *s, const size_t *idx, size_t m, void *arg,
+                                uint64_t deadline);
+typedef void (*ecs_cli_mark_fn)(void *arg, size_t i, int rc);
+/* Runs fn over every server's share of the items skip[] leaves in; see client.c. */
+int ecs__cli_each_share(ecs_client_t *c, const ecs_key_t *keys, const int *skip, size_t n, uint64_t deadline,
+                        ecs_cli_share_fn fn, ecs_cli_mark_fn mark, void *arg);
 /* The server index an object lives on (key hash over the server list). */
 size_t ecs__cli_route(const ecs_client_t *c, const ecs_key_t *k);
 /* HELLO on s->fd; fills node_id, epoch, max_data, shm_path. */

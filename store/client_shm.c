@@ -458,37 +458,36 @@ static int view_one_server(ecs_client_t *c, size_t si, const ecs_key_t *keys, ec
   return ECS_OK;
 }
 
+typedef struct view_arg {
+  const ecs_key_t *keys;
+  ecs_view_t *views;
+} view_arg_t;
+
+static int view_share(ecs_client_t *c, ecs_cli_srv_t *s, const size_t *idx, size_t m, void *arg,
+                      uint64_t deadline) {
+  view_arg_t *a = arg;
+  return view_one_server(c, (size_t)(s - c->srv), a->keys, a->views, idx, m, deadline);
+}
+
+static void view_mark(void *arg, size_t i, int rc) {
+  ((view_arg_t *)arg)->views[i].status = rc;
+}
+
 int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n) {
   if (!c || (n && (!keys || !views)))
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
-  uint64_t deadline = ecs__cli_deadline(c);
-  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
-  if (!idx)
+  int *skip = calloc(n ? n : 1, sizeof *skip);
+  if (!skip)
     return ECS_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     memset(&views[i], 0, sizeof views[i]);
     views[i].status = keys[i].data && ecs_key_check(keys[i].data, keys[i].len) == ECS_OK ? ECS_OK : ECS_EKEY;
+    skip[i] = views[i].status != ECS_OK;
   }
-  int ret = ECS_OK;
-  for (size_t si = 0; si < c->nsrv; si++) {
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-      if (views[i].status == ECS_OK && ecs__cli_route(c, &keys[i]) == si)
-        idx[m++] = i;
-    for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
-      size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
-      int rc = view_one_server(c, si, keys, views, idx + off, k, deadline);
-      if (rc) {
-        for (size_t j = off; j < m; j++)
-          views[idx[j]].status = rc;
-        if (ret == ECS_OK)
-          ret = rc;
-        break;
-      }
-    }
-  }
-  free(idx);
+  view_arg_t a = {keys, views};
+  int ret = ecs__cli_each_share(c, keys, skip, n, ecs__cli_deadline(c), view_share, view_mark, &a);
+  free(skip);
   return ret;
 }
 
