@@ -22,6 +22,7 @@
 
 #define RAW_PUT_FLAG (1ull << 63) /* raw request: "take N bytes" rather than "send N" */
 #define IO_MS 60000               /* deadline of one peer call */
+#define RAW_IOV 64                /* buffers per raw-stream writev/readv */
 
 /* Put keys are never reused (objects are immutable: re-putting a stored
  * key with the same bytes could be answered without moving them), so a
@@ -264,12 +265,18 @@ static void *raw_conn(void *p) {
       break;
     int put = (n & RAW_PUT_FLAG) != 0, bad = 0;
     n &= ~RAW_PUT_FLAG;
+    /* up to RAW_IOV buffers' worth per writev/readv (all the same bytes):
+     * one call hands the kernel as much as a server sending from its pool */
     while (n > 0 && !bad) {
-      size_t k = n > rs->cap ? rs->cap : (size_t)n;
-      struct iovec iov = {rs->buf, k};
-      bad = (put ? ecs_net_readv_all(fd, &iov, 1, ecs_now_ms() + IO_MS)
-                 : ecs_net_writev_all(fd, &iov, 1, ecs_now_ms() + IO_MS)) != 0;
-      n -= k;
+      struct iovec iov[RAW_IOV];
+      int cnt = 0;
+      for (; cnt < RAW_IOV && n > 0; cnt++) {
+        size_t k = n > rs->cap ? rs->cap : (size_t)n;
+        iov[cnt] = (struct iovec){rs->buf, k};
+        n -= k;
+      }
+      bad = (put ? ecs_net_readv_all(fd, iov, cnt, ecs_now_ms() + IO_MS)
+                 : ecs_net_writev_all(fd, iov, cnt, ecs_now_ms() + IO_MS)) != 0;
     }
     if (!bad && put) {
       uint64_t ack = 1;
