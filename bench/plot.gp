@@ -9,13 +9,14 @@ if (!exists("dir")) dir = "bench-compare"
 if (!exists("img")) img = dir
 machine = system(sprintf("sed -n '1s/^# ecstore-bench compare; machine: //p' '%s/compare.txt'", dir))
 
-set terminal pngcairo size 1500,520 font "sans,11" noenhanced
+set terminal pngcairo size 1500,600 font "sans,11" noenhanced
 set datafile separator ","
 set grid
 set key outside right top
 set logscale xy 2
 set xlabel "object size"
 set xtics ("64K" 64, "256K" 256, "1M" 1024, "4M" 4096, "16M" 16384)
+set xrange [48:22000]
 set ylabel "GB/s (median; 1e9 payload bytes/s)"
 set format y "%g"
 
@@ -40,10 +41,12 @@ do for [op in "get put"] {
   paths = ""
   do for [p in all] { if (has(op, p)) { paths = paths . " " . p } }
   set output sprintf("%s/throughput-%s.png", img, op)
-  set multiplot layout 1,nb title sprintf("ecstore-bench compare: %s throughput by object size, 1 connection -- %s", op, machine)
+  set multiplot layout 1,nb margins 0.05,0.84,0.12,0.88 spacing 0.05,0.1 title sprintf("ecstore-bench compare: %s throughput by object size, 1 connection -- %s", op, machine)
   do for [b in batches] {
     set title sprintf("batches of %s", b)
-    if (b eq word(batches, nb)) { set key outside right top } else { unset key }
+    # one key for the panels, right of them (room kept by the layout's margins)
+    if (b eq word(batches, nb)) { set key at screen 0.85, 0.86 left top vertical Left reverse } else { unset key }
+    if (b eq word(batches, 1)) { set ylabel "GB/s (median; 1e9 payload bytes/s)" } else { unset ylabel }
     plot for [p in paths] rows(op, int(b), p) \
          using 1:2 with linespoints lw 2 pt 7 ps 0.8 dt dash(p) lc rgb colour(p) title p
   }
@@ -51,6 +54,7 @@ do for [op in "get put"] {
 }
 
 # connections
+set xrange [*:*]
 set terminal pngcairo size 1000,600 font "sans,11" noenhanced
 set output img . "/scaling-conns.png"
 set title "get GB/s against client connections (1 MiB objects, batches of 8)\n" . machine
@@ -91,10 +95,11 @@ set ytics mirror
 set output img . "/scaling-objects.png"
 set title "latency against stored objects (4 KiB objects, tcp, single-object calls)\n" . machine
 set logscale x 10
+set xrange [500:2e6]
 set xlabel "stored objects"
 set ylabel "latency (us)"
 oc = dir . "/scaling-objects.csv"
-plot oc using 1:2 every ::1 with linespoints lw 2 pt 7 title "get p50", \
-     oc using 1:3 every ::1 with linespoints lw 2 pt 7 dt 2 title "get p99", \
-     oc using 1:4 every ::1 with linespoints lw 2 pt 5 title "put p50", \
-     oc using 1:5 every ::1 with linespoints lw 2 pt 5 dt 2 title "put p99"
+plot oc using 1:2 every ::1 with linespoints lw 2 pt 7 lc rgb "#d62728" title "get p50", \
+     oc using 1:3 every ::1 with linespoints lw 2 pt 7 dt 2 lc rgb "#d62728" title "get p99", \
+     oc using 1:4 every ::1 with linespoints lw 2 pt 5 lc rgb "#1f77b4" title "put p50", \
+     oc using 1:5 every ::1 with linespoints lw 2 pt 5 dt 2 lc rgb "#1f77b4" title "put p99"
