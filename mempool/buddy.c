@@ -343,7 +343,7 @@ static uint64_t place(ecs__buddy_t *b, unsigned k, uint64_t *parent, unsigned *p
   /* NEXT_FIT: the free block under the cursor may hold an aligned order-k
    * block after it; otherwise the first block at or after it; else wrap. */
   uint64_t c = b->cursor, h, best = NONE;
-  unsigned j;
+  unsigned j = 0; /* set by every path that uses it; -O3 cannot see that */
   if (c < b->nblocks && free_containing(b, c, &h, &j) && j >= k) {
     uint64_t p = (c + (1ull << k) - 1) & ~((1ull << k) - 1);
     if (p + (1ull << k) <= h + (1ull << j)) {
