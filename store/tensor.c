@@ -9,6 +9,18 @@
 #include <string.h>
 
 #include <xxhash.h>
+#if defined(ECS_HAVE_XXH_DISPATCH)
+/* The run-time dispatched XXH3 (AVX2/AVX-512 where the CPU has them): the
+ * same hash values as XXH3_64bits/XXH3_128bits, two to three times faster
+ * on long inputs than the SSE2 baseline. */
+#define XXH_DISPATCH_DISABLE_REPLACE 1
+#include <xxh_x86dispatch.h>
+#define ecs_xxh3_64 XXH3_64bits_dispatch
+#define ecs_xxh3_128 XXH3_128bits_dispatch
+#else
+#define ecs_xxh3_64 XXH3_64bits
+#define ecs_xxh3_128 XXH3_128bits
+#endif
 
 /* One row per dtype, indexed by its ecs_dtype_t wire value. */
 static const struct {
@@ -128,7 +140,7 @@ static const void *nonnull(const void *data) {
 
 void ecs_content_key(const void *data, size_t len, char out[ECS_CONTENT_KEY_LEN + 1]) {
   static const char hex[] = "0123456789abcdef";
-  XXH128_hash_t h = XXH3_128bits(nonnull(data), len);
+  XXH128_hash_t h = ecs_xxh3_128(nonnull(data), len);
   for (int i = 0; i < 16; i++) {
     out[i] = hex[(h.high64 >> (60 - 4 * i)) & 0xf];
     out[16 + i] = hex[(h.low64 >> (60 - 4 * i)) & 0xf];
@@ -137,5 +149,5 @@ void ecs_content_key(const void *data, size_t len, char out[ECS_CONTENT_KEY_LEN 
 }
 
 uint64_t ecs_checksum(const void *data, size_t len) {
-  return XXH3_64bits(nonnull(data), len);
+  return ecs_xxh3_64(nonnull(data), len);
 }
