@@ -23,6 +23,7 @@
 #include <xxhash.h>
 
 #include "store/client_internal.h"
+#include "store/checksum.h"
 #include "store/client_priv.h"
 #include "store/codec.h"
 #include "store/meta.h"
@@ -591,6 +592,77 @@ int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *te
 /* ------------------------------------------------------------------ */
 /* get                                                                  */
 
+/* Reads a get's payloads into iov[0..niov) (whole items in reply order;
+ * iov_item[i] is the reply index of iov[i]) in slices of about
+ * ECS_SUM_SLICE bytes, and checksums each raw item's bytes right after
+ * each slice lands, while they are still in cache: one trip through
+ * memory instead of two, and the hashing overlaps the server's sending.
+ * A mismatch marks the item ECS_ECHECKSUM.  Compressed items are checked
+ * later, by ecs__cli_deliver. */
+static int recv_payloads(ecs_client_t *c, srv_t *s, const struct iovec *iov, int niov, const size_t *iov_item,
+                         const ecs_get_reply_t *reps, ecs_get_buf_t *bufs, const size_t *idx,
+                         uint64_t deadline) {
+  struct iovec v[ECS_CLI_IOV_CHUNK];
+  int vi[ECS_CLI_IOV_CHUNK];    /* which iov each slice piece is from */
+  size_t vo[ECS_CLI_IOV_CHUNK]; /* at what offset in it */
+  size_t vl[ECS_CLI_IOV_CHUNK]; /* how many bytes (readv_all consumes v) */
+  ecs_sum_t *sum = NULL;        /* for an item that spans slices */
+  int rc = ECS_OK, i = 0;
+  size_t off = 0;
+  while (rc == ECS_OK && i < niov) {
+    int k = 0;
+    size_t got = 0;
+    while (i < niov && k < ECS_CLI_IOV_CHUNK && got < ECS_SUM_SLICE) {
+      size_t take = iov[i].iov_len - off;
+      if (take > ECS_SUM_SLICE - got)
+        take = ECS_SUM_SLICE - got;
+      v[k].iov_base = (uint8_t *)iov[i].iov_base + off;
+      v[k].iov_len = take;
+      vi[k] = i;
+      vo[k] = off;
+      vl[k] = take;
+      k++;
+      got += take;
+      off += take;
+      if (off == iov[i].iov_len) {
+        i++;
+        off = 0;
+      }
+    }
+    rc = ecs_net_readv_all(s->fd, v, k, deadline);
+    if (rc != ECS_OK || !c->cfg.verify_checksum)
+      continue;
+    for (int q = 0; q < k; q++) {
+      size_t j = iov_item[vi[q]];
+      if (reps[j].codec != ECS_CODEC_NONE)
+        continue;
+      const uint8_t *p = (const uint8_t *)iov[vi[q]].iov_base + vo[q];
+      int first = vo[q] == 0, last = vo[q] + vl[q] == iov[vi[q]].iov_len;
+      uint64_t got_sum;
+      if (first && last) {
+        got_sum = ecs_checksum(p, vl[q]);
+      } else {
+        if (!sum && !(sum = ecs_sum_new())) {
+          rc = ECS_ENOMEM;
+          break;
+        }
+        if (first)
+          ecs_sum_reset(sum);
+        ecs_sum_update(sum, p, vl[q]);
+        if (!last)
+          continue;
+        got_sum = ecs_sum_digest(sum);
+      }
+      if (got_sum != reps[j].checksum) {
+        bufs[idx[j]].status = ECS_ECHECKSUM;
+        bufs[idx[j]].nbytes = 0;
+      }
+    }
+  }
+  ecs_sum_free(sum);
+  return rc;
+}
+
 static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
                           const size_t *idx, size_t m, int alloc, uint64_t deadline) {
   int rc = ecs__cli_ensure(c, s, deadline);
@@ -627,11 +699,13 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
   struct iovec *iov = malloc((m ? m : 1) * sizeof *iov);
   ecs_get_reply_t *reps = malloc((m ? m : 1) * sizeof *reps);
   uint64_t *zoff = malloc((m ? m : 1) * sizeof *zoff);
+  size_t *iov_item = malloc((m ? m : 1) * sizeof *iov_item); /* iov index -> reply index */
   uint8_t *scratch = NULL;
-  if (!iov || !reps || !zoff) {
+  if (!iov || !reps || !zoff || !iov_item) {
     free(iov);
     free(reps);
     free(zoff);
+    free(iov_item);
     return ecs__cli_fail(c, s, ECS_ENOMEM);
   }
   int niov = 0;
@@ -669,6 +743,7 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
     if (rep->nbytes) {
       iov[niov].iov_base = b->data;
       iov[niov].iov_len = (size_t)rep->nbytes;
+      iov_item[niov] = j;
       niov++;
     }
   }
@@ -688,15 +763,14 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
         continue;
       iov[niov].iov_base = reps[j].codec != ECS_CODEC_NONE ? scratch + zoff[j] : bufs[idx[j]].data;
       iov[niov].iov_len = (size_t)reps[j].nbytes;
+      iov_item[niov] = j;
       niov++;
     }
   }
-  for (int done = 0; rc == ECS_OK && done < niov;) {
-    int k = niov - done > ECS_CLI_IOV_CHUNK ? ECS_CLI_IOV_CHUNK : niov - done;
-    rc = ecs_net_readv_all(s->fd, iov + done, k, deadline);
-    done += k;
-  }
+  if (rc == ECS_OK)
+    rc = recv_payloads(c, s, iov, niov, iov_item, reps, bufs, idx, deadline);
   free(iov);
+  free(iov_item);
   if (rc == ECS_OK) {
     for (size_t j = 0; j < m; j++) {
       ecs_get_buf_t *b = &bufs[idx[j]];
@@ -706,8 +780,6 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
       if (rep->codec != ECS_CODEC_NONE)
         b->status = ecs__cli_deliver(c, b, scratch + zoff[j], rep->codec, rep->nbytes, rep->raw_nbytes,
                                      rep->checksum, alloc);
-      else if (c->cfg.verify_checksum && ecs_checksum(b->data, (size_t)b->nbytes) != rep->checksum)
-        b->status = ECS_ECHECKSUM;
       if (b->status == ECS_ECHECKSUM || b->status == ECS_ECODEC)
         b->nbytes = 0;
     }

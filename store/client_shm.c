@@ -25,6 +25,7 @@
 
 #include <xxhash.h>
 
+#include "store/checksum.h"
 #include "store/client_priv.h"
 
 static int put_unique(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
@@ -187,12 +188,14 @@ int ecs__shm_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_g
       continue;
     ids[nids++] = l.lease_id;
     if (l.codec == ECS_CODEC_NONE && !alloc && l.nbytes <= b->capacity && (b->data || !l.nbytes)) {
-      /* raw: copy, then verify the copy (hot in cache for most sizes) */
-      if (l.nbytes)
+      /* raw: copy, verifying the copy slice by slice while it is in cache */
+      if (c->cfg.verify_checksum) {
+        if (ecs_copy_checksum(b->data, base + l.off, (size_t)l.nbytes) != l.checksum) {
+          b->status = ECS_ECHECKSUM;
+          b->nbytes = 0;
+        }
+      } else if (l.nbytes) {
         memcpy(b->data, base + l.off, (size_t)l.nbytes);
-      if (c->cfg.verify_checksum && ecs_checksum(b->data, (size_t)l.nbytes) != l.checksum) {
-        b->status = ECS_ECHECKSUM;
-        b->nbytes = 0;
       }
       continue;
     }

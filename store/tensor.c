@@ -1,11 +1,15 @@
 /*
  * Tensor descriptions, content keys and checksums (include/ecstore/tensor.h).
  *
- * Everything here is pure: no allocation, no global state.  The dtype table
- * is indexed by the wire value, so a new dtype is one appended row.
+ * Everything here is pure and keeps no global state; only the piece-by-piece
+ * checksums at the end (store/checksum.h) allocate, for their XXH3 state.
+ * The dtype table is indexed by the wire value, so a new dtype is one
+ * appended row.
  */
 #include "ecstore/tensor.h"
+#include "store/checksum.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
@@ -17,9 +21,11 @@
 #include <xxh_x86dispatch.h>
 #define ecs_xxh3_64 XXH3_64bits_dispatch
 #define ecs_xxh3_128 XXH3_128bits_dispatch
+#define ecs_xxh3_64_update XXH3_64bits_update_dispatch
 #else
 #define ecs_xxh3_64 XXH3_64bits
 #define ecs_xxh3_128 XXH3_128bits
+#define ecs_xxh3_64_update XXH3_64bits_update
 #endif
 
 /* One row per dtype, indexed by its ecs_dtype_t wire value. */
@@ -150,4 +156,65 @@ void ecs_content_key(const void *data, size_t len, char out[ECS_CONTENT_KEY_LEN 
 
 uint64_t ecs_checksum(const void *data, size_t len) {
   return ecs_xxh3_64(nonnull(data), len);
+}
+
+/* ---- checksums piece by piece (store/checksum.h) ---- */
+
+struct ecs_sum {
+  XXH3_state_t *st;
+};
+
+ecs_sum_t *ecs_sum_new(void) {
+  ecs_sum_t *s = malloc(sizeof *s);
+  if (!s)
+    return NULL;
+  s->st = XXH3_createState();
+  if (!s->st) {
+    free(s);
+    return NULL;
+  }
+  XXH3_64bits_reset(s->st);
+  return s;
+}
+
+void ecs_sum_free(ecs_sum_t *s) {
+  if (!s)
+    return;
+  XXH3_freeState(s->st);
+  free(s);
+}
+
+void ecs_sum_reset(ecs_sum_t *s) {
+  XXH3_64bits_reset(s->st);
+}
+
+void ecs_sum_update(ecs_sum_t *s, const void *p, size_t n) {
+  if (n)
+    ecs_xxh3_64_update(s->st, p, n);
+}
+
+uint64_t ecs_sum_digest(const ecs_sum_t *s) {
+  return XXH3_64bits_digest(s->st);
+}
+
+uint64_t ecs_copy_checksum(void *dst, const void *src, size_t n) {
+  if (n <= ECS_SUM_SLICE) {
+    if (n)
+      memcpy(dst, src, n);
+    return ecs_checksum(dst, n);
+  }
+  XXH3_state_t *st = XXH3_createState();
+  if (!st) { /* no memory for the state: two passes, same answer */
+    memcpy(dst, src, n);
+    return ecs_checksum(dst, n);
+  }
+  XXH3_64bits_reset(st);
+  for (size_t at = 0; at < n; at += ECS_SUM_SLICE) {
+    size_t k = n - at < ECS_SUM_SLICE ? n - at : ECS_SUM_SLICE;
+    memcpy((uint8_t *)dst + at, (const uint8_t *)src + at, k);
+    ecs_xxh3_64_update(st, (const uint8_t *)dst + at, k);
+  }
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
 }

@@ -3,11 +3,15 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include <xxhash.h>
+
 #include "ecstore/tensor.h"
+#include "store/checksum.h"
 
 static void test_dtype_sizes_and_names(void **state) {
   (void)state;
@@ -240,6 +244,48 @@ static void test_checksum(void **state) {
   assert_int_not_equal(ecs_checksum(buf, sizeof buf), c);
 }
 
+/* The piece-by-piece checksums give ecs_checksum's value, whatever the
+ * cut, around the slice boundaries too; and ecs_checksum (dispatched to
+ * AVX2/AVX-512 where the library can) equals libxxhash's plain XXH3_64bits. */
+static void test_checksum_pieces(void **state) {
+  (void)state;
+  const size_t S = ECS_SUM_SLICE;
+  const size_t sizes[] = {0, 1, 63, 240, 241, 4096, S - 1, S, S + 1, 3 * S + 7};
+  size_t max = 3 * S + 7;
+  uint8_t *src = malloc(max), *dst = malloc(max);
+  assert_non_null(src);
+  assert_non_null(dst);
+  uint32_t x = 12345;
+  for (size_t i = 0; i < max; i++) {
+    x = x * 1103515245u + 12345u;
+    src[i] = (uint8_t)(x >> 16);
+  }
+  ecs_sum_t *sum = ecs_sum_new();
+  assert_non_null(sum);
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    size_t n = sizes[i];
+    uint64_t want = ecs_checksum(src, n);
+    assert_int_equal(want, XXH3_64bits(src, n));
+    memset(dst, 0, max);
+    assert_int_equal(ecs_copy_checksum(dst, src, n), want);
+    assert_memory_equal(dst, src, n);
+    for (size_t cut = 1; cut <= 4097; cut = cut * 4 + 1) { /* uneven pieces */
+      ecs_sum_reset(sum);
+      for (size_t at = 0; at < n; at += cut)
+        ecs_sum_update(sum, src + at, n - at < cut ? n - at : cut);
+      assert_int_equal(ecs_sum_digest(sum), want);
+    }
+  }
+  /* a flipped byte in the last slice changes the copy's checksum */
+  uint64_t whole = ecs_checksum(src, max);
+  src[max - 2] ^= 0x40;
+  assert_int_not_equal(ecs_copy_checksum(dst, src, max), whole);
+  ecs_sum_free(sum);
+  ecs_sum_free(NULL);
+  free(src);
+  free(dst);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dtype_sizes_and_names),
@@ -251,6 +297,7 @@ int main(void) {
       cmocka_unit_test(test_key_check),
       cmocka_unit_test(test_content_key),
       cmocka_unit_test(test_checksum),
+      cmocka_unit_test(test_checksum_pieces),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
