@@ -73,12 +73,12 @@ typedef struct ecs_objstore_opts {
 typedef struct ecs_objstore ecs_objstore_t;
 
 typedef struct ecs_objstore_stats {
-  uint64_t objects;     /* committed objects in the index */
-  uint64_t pending;     /* reserved, not yet committed */
-  uint64_t doomed;      /* dropped but still referenced */
-  uint64_t evictions;   /* objects evicted since create */
-  uint64_t removes;     /* objects removed since create */
-  uint64_t bytes_live;  /* stored bytes of committed objects */
+  uint64_t objects;    /* committed objects in the index */
+  uint64_t pending;    /* reserved, not yet committed */
+  uint64_t doomed;     /* dropped but still referenced */
+  uint64_t evictions;  /* objects evicted since create */
+  uint64_t removes;    /* objects removed since create */
+  uint64_t bytes_live; /* stored bytes of committed objects */
 } ecs_objstore_stats_t;
 
 void ecs_objstore_opts_init(ecs_objstore_opts_t *o);

@@ -20,11 +20,28 @@ int ecs_parse_size(const char *s, uint64_t *out) {
   unsigned shift = 0;
   switch (*end) {
   case '\0': break;
-  case 'k': case 'K': shift = 10; end++; break;
-  case 'm': case 'M': shift = 20; end++; break;
-  case 'g': case 'G': shift = 30; end++; break;
-  case 't': case 'T': shift = 40; end++; break;
-  case 'b': case 'B': break;
+  case 'k':
+  case 'K':
+    shift = 10;
+    end++;
+    break;
+  case 'm':
+  case 'M':
+    shift = 20;
+    end++;
+    break;
+  case 'g':
+  case 'G':
+    shift = 30;
+    end++;
+    break;
+  case 't':
+  case 'T':
+    shift = 40;
+    end++;
+    break;
+  case 'b':
+  case 'B': break;
   default: return ECS_EINVAL;
   }
   if (shift && *end == 'i')

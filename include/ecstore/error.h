@@ -17,34 +17,34 @@
 extern "C" {
 #endif
 
-#define ECS_ERRNO_MAP(X)                                                       \
-  X(EINVAL, -1, "invalid argument")                                            \
-  X(ENOMEM, -2, "out of host memory")                                          \
-  X(ENOSPC, -3, "no space left in the pool")                                   \
-  X(ETOOBIG, -4, "object larger than the pool can ever hold")                  \
-  X(ENOTFOUND, -5, "key not found")                                            \
-  X(ECONFLICT, -6, "key exists with different content")                        \
-  X(ETIMEDOUT, -7, "deadline exceeded")                                        \
-  X(ECONN, -8, "connection failed or closed")                                  \
-  X(EPROTO, -9, "protocol error")                                              \
-  X(ECHECKSUM, -10, "checksum mismatch")                                       \
-  X(EBUFSMALL, -11, "buffer too small")                                        \
-  X(EDOUBLEFREE, -12, "block already free")                                    \
-  X(EBADFREE, -13, "offset was never handed out")                              \
-  X(EBADSIZE, -14, "free with a size other than the allocated one")            \
-  X(EREDIS, -15, "redis error")                                                \
-  X(EAUTH, -16, "authentication failed")                                       \
-  X(EIO, -17, "input/output error")                                            \
-  X(EBUSY, -18, "resource busy")                                               \
-  X(ESTALE, -19, "stale record (node restarted)")                              \
-  X(ENOTSUP, -20, "operation not supported")                                   \
-  X(ENODEV, -21, "no such device")                                             \
-  X(ECORRUPT, -22, "internal invariant violated")                              \
-  X(ECANCELED, -23, "operation canceled")                                      \
-  X(EKEY, -24, "invalid key")                                                  \
-  X(EDTYPE, -25, "invalid dtype or shape")                                     \
-  X(ENOTCONN, -26, "not connected")                                            \
-  X(EOVERFLOW, -27, "value too large for its field")                           \
+#define ECS_ERRNO_MAP(X)                                                                                     \
+  X(EINVAL, -1, "invalid argument")                                                                          \
+  X(ENOMEM, -2, "out of host memory")                                                                        \
+  X(ENOSPC, -3, "no space left in the pool")                                                                 \
+  X(ETOOBIG, -4, "object larger than the pool can ever hold")                                                \
+  X(ENOTFOUND, -5, "key not found")                                                                          \
+  X(ECONFLICT, -6, "key exists with different content")                                                      \
+  X(ETIMEDOUT, -7, "deadline exceeded")                                                                      \
+  X(ECONN, -8, "connection failed or closed")                                                                \
+  X(EPROTO, -9, "protocol error")                                                                            \
+  X(ECHECKSUM, -10, "checksum mismatch")                                                                     \
+  X(EBUFSMALL, -11, "buffer too small")                                                                      \
+  X(EDOUBLEFREE, -12, "block already free")                                                                  \
+  X(EBADFREE, -13, "offset was never handed out")                                                            \
+  X(EBADSIZE, -14, "free with a size other than the allocated one")                                          \
+  X(EREDIS, -15, "redis error")                                                                              \
+  X(EAUTH, -16, "authentication failed")                                                                     \
+  X(EIO, -17, "input/output error")                                                                          \
+  X(EBUSY, -18, "resource busy")                                                                             \
+  X(ESTALE, -19, "stale record (node restarted)")                                                            \
+  X(ENOTSUP, -20, "operation not supported")                                                                 \
+  X(ENODEV, -21, "no such device")                                                                           \
+  X(ECORRUPT, -22, "internal invariant violated")                                                            \
+  X(ECANCELED, -23, "operation canceled")                                                                    \
+  X(EKEY, -24, "invalid key")                                                                                \
+  X(EDTYPE, -25, "invalid dtype or shape")                                                                   \
+  X(ENOTCONN, -26, "not connected")                                                                          \
+  X(EOVERFLOW, -27, "value too large for its field")                                                         \
   X(ECODEC, -28, "compression codec error")
 
 typedef enum ecs_errno {

@@ -38,8 +38,8 @@ extern "C" {
 typedef struct ecs_pool ecs_pool_t;
 
 typedef enum ecs_pool_huge {
-  ECS_POOL_HUGE_OFF = 0, /* normal pages */
-  ECS_POOL_HUGE_TRY = 1, /* huge pages when the system has them, else normal */
+  ECS_POOL_HUGE_OFF = 0,    /* normal pages */
+  ECS_POOL_HUGE_TRY = 1,    /* huge pages when the system has them, else normal */
   ECS_POOL_HUGE_REQUIRE = 2 /* huge pages or ECS_ENOMEM */
 } ecs_pool_huge_t;
 
@@ -53,21 +53,21 @@ typedef struct ecs_pool_opts {
 } ecs_pool_opts_t;
 
 typedef struct ecs_pool_stats {
-  uint64_t size;               /* region bytes managed by the allocator */
-  uint64_t min_block;          /* minimum block bytes */
-  uint64_t bytes_in_use;       /* bytes granted (multiples of min_block) */
-  uint64_t bytes_free;         /* size - bytes_in_use */
-  uint64_t largest_free;       /* largest single free block */
-  uint64_t bytes_requested;    /* sum of the sizes callers asked for, live */
-  uint64_t bytes_granted;      /* == bytes_in_use; kept for the ratio */
-  uint64_t live_allocs;        /* allocations not yet freed */
-  uint64_t alloc_calls;        /* successful allocations since create */
-  uint64_t alloc_failures;     /* ENOSPC/ETOOBIG answers since create */
-  uint32_t orders;             /* number of orders in free_count[] */
+  uint64_t size;                            /* region bytes managed by the allocator */
+  uint64_t min_block;                       /* minimum block bytes */
+  uint64_t bytes_in_use;                    /* bytes granted (multiples of min_block) */
+  uint64_t bytes_free;                      /* size - bytes_in_use */
+  uint64_t largest_free;                    /* largest single free block */
+  uint64_t bytes_requested;                 /* sum of the sizes callers asked for, live */
+  uint64_t bytes_granted;                   /* == bytes_in_use; kept for the ratio */
+  uint64_t live_allocs;                     /* allocations not yet freed */
+  uint64_t alloc_calls;                     /* successful allocations since create */
+  uint64_t alloc_failures;                  /* ENOSPC/ETOOBIG answers since create */
+  uint32_t orders;                          /* number of orders in free_count[] */
   uint32_t free_count[ECS_POOL_MAX_ORDERS]; /* free blocks of min_block << i */
-  int locked;                  /* 1 when mlock succeeded (pages pinned) */
-  int hugepages;               /* 1 when backed by huge pages */
-  int cuda_registered;         /* 1 when cudaHostRegister succeeded */
+  int locked;                               /* 1 when mlock succeeded (pages pinned) */
+  int hugepages;                            /* 1 when backed by huge pages */
+  int cuda_registered;                      /* 1 when cudaHostRegister succeeded */
 } ecs_pool_stats_t;
 
 /* Fills opts with the defaults (size 0 must still be set by the caller). */

@@ -13,10 +13,10 @@
 #include <sys/types.h>
 
 typedef struct ecs_ts_proc {
-  pid_t pid;       /* 0 when not running */
-  int port;        /* the port it listens on */
-  char dir[256];   /* its temp directory (removed by stop) */
-  char log[300];   /* its stdout+stderr log file inside dir */
+  pid_t pid;     /* 0 when not running */
+  int port;      /* the port it listens on */
+  char dir[256]; /* its temp directory (removed by stop) */
+  char log[300]; /* its stdout+stderr log file inside dir */
 } ecs_ts_proc_t;
 
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
