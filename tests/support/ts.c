@@ -345,6 +345,25 @@ int ecs_ts_redis_start(ecs_ts_proc_t *p) {
   return -1;
 }
 
+/* How long a server may take to listen: populating (and locking) a large
+ * pool on this VM takes about 2 s per GiB, so a fixed wait refuses the
+ * benchmarks' big pools.  The last --pool-size in extra counts. */
+static int server_start_ms(const char *const extra[]) {
+  unsigned long long gib = 0;
+  for (size_t i = 0; extra != NULL && extra[i] != NULL && extra[i + 1] != NULL; i++) {
+    if (strcmp(extra[i], "--pool-size") != 0)
+      continue;
+    char *end;
+    unsigned long long v = strtoull(extra[i + 1], &end, 10);
+    int shift = *end == 'T' || *end == 't'   ? 40
+                : *end == 'G' || *end == 'g' ? 30
+                : *end == 'M' || *end == 'm' ? 20
+                                             : 0;
+    gib = v >= (1ull << 62 >> shift) ? 1ull << 20 : (v << shift) >> 30;
+  }
+  return TS_SERVER_START_MS + (int)(gib > 2000 ? 2000 : gib) * 4000;
+}
+
 int ecs_ts_server_start(ecs_ts_proc_t *p, int redis_port, const char *const extra[]) {
   if (p == NULL || p->pid > 0)
     return -1;
@@ -386,12 +405,15 @@ int ecs_ts_server_start(ecs_ts_proc_t *p, int redis_port, const char *const extr
     argv[k] = NULL;
     if (ecs_ts_spawn(p, argv) != 0)
       break;
-    if (ecs_ts_wait_port(p, p->port, TS_SERVER_START_MS) == 0) {
+    if (ecs_ts_wait_port(p, p->port, server_start_ms(extra)) == 0) {
       rc = 0;
       break;
     }
+    /* a retry helps when the server exited (another process took the
+     * port; wait_port reaped it), not when it is up and too slow */
+    int gone = p->pid <= 0;
     ecs_ts_kill9(p);
-    if (fixed)
+    if (fixed || !gone)
       break;
   }
   free(argv);
