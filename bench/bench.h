@@ -23,6 +23,12 @@ double ecs_bench_percentile(double *v, size_t n, double p);
 /* Parses "4K", "16M", "2G", "123" into bytes.  Returns 0 or -1. */
 int ecs_bench_parse_size(const char *s, size_t *out);
 
+/* Comma lists for the command lines: "64K,1M" into at most cap sizes
+ * (each > 0), "1,8,32" into at most cap ints in 1..max.  *n gets the
+ * count.  Returns 0, or -1 for an empty, too long or bad list. */
+int ecs_bench_parse_size_list(const char *s, size_t *out, int *n, int cap);
+int ecs_bench_parse_int_list(const char *s, int *out, int *n, int cap, int max);
+
 /* One line naming the machine (cores, CPU, memory) and the date, for
  * headers: into out, or printed as "# machine: ..." on stdout. */
 void ecs_bench_machine(char *out, size_t cap);

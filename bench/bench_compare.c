@@ -394,33 +394,6 @@ static void rm_dir(const char *d) {
 /* ------------------------------------------------------------------ */
 /* command line                                                         */
 
-static int parse_sizes(const char *s, size_t *out, int *n) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  *n = 0;
-  char *save;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    if (*n == MAX_LIST || ecs_bench_parse_size(t, &out[*n]) || out[*n] == 0)
-      return -1;
-    (*n)++;
-  }
-  return *n ? 0 : -1;
-}
-
-static int parse_ints(const char *s, int *out, int *n, int max) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  *n = 0;
-  char *save;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    int v = atoi(t);
-    if (*n == MAX_LIST || v < 1 || v > max)
-      return -1;
-    out[(*n)++] = v;
-  }
-  return *n ? 0 : -1;
-}
-
 static void usage(FILE *f) {
   fprintf(f, "usage: ecstore-bench compare [options]\n"
              "  --out DIR        where compare.txt, compare.md and the CSV files go (default bench-compare)\n"
@@ -473,11 +446,11 @@ int ecs_bench_compare(int argc, char **argv) {
     switch (o) {
     case 'o': cfg.out = optarg; break;
     case 's':
-      if (parse_sizes(optarg, cfg.sizes, &cfg.nsizes))
+      if (ecs_bench_parse_size_list(optarg, cfg.sizes, &cfg.nsizes, MAX_LIST))
         goto bad;
       break;
     case 'b':
-      if (parse_ints(optarg, cfg.batches, &cfg.nbatches, 1024))
+      if (ecs_bench_parse_int_list(optarg, cfg.batches, &cfg.nbatches, MAX_LIST, 1024))
         goto bad;
       break;
     case 'r':
@@ -491,15 +464,15 @@ int ecs_bench_compare(int argc, char **argv) {
         goto bad;
       break;
     case 'c':
-      if (parse_ints(optarg, cfg.conns, &cfg.nconns, ECS_BENCH_MAX_CONNS))
+      if (ecs_bench_parse_int_list(optarg, cfg.conns, &cfg.nconns, MAX_LIST, ECS_BENCH_MAX_CONNS))
         goto bad;
       break;
     case 'p':
-      if (parse_sizes(optarg, cfg.pools, &cfg.npools))
+      if (ecs_bench_parse_size_list(optarg, cfg.pools, &cfg.npools, MAX_LIST))
         goto bad;
       break;
     case 'n':
-      if (parse_sizes(optarg, cfg.objs, &cfg.nobjs))
+      if (ecs_bench_parse_size_list(optarg, cfg.objs, &cfg.nobjs, MAX_LIST))
         goto bad;
       break;
     case 'd': cfg.disk_dir = optarg; break;
@@ -684,6 +657,8 @@ out:
           cfg.out);
   return 0;
 bad:
+  if (optarg)
+    fprintf(stderr, "ecstore-bench compare: bad value '%s'\n", optarg);
   usage(stderr);
   return 2;
 }

@@ -149,33 +149,6 @@ static int shm_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
 /* ------------------------------------------------------------------ */
 /* command line                                                         */
 
-static int parse_list_sizes(const char *s, size_t *out, int *n) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  *n = 0;
-  char *save;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    if (*n == MAX_LIST || ecs_bench_parse_size(t, &out[*n]) || out[*n] == 0)
-      return -1;
-    (*n)++;
-  }
-  return *n ? 0 : -1;
-}
-
-static int parse_list_ints(const char *s, int *out, int *n, int max) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  *n = 0;
-  char *save;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    int v = atoi(t);
-    if (*n == MAX_LIST || v < 1 || v > max)
-      return -1;
-    out[(*n)++] = v;
-  }
-  return *n ? 0 : -1;
-}
-
 static void net_usage(FILE *f) {
   fprintf(f, "usage: ecstore-bench net [options]\n"
              "  --sizes LIST     object sizes (default 64K,1M,4M,16M)\n"
@@ -216,15 +189,15 @@ int ecs_bench_net(int argc, char **argv) {
   while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (o) {
     case 's':
-      if (parse_list_sizes(optarg, cfg.sizes, &cfg.nsizes))
+      if (ecs_bench_parse_size_list(optarg, cfg.sizes, &cfg.nsizes, MAX_LIST))
         goto bad;
       break;
     case 'b':
-      if (parse_list_ints(optarg, cfg.batches, &cfg.nbatches, 1024))
+      if (ecs_bench_parse_int_list(optarg, cfg.batches, &cfg.nbatches, MAX_LIST, 1024))
         goto bad;
       break;
     case 'c':
-      if (parse_list_ints(optarg, cfg.conns, &cfg.nconns, MAX_CONNS))
+      if (ecs_bench_parse_int_list(optarg, cfg.conns, &cfg.nconns, MAX_LIST, MAX_CONNS))
         goto bad;
       break;
     case 'r':
@@ -343,6 +316,8 @@ int ecs_bench_net(int argc, char **argv) {
   }
   return 0;
 bad:
+  if (optarg)
+    fprintf(stderr, "ecstore-bench net: bad value '%s'\n", optarg);
   net_usage(stderr);
   return 2;
 }

@@ -73,6 +73,34 @@ int ecs_bench_parse_size(const char *s, size_t *out) {
   return 0;
 }
 
+int ecs_bench_parse_size_list(const char *s, size_t *out, int *n, int cap) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s);
+  *n = 0;
+  char *save;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (*n == cap || ecs_bench_parse_size(t, &out[*n]) || out[*n] == 0)
+      return -1;
+    (*n)++;
+  }
+  return *n ? 0 : -1;
+}
+
+int ecs_bench_parse_int_list(const char *s, int *out, int *n, int cap, int max) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s);
+  *n = 0;
+  char *save;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    char *end;
+    long v = strtol(t, &end, 10);
+    if (*n == cap || *end != '\0' || v < 1 || v > max)
+      return -1;
+    out[(*n)++] = (int)v;
+  }
+  return *n ? 0 : -1;
+}
+
 /* The CPU's model name from /proc/cpuinfo, or "?". */
 static void cpu_model(char *out, size_t cap) {
   snprintf(out, cap, "?");

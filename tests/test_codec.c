@@ -1,7 +1,6 @@
 /* Codecs: round trips for every dtype, codec and awkward size; the shuffle;
  * auto mode; corrupt input and wrong sizes are ECS_ECODEC without a write
  * outside the buffer (run under ASan); several threads at once. */
-#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +12,7 @@
 #include <cmocka.h>
 
 #include "store/codec.h"
+#include "support/tensors.h"
 
 static const int all_dtypes[] = {ECS_DTYPE_F32,    ECS_DTYPE_F16,    ECS_DTYPE_BF16,
                                  ECS_DTYPE_F8E4M3, ECS_DTYPE_F8E5M2, ECS_DTYPE_I8,
@@ -23,48 +23,10 @@ static const int all_codecs[] = {ECS_CODEC_NONE, ECS_CODEC_LZ4, ECS_CODEC_ZSTD,
 
 /* ---- Data ---------------------------------------------------------------- */
 
-static uint64_t rng_next(uint64_t *s) {
-  /* xorshift64*: fixed seeds, so every run sees the same bytes. */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 0x2545F4914F6CDD1Dull;
-}
-
 static void fill_random(uint8_t *p, size_t n, uint64_t seed) {
   uint64_t s = seed | 1;
   for (size_t i = 0; i < n; i++)
-    p[i] = (uint8_t)(rng_next(&s) >> 56);
-}
-
-/* Standard normal values by Box-Muller. */
-static float normal(uint64_t *s) {
-  double u1 = ((double)(rng_next(s) >> 11) + 1.0) / 9007199254740993.0;
-  double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
-  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-static uint16_t f32_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16); /* round to nearest even */
-}
-
-static uint16_t f32_to_f16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-  int e = (int)((x >> 23) & 0xff) - 127 + 15;
-  uint32_t m = x & 0x7fffff;
-  if (e >= 31)
-    return sign | 0x7c00;
-  if (e <= 0) /* subnormal (truncated) or zero */
-    return e < -10 ? sign : (uint16_t)(sign | ((m | 0x800000) >> (14 - e)));
-  uint32_t h = (uint32_t)sign | ((uint32_t)e << 10) | (m >> 13);
-  uint32_t rem = m & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
-    h++;
-  return (uint16_t)h;
+    p[i] = (uint8_t)(ecs_ts_rng_next(&s) >> 56);
 }
 
 /* n bytes of normal-like values in the dtype (whole elements, then a tail of
@@ -75,21 +37,21 @@ static void fill_tensor(uint8_t *p, size_t n, int dtype, uint64_t seed) {
   switch (dtype) {
   case ECS_DTYPE_F32:
     for (; i + 4 <= n; i += 4) {
-      float f = normal(&s);
+      float f = ecs_ts_normal(&s);
       memcpy(p + i, &f, 4);
     }
     break;
   case ECS_DTYPE_BF16:
   case ECS_DTYPE_F16:
     for (; i + 2 <= n; i += 2) {
-      float f = normal(&s);
-      uint16_t h = dtype == ECS_DTYPE_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+      float f = ecs_ts_normal(&s);
+      uint16_t h = dtype == ECS_DTYPE_BF16 ? ecs_ts_f32_to_bf16(f) : ecs_ts_f32_to_f16(f);
       memcpy(p + i, &h, 2);
     }
     break;
   default:
     for (; i < n; i++)
-      p[i] = (uint8_t)((int)(normal(&s) * 8.0f));
+      p[i] = (uint8_t)((int)(ecs_ts_normal(&s) * 8.0f));
     break;
   }
   fill_random(p + i, n - i, seed + 1);
@@ -440,16 +402,16 @@ static void test_corrupt_input(void **state) {
     assert_non_null(bad);
     for (int it = 0; it < 300; it++) {
       memcpy(bad, cbuf, clen);
-      int flips = 1 + (int)(rng_next(&rs) % 8);
+      int flips = 1 + (int)(ecs_ts_rng_next(&rs) % 8);
       for (int f = 0; f < flips; f++)
-        bad[rng_next(&rs) % clen] ^= (uint8_t)(1u << (rng_next(&rs) % 8));
+        bad[ecs_ts_rng_next(&rs) % clen] ^= (uint8_t)(1u << (ecs_ts_rng_next(&rs) % 8));
       int rc = ecs_codec_decompress(used, ECS_DTYPE_BF16, bad, clen, out, n);
       assert_true(rc == ECS_OK || rc == ECS_ECODEC);
     }
     /* Garbage of many lengths. */
     for (int it = 0; it < 300; it++) {
-      size_t gl = 1 + (size_t)(rng_next(&rs) % (clen < 4096 ? clen : 4096));
-      fill_random(bad, gl, rng_next(&rs));
+      size_t gl = 1 + (size_t)(ecs_ts_rng_next(&rs) % (clen < 4096 ? clen : 4096));
+      fill_random(bad, gl, ecs_ts_rng_next(&rs));
       int rc = ecs_codec_decompress(used, ECS_DTYPE_BF16, bad, gl, out, n);
       assert_true(rc == ECS_OK || rc == ECS_ECODEC);
     }

@@ -1,6 +1,7 @@
 # Test support (tests/support/ts.h): real redis-server and ecstore-server
 # processes on free ports in temp directories.  Tests link it through
 # ecs_add_test(... LIBS ecs_testsupport).
-add_library(ecs_testsupport STATIC ${CMAKE_CURRENT_LIST_DIR}/ts.c)
-target_link_libraries(ecs_testsupport PUBLIC ecstore_static PkgConfig::HIREDIS)
+# tensors.c: encoder-like data (normal values as bf16/f16/f32) for tests and benches.
+add_library(ecs_testsupport STATIC ${CMAKE_CURRENT_LIST_DIR}/ts.c ${CMAKE_CURRENT_LIST_DIR}/tensors.c)
+target_link_libraries(ecs_testsupport PUBLIC ecstore_static PkgConfig::HIREDIS m)
 target_include_directories(ecs_testsupport PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
