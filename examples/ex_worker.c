@@ -446,26 +446,11 @@ static void *conn_main(void *arg) {
   return NULL;
 }
 
-/* The data path in use.  ecs_ec_describe() gives the protocol as
- * configured ("ecstore/auto"), not the one auto chose, so for auto a
- * short-lived client with the same settings asks the client library
- * (auto picks the same way for every client on this host). */
+/* The data path in use, as the connector reports it (the transport the
+ * client took, e.g. "ecstore/shm"), marked "(auto)" when auto chose it. */
 static void resolve_path(const ecs_ec_config_t *cfg) {
-  snprintf(W.path, sizeof W.path, "%s", ecs_ec_describe(W.conn));
-  if (cfg->backend != ECS_EC_BACKEND_ECSTORE || strcmp(cfg->protocol, "auto") != 0)
-    return;
-  ecs_client_config_t cc;
-  ecs_client_config_init(&cc);
-  cc.servers = cfg->servers;
-  cc.ns = cfg->ns;
-  cc.auth_token = cfg->auth_token[0] ? cfg->auth_token : NULL;
-  cc.connect_timeout_ms = cfg->connect_timeout_ms;
-  cc.timeout_ms = cfg->timeout_ms;
-  cc.transport = "auto";
-  ecs_client_t *c = NULL;
-  if (ecs_client_connect(&cc, &c, NULL, 0) == ECS_OK)
-    snprintf(W.path, sizeof W.path, "ecstore/%s (auto)", ecs_client_transport(c));
-  ecs_client_close(c);
+  int autop = cfg->backend == ECS_EC_BACKEND_ECSTORE && strcmp(cfg->protocol, "auto") == 0;
+  snprintf(W.path, sizeof W.path, "%s%s", ecs_ec_describe(W.conn), autop ? " (auto)" : "");
 }
 
 static void usage(FILE *f) {
