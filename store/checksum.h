@@ -17,7 +17,7 @@
  * stay in L2, large enough that the per-slice cost vanishes. */
 #define ECS_SUM_SLICE ((size_t)256 << 10)
 
-typedef struct ecs_sum ecs_sum_t; /* a running XXH3-64 state */
+typedef struct XXH3_state_s ecs_sum_t; /* a running XXH3-64 state (libxxhash's) */
 
 /* NULL when out of memory.  ecs_sum_free(NULL) is a no-op. */
 ecs_sum_t *ecs_sum_new(void);

@@ -2,14 +2,13 @@
  * Tensor descriptions, content keys and checksums (include/ecstore/tensor.h).
  *
  * Everything here is pure and keeps no global state; only the piece-by-piece
- * checksums at the end (store/checksum.h) allocate, for their XXH3 state.
+ * checksums at the end (store/checksum.h) allocate: libxxhash's XXH3 state.
  * The dtype table is indexed by the wire value, so a new dtype is one
  * appended row.
  */
 #include "ecstore/tensor.h"
 #include "store/checksum.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
@@ -160,61 +159,44 @@ uint64_t ecs_checksum(const void *data, size_t len) {
 
 /* ---- checksums piece by piece (store/checksum.h) ---- */
 
-struct ecs_sum {
-  XXH3_state_t *st;
-};
-
+/* ecs_sum_t is libxxhash's own streaming state. */
 ecs_sum_t *ecs_sum_new(void) {
-  ecs_sum_t *s = malloc(sizeof *s);
-  if (!s)
-    return NULL;
-  s->st = XXH3_createState();
-  if (!s->st) {
-    free(s);
-    return NULL;
-  }
-  XXH3_64bits_reset(s->st);
-  return s;
+  XXH3_state_t *st = XXH3_createState();
+  if (st)
+    XXH3_64bits_reset(st);
+  return st;
 }
 
 void ecs_sum_free(ecs_sum_t *s) {
-  if (!s)
-    return;
-  XXH3_freeState(s->st);
-  free(s);
+  XXH3_freeState(s); /* NULL is a no-op */
 }
 
 void ecs_sum_reset(ecs_sum_t *s) {
-  XXH3_64bits_reset(s->st);
+  XXH3_64bits_reset(s);
 }
 
 void ecs_sum_update(ecs_sum_t *s, const void *p, size_t n) {
   if (n)
-    ecs_xxh3_64_update(s->st, p, n);
+    ecs_xxh3_64_update(s, p, n);
 }
 
 uint64_t ecs_sum_digest(const ecs_sum_t *s) {
-  return XXH3_64bits_digest(s->st);
+  return XXH3_64bits_digest(s);
 }
 
 uint64_t ecs_copy_checksum(void *dst, const void *src, size_t n) {
-  if (n <= ECS_SUM_SLICE) {
+  ecs_sum_t *s = n > ECS_SUM_SLICE ? ecs_sum_new() : NULL;
+  if (!s) { /* one slice, or no memory for the state: copy, then hash */
     if (n)
       memcpy(dst, src, n);
     return ecs_checksum(dst, n);
   }
-  XXH3_state_t *st = XXH3_createState();
-  if (!st) { /* no memory for the state: two passes, same answer */
-    memcpy(dst, src, n);
-    return ecs_checksum(dst, n);
-  }
-  XXH3_64bits_reset(st);
   for (size_t at = 0; at < n; at += ECS_SUM_SLICE) {
     size_t k = n - at < ECS_SUM_SLICE ? n - at : ECS_SUM_SLICE;
     memcpy((uint8_t *)dst + at, (const uint8_t *)src + at, k);
-    ecs_xxh3_64_update(st, (const uint8_t *)dst + at, k);
+    ecs_sum_update(s, (const uint8_t *)dst + at, k);
   }
-  uint64_t h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
+  uint64_t h = ecs_sum_digest(s);
+  ecs_sum_free(s);
   return h;
 }

@@ -37,6 +37,9 @@
 
 #include <hiredis/hiredis.h>
 
+#include "ecstore/error.h"
+#include "store/parse.h"
+
 #define TS_REDIS_START_MS 10000  /* redis-server listens in ~10 ms; ASan runs are slower */
 #define TS_SERVER_START_MS 15000 /* ecstore-server maps and locks its pool first */
 #define TS_START_TRIES 3         /* a "free" port can be taken before the child binds it */
@@ -349,19 +352,12 @@ int ecs_ts_redis_start(ecs_ts_proc_t *p) {
  * pool on this VM takes about 2 s per GiB, so a fixed wait refuses the
  * benchmarks' big pools.  The last --pool-size in extra counts. */
 static int server_start_ms(const char *const extra[]) {
-  unsigned long long gib = 0;
-  for (size_t i = 0; extra != NULL && extra[i] != NULL && extra[i + 1] != NULL; i++) {
-    if (strcmp(extra[i], "--pool-size") != 0)
-      continue;
-    char *end;
-    unsigned long long v = strtoull(extra[i + 1], &end, 10);
-    int shift = *end == 'T' || *end == 't'   ? 40
-                : *end == 'G' || *end == 'g' ? 30
-                : *end == 'M' || *end == 'm' ? 20
-                                             : 0;
-    gib = v >= (1ull << 62 >> shift) ? 1ull << 20 : (v << shift) >> 30;
-  }
-  return TS_SERVER_START_MS + (int)(gib > 2000 ? 2000 : gib) * 4000;
+  uint64_t bytes = 0;
+  for (size_t i = 0; extra != NULL && extra[i] != NULL && extra[i + 1] != NULL; i++)
+    if (strcmp(extra[i], "--pool-size") == 0 && ecs_parse_size(extra[i + 1], &bytes) != ECS_OK)
+      bytes = 0; /* the server will refuse it at once */
+  uint64_t gib = bytes >> 30;
+  return TS_SERVER_START_MS + (int)(gib > 1024 ? 1024 : gib) * 4000;
 }
 
 int ecs_ts_server_start(ecs_ts_proc_t *p, int redis_port, const char *const extra[]) {
