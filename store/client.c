@@ -22,8 +22,8 @@
 
 #include <xxhash.h>
 
-#include "store/client_internal.h"
 #include "store/checksum.h"
+#include "store/client_internal.h"
 #include "store/client_priv.h"
 #include "store/codec.h"
 #include "store/meta.h"
@@ -598,7 +598,8 @@ int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *te
  * each slice lands, while they are still in cache: one trip through
  * memory instead of two, and the hashing overlaps the server's sending.
  * A mismatch marks the item ECS_ECHECKSUM.  Compressed items are checked
- * later, by ecs__cli_deliver. */
+ * later, by ecs__cli_deliver; empty ones, which have no iovec, by the
+ * caller. */
 static int recv_payloads(ecs_client_t *c, srv_t *s, const struct iovec *iov, int niov, const size_t *iov_item,
                          const ecs_get_reply_t *reps, ecs_get_buf_t *bufs, const size_t *idx,
                          uint64_t deadline) {
@@ -611,18 +612,18 @@ static int recv_payloads(ecs_client_t *c, srv_t *s, const struct iovec *iov, int
   size_t off = 0;
   while (rc == ECS_OK && i < niov) {
     int k = 0;
-    size_t got = 0;
-    while (i < niov && k < ECS_CLI_IOV_CHUNK && got < ECS_SUM_SLICE) {
+    size_t slice_bytes = 0;
+    while (i < niov && k < ECS_CLI_IOV_CHUNK && slice_bytes < ECS_SUM_SLICE) {
       size_t take = iov[i].iov_len - off;
-      if (take > ECS_SUM_SLICE - got)
-        take = ECS_SUM_SLICE - got;
+      if (take > ECS_SUM_SLICE - slice_bytes)
+        take = ECS_SUM_SLICE - slice_bytes;
       v[k].iov_base = (uint8_t *)iov[i].iov_base + off;
       v[k].iov_len = take;
       vi[k] = i;
       vo[k] = off;
       vl[k] = take;
       k++;
-      got += take;
+      slice_bytes += take;
       off += take;
       if (off == iov[i].iov_len) {
         i++;
@@ -641,17 +642,17 @@ static int recv_payloads(ecs_client_t *c, srv_t *s, const struct iovec *iov, int
       uint64_t got_sum;
       if (first && last) {
         got_sum = ecs_checksum(p, vl[q]);
-      } else {
-        if (!sum && !(sum = ecs_sum_new())) {
-          rc = ECS_ENOMEM;
-          break;
-        }
+      } else if (sum || (sum = ecs_sum_new()) != NULL) {
         if (first)
           ecs_sum_reset(sum);
         ecs_sum_update(sum, p, vl[q]);
         if (!last)
           continue;
         got_sum = ecs_sum_digest(sum);
+      } else if (last) { /* no memory for a state: hash the whole item now */
+        got_sum = ecs_checksum(iov[vi[q]].iov_base, iov[vi[q]].iov_len);
+      } else {
+        continue;
       }
       if (got_sum != reps[j].checksum) {
         bufs[idx[j]].status = ECS_ECHECKSUM;
@@ -730,6 +731,7 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
       continue;
     }
     if (alloc) {
+      free(b->data); /* a retry's first attempt may have allocated it */
       b->data = malloc(rep->nbytes ? (size_t)rep->nbytes : 1);
       if (!b->data) {
         rc = ECS_ENOMEM;
@@ -780,6 +782,8 @@ static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_
       if (rep->codec != ECS_CODEC_NONE)
         b->status = ecs__cli_deliver(c, b, scratch + zoff[j], rep->codec, rep->nbytes, rep->raw_nbytes,
                                      rep->checksum, alloc);
+      else if (rep->nbytes == 0 && c->cfg.verify_checksum && ecs_checksum(NULL, 0) != rep->checksum)
+        b->status = ECS_ECHECKSUM; /* an empty item had no iovec to check */
       if (b->status == ECS_ECHECKSUM || b->status == ECS_ECODEC)
         b->nbytes = 0;
     }
@@ -798,6 +802,7 @@ int ecs__cli_deliver(ecs_client_t *c, ecs_get_buf_t *b, const void *src, uint8_t
   if (c->cfg.verify_checksum && ecs_checksum(src, (size_t)nbytes) != checksum)
     return ECS_ECHECKSUM;
   if (alloc) {
+    free(b->data); /* a retry's first attempt may have allocated it */
     b->data = malloc(raw_nbytes ? (size_t)raw_nbytes : 1);
     if (!b->data)
       return ECS_ENOMEM;

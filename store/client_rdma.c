@@ -222,6 +222,7 @@ int ecs__rdma_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_
     if (l[j].codec != ECS_CODEC_NONE) {
       dst = zbuf[j] = malloc((size_t)l[j].nbytes);
     } else if (alloc) {
+      free(b->data); /* a retry's first attempt may have allocated it */
       dst = b->data = malloc((size_t)l[j].nbytes);
       b->capacity = l[j].nbytes;
     } else if (l[j].nbytes > b->capacity || !b->data) {

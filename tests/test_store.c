@@ -396,17 +396,20 @@ static void test_checksum_mismatch_detected(void **state) {
 
 /* Objects larger than the client's hashing slice (store/checksum.h) are
  * verified piece by piece as they land: a corrupt byte in the middle of
- * one fails that item alone, and its neighbours in the batch arrive. */
+ * one fails that item alone, its neighbours in the batch arrive, and a
+ * clean object of several slices (first, middle and last pieces) passes.
+ * Into caller buffers, then with the allocating variant. */
 static void test_checksum_mismatch_large_batch(void **state) {
   env_t *e = *state;
-  const size_t sz[3] = {300001, 1100001, 70000};
-  const char *names[3] = {"big-ok-1", "big-corrupt", "big-ok-2"};
-  uint8_t *in[3], *out[3];
-  ecs_key_t k[3];
-  ecs_get_buf_t b[3];
-  for (int i = 0; i < 3; i++) {
-    in[i] = malloc(sz[i]);
-    out[i] = malloc(sz[i]);
+  enum { N = 5 };
+  const size_t sz[N] = {300001, 1100001, 70000, 900001, 0};
+  const char *names[N] = {"big-ok-1", "big-corrupt", "big-ok-2", "big-ok-3slices", "big-empty"};
+  uint8_t *in[N], *out[N];
+  ecs_key_t k[N];
+  ecs_get_buf_t b[N];
+  for (int i = 0; i < N; i++) {
+    in[i] = malloc(sz[i] + 1);
+    out[i] = malloc(sz[i] + 1);
     assert_non_null(in[i]);
     assert_non_null(out[i]);
     fill(in[i], sz[i], 40 + (uint32_t)i);
@@ -414,18 +417,28 @@ static void test_checksum_mismatch_large_batch(void **state) {
     k[i] = (ecs_key_t){names[i], strlen(names[i])};
   }
   assert_int_equal(ecs__client_debug_corrupt(e->c, names[1], strlen(names[1])), ECS_OK);
-  for (int round = 0; round < 2; round++) { /* the connection stays usable */
-    for (int i = 0; i < 3; i++)
-      b[i] = (ecs_get_buf_t){.data = out[i], .capacity = sz[i]};
-    assert_int_equal(ecs_get_batch(e->c, k, b, 3), ECS_OK);
-    assert_int_equal(b[0].status, ECS_OK);
+  for (int round = 0; round < 3; round++) { /* the connection stays usable */
+    int alloc = round == 2;
+    for (int i = 0; i < N; i++)
+      b[i] = (ecs_get_buf_t){.data = alloc ? NULL : out[i], .capacity = sz[i]};
+    assert_int_equal(alloc ? ecs_get_batch_alloc(e->c, k, b, N) : ecs_get_batch(e->c, k, b, N), ECS_OK);
     assert_int_equal(b[1].status, ECS_ECHECKSUM);
     assert_int_equal(b[1].nbytes, 0);
-    assert_int_equal(b[2].status, ECS_OK);
-    assert_memory_equal(out[0], in[0], sz[0]);
-    assert_memory_equal(out[2], in[2], sz[2]);
+    for (int i = 0; i < N; i++) {
+      if (i == 1)
+        continue;
+      assert_int_equal(b[i].status, ECS_OK);
+      assert_int_equal(b[i].nbytes, sz[i]);
+      if (sz[i])
+        assert_memory_equal(b[i].data, in[i], sz[i]);
+    }
+    if (alloc) {
+      assert_null(b[1].data);
+      for (int i = 0; i < N; i++)
+        ecs_free(b[i].data);
+    }
   }
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < N; i++) {
     free(in[i]);
     free(out[i]);
   }

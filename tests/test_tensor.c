@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -276,6 +277,13 @@ static void test_checksum_pieces(void **state) {
       assert_int_equal(ecs_sum_digest(sum), want);
     }
   }
+  /* content keys over a long input: libxxhash's plain XXH3_128bits */
+  char ck[ECS_CONTENT_KEY_LEN + 1], want_ck[ECS_CONTENT_KEY_LEN + 1];
+  ecs_content_key(src, max, ck);
+  XXH128_hash_t h = XXH3_128bits(src, max);
+  snprintf(want_ck, sizeof want_ck, "%016llx%016llx", (unsigned long long)h.high64,
+           (unsigned long long)h.low64);
+  assert_string_equal(ck, want_ck);
   /* a flipped byte in the last slice changes the copy's checksum */
   uint64_t whole = ecs_checksum(src, max);
   src[max - 2] ^= 0x40;
