@@ -24,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,25 +116,25 @@ typedef struct conn {
 } conn_t;
 
 struct ecs_server {
-  ecs_server_opts_t o;            /* options (copied) */
-  int lfd;                        /* listening socket */
-  int ufd;                        /* Unix listening socket for shm clients, or -1 */
-  char shm_path[108];             /* its path ("" when off) */
-  ecs_rdma_ctx *rdma;             /* RDMA device context, or NULL */
-  ecs_rdma_mr *pool_mr;           /* the pool registered for remote read/write */
-  int port;                       /* bound port */
-  int epfd;                       /* epoll instance */
-  int evfd;                       /* eventfd that wakes the loop for stop */
-  volatile sig_atomic_t stopping; /* set by ecs_server_stop */
-  ecs_pool_t *pool;               /* the pinned pool */
-  ecs_objstore_t *os;             /* objects over the pool */
-  ecs_meta_t *meta;               /* Redis link (NULL when running without) */
-  uint64_t epoch;                 /* this process's epoch (start time, µs) */
-  uint8_t *scratch;               /* discard buffer */
-  conn_t **conns;                 /* open connections (unordered) */
-  size_t nconns;                  /* count */
-  uint64_t next_conn_id;          /* for logs */
-  uint64_t last_tick_ms;          /* when timer work last ran */
+  ecs_server_opts_t o;   /* options (copied) */
+  int lfd;               /* listening socket */
+  int ufd;               /* Unix listening socket for shm clients, or -1 */
+  char shm_path[108];    /* its path ("" when off) */
+  ecs_rdma_ctx *rdma;    /* RDMA device context, or NULL */
+  ecs_rdma_mr *pool_mr;  /* the pool registered for remote read/write */
+  int port;              /* bound port */
+  int epfd;              /* epoll instance */
+  int evfd;              /* eventfd that wakes the loop for stop */
+  atomic_int stopping;   /* set by ecs_server_stop (any thread, or a signal handler) */
+  ecs_pool_t *pool;      /* the pinned pool */
+  ecs_objstore_t *os;    /* objects over the pool */
+  ecs_meta_t *meta;      /* Redis link (NULL when running without) */
+  uint64_t epoch;        /* this process's epoch (start time, µs) */
+  uint8_t *scratch;      /* discard buffer */
+  conn_t **conns;        /* open connections (unordered) */
+  size_t nconns;         /* count */
+  uint64_t next_conn_id; /* for logs */
+  uint64_t last_tick_ms; /* when timer work last ran */
   /* counters for STAT */
   uint64_t puts, gets, hits, misses;
 };

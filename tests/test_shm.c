@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -150,8 +151,8 @@ static void test_views_zero_copy(void **state) {
  * object is never freed, and its bytes never change while held. */
 typedef struct holder {
   const char *servers;
-  volatile int stop;
-  long checked, bad;
+  atomic_int stop;
+  atomic_long checked, bad; /* shared by every holder thread */
 } holder_t;
 
 static void *holder_main(void *p) {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -743,8 +744,8 @@ static void test_disconnect_mid_put_leaks_nothing(void **state) {
 
 typedef struct reader_arg {
   const char *servers;
-  volatile int stop;
-  long ok, miss, bad;
+  atomic_int stop;
+  atomic_long ok, miss, bad;
 } reader_arg_t;
 
 /* Reads random keys of the eviction test and checks every byte it gets. */
