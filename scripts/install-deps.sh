@@ -9,7 +9,7 @@ pkgs=(
   libhiredis-dev libxxhash-dev libzstd-dev liblz4-dev libcmocka-dev
   libibverbs-dev librdmacm-dev
   redis-server redis-tools
-  python3
+  python3 python3-venv
   python3-numpy python3-torch python3-pytest python3-redis
 )
 # Extra packages for the benchmarks' plots and peers (ECS_DEPS_BENCH=1).
