@@ -7,12 +7,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 "$PWD/scripts/install-deps.sh"
+# The Python tests run in a venv with pinned PyPI packages (vLLM, torch,
+# pytest), made on the first run and reused after (scripts/pyenv.sh).
+pyenv=$("$PWD/scripts/pyenv.sh")
 
 jobs=$(nproc 2>/dev/null || echo 2)
 run_preset() {
   local preset=$1
   echo "== $preset: configure and build"
-  cmake --preset "$preset" >/dev/null
+  cmake --preset "$preset" -DECS_PYTHON="$pyenv/bin/python" >/dev/null
   cmake --build --preset "$preset" -j "$jobs"
   echo "== $preset: test"
   ctest --preset "$preset" -j "$jobs"

@@ -2,11 +2,14 @@
 tests/python`, with the skips and failures ctest needs to see.
 
 Exit codes: pytest's own (0 passed, 1 failed, ...), except
-- 77 (ctest: skipped) when numpy or pytest is missing, or when ECS_SANITIZE
-  says the library under test is a sanitizer build (it cannot be loaded into
-  this python without preloading the ASan runtime, see docs/python.md);
-- 1 instead of pytest's 5 ("no tests collected"), so that a suite that
-  silently vanished fails rather than passes.
+- 77 (ctest: skipped) when ECS_SANITIZE says the library under test is a
+  sanitizer build (it cannot be loaded into this python without preloading
+  the ASan runtime, see docs/python.md);
+- 1 when a package the suite needs (pytest, numpy, torch, vllm) is missing
+  from this interpreter: a suite that cannot run fails rather than
+  vanishing from a green run (scripts/pyenv.sh makes the venv that has
+  them; scripts/test.sh passes it to CMake as ECS_PYTHON);
+- 1 instead of pytest's 5 ("no tests collected").
 """
 
 import os
@@ -20,15 +23,16 @@ def main():
               "release build" % os.environ["ECS_SANITIZE"])
         return 77
     missing = []
-    for mod in ("pytest", "numpy"):
+    for mod in ("pytest", "numpy", "torch", "vllm"):
         try:
             __import__(mod)
         except ImportError:
             missing.append(mod)
     if missing:
-        print("skip: %s missing for %s (scripts/install-deps.sh installs python3-numpy, python3-pytest)"
+        print("error: %s missing for %s; make the test venv with scripts/pyenv.sh and configure with "
+              "-DECS_PYTHON=$(scripts/pyenv.sh)/bin/python (scripts/test.sh does both)"
               % (", ".join(missing), sys.executable))
-        return 77
+        return 1
     import pytest
 
     here = pathlib.Path(__file__).resolve().parent

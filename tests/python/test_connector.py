@@ -8,7 +8,7 @@ import pytest
 
 import ecstore
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 
 if not ecstore.has_connector():
     pytest.skip("libecstore at %s has no ec_connector" % ecstore.lib_path(), allow_module_level=True)

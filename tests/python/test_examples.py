@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch")
+import torch  # noqa: E402,F401 - the examples need it
 import ecstore  # noqa: E402
 
 EX = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"

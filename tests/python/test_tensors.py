@@ -6,7 +6,7 @@ import pytest
 
 import ecstore
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 
 NUMPY_DTYPES = ["float32", "float16", "int8", "uint8", "int32", "int64"]
 TORCH_DTYPES = ["float32", "float16", "bfloat16", "int8", "uint8", "int32", "int64"]

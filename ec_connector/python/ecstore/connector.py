@@ -291,6 +291,9 @@ class LoadHandle:
         self._res = (_lib.EcLoadResult * len(pairs))()
         self.statuses = [codes.EBUSY] * len(pairs)
         self.mm_hashes = [h for h, _ in pairs]
+        # (dtype code, shape) as stored, per item, when the last wait/poll
+        # learned it (a hit, or a miss by size: EBUFSMALL, EDTYPE); else None.
+        self.descs = [None] * len(pairs)
 
     def __len__(self):
         return len(self._pairs)
@@ -300,6 +303,8 @@ class LoadHandle:
         for i, r in enumerate(self._res):
             st = r.status
             t = None
+            if st in (0, codes.EBUFSMALL, codes.EDTYPE):
+                self.descs[i] = (r.desc.dtype, tuple(r.desc.shape[: r.desc.ndim]))
             if st == 0:
                 try:
                     t = _t.view_out(self._pairs[i][1], r.desc.dtype, r.desc.shape[: r.desc.ndim])

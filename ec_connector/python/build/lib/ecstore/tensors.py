@@ -1,0 +1,254 @@
+"""numpy arrays and torch CPU tensors as ecstore tensors, without copies.
+
+A put passes the C library the array's own data pointer; a get writes into
+the array's own memory (a caller's ``out``, a freshly allocated array, or the
+buffer libecstore allocated, wrapped in place).  No byte ever passes through
+a Python ``bytes`` object.
+
+dtypes (ecstore name: numpy / torch):
+
+=========  ===================  =======================================
+ecstore    numpy                torch
+=========  ===================  =======================================
+f32        float32              float32
+f16        float16              float16
+bf16       uint16 (raw bits)    bfloat16
+f8e4m3     uint8 (raw bits)     float8_e4m3fn when torch has it, else uint8
+f8e5m2     uint8 (raw bits)     float8_e5m2 when torch has it, else uint8
+i8         int8                 int8
+u8         uint8                uint8
+i32        int32                int32
+i64        int64                int64
+=========  ===================  =======================================
+
+numpy has no bfloat16 and no float8: a numpy get of a bf16 object gives a
+``uint16`` array of the raw bits (``torch.from_numpy(a.view('int16'))
+.view(torch.bfloat16)`` turns it into a torch bf16 tensor), and a numpy put
+of such bits must say ``dtype="bf16"``, since a plain uint16 array has no
+ecstore dtype and is refused (EDTYPE).  The same holds for the float8 types
+with uint8 carriers (torch 1.13, Debian 12's, has no float8 either).
+Other dtypes (float64, int16, bool, complex, ...) are refused with EDTYPE.
+"""
+
+import ctypes
+import sys
+
+from . import _lib
+from . import codes
+from .errors import make_error
+
+# code -> (numpy dtype name of a numpy result, torch dtype name, torch fallback name)
+_TABLE = {
+    _lib.DTYPE_F32: ("float32", "float32", None),
+    _lib.DTYPE_F16: ("float16", "float16", None),
+    _lib.DTYPE_BF16: ("uint16", "bfloat16", None),
+    _lib.DTYPE_F8E4M3: ("uint8", "float8_e4m3fn", "uint8"),
+    _lib.DTYPE_F8E5M2: ("uint8", "float8_e5m2", "uint8"),
+    _lib.DTYPE_I8: ("int8", "int8", None),
+    _lib.DTYPE_U8: ("uint8", "uint8", None),
+    _lib.DTYPE_I32: ("int32", "int32", None),
+    _lib.DTYPE_I64: ("int64", "int64", None),
+}
+
+# numpy dtype name -> code, for arrays put without an explicit dtype.
+_NUMPY_IN = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16, "int8": _lib.DTYPE_I8,
+             "uint8": _lib.DTYPE_U8, "int32": _lib.DTYPE_I32, "int64": _lib.DTYPE_I64}
+
+# torch dtype name -> code, for tensors put without an explicit dtype.
+_TORCH_IN = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16, "bfloat16": _lib.DTYPE_BF16,
+             "float8_e4m3fn": _lib.DTYPE_F8E4M3, "float8_e5m2": _lib.DTYPE_F8E5M2, "int8": _lib.DTYPE_I8,
+             "uint8": _lib.DTYPE_U8, "int32": _lib.DTYPE_I32, "int64": _lib.DTYPE_I64}
+
+
+def _err(code, detail):
+    return make_error(code, detail)
+
+
+def dtype_name(code):
+    """The ecstore name of a dtype code ("bf16", ...)."""
+    return _lib.lib().ecs_dtype_name(int(code)).decode()
+
+
+def dtype_size(code):
+    """Bytes per element of a dtype code (ecs_dtype_size; 0 if unknown)."""
+    return _lib.lib().ecs_dtype_size(int(code))
+
+
+def parse_dtype(dtype):
+    """A dtype code from an int code, a name ecs_dtype_parse takes ("bf16",
+    "bfloat16", "f8e4m3", "float8_e4m3fn", ...), or a numpy/torch dtype;
+    raises InvalidArgumentError (EDTYPE)."""
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        if dtype_size(dtype) == 0:
+            raise _err(codes.EDTYPE, "unknown dtype code %d" % dtype)
+        return dtype
+    name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
+    out = ctypes.c_int(0)
+    rc = _lib.lib().ecs_dtype_parse(name.encode(), ctypes.byref(out))
+    if rc != 0:
+        raise _err(rc, "unknown dtype %r" % (dtype,))
+    return out.value
+
+
+def _torch():
+    # Never imports torch: a tensor can only exist when torch is loaded.
+    return sys.modules.get("torch")
+
+
+def is_torch(obj):
+    t = _torch()
+    return t is not None and isinstance(obj, t.Tensor)
+
+
+def torch_dtype(code):
+    """The torch dtype a get of an object of dtype code returns."""
+    import torch
+
+    _, name, fallback = _TABLE[code]
+    dt = getattr(torch, name, None)
+    return dt if dt is not None else getattr(torch, fallback)
+
+
+def numpy_dtype(code):
+    import numpy as np
+
+    return np.dtype(_TABLE[code][0])
+
+
+def describe(obj, dtype=None):
+    """(data pointer, nbytes, dtype code, shape) of a contiguous numpy array
+    or torch CPU tensor, for a put.  dtype overrides the element type when
+    its size matches (e.g. "bf16" for a uint16 array of bf16 bits)."""
+    if is_torch(obj):
+        if obj.device.type != "cpu":
+            raise _err(codes.EINVAL, "tensor on %s: only CPU tensors (pinned or not) can be put" % obj.device)
+        if not obj.is_contiguous():
+            raise _err(codes.EINVAL, "tensor is not contiguous: call .contiguous() first (no hidden copies)")
+        itemsize = obj.element_size()
+        name = str(obj.dtype).replace("torch.", "")
+        natural = _TORCH_IN.get(name)
+        ptr, nbytes, shape = obj.data_ptr(), obj.numel() * itemsize, tuple(obj.shape)
+    else:
+        try:
+            import numpy as np
+        except ImportError:  # pragma: no cover - numpy is required for tensors
+            raise TypeError("put_tensor needs numpy arrays or torch tensors (numpy is not installed)")
+        if not isinstance(obj, np.ndarray):
+            raise TypeError("expected a numpy array or a torch tensor, got %s" % type(obj).__name__)
+        if not obj.flags.c_contiguous:
+            raise _err(codes.EINVAL, "array is not C-contiguous: use numpy.ascontiguousarray() first (no hidden copies)")
+        if not obj.dtype.isnative:
+            raise _err(codes.EDTYPE, "array has non-native byte order %s" % obj.dtype.str)
+        itemsize = obj.dtype.itemsize
+        name = obj.dtype.name
+        natural = _NUMPY_IN.get(name)
+        ptr, nbytes, shape = obj.ctypes.data, obj.nbytes, obj.shape
+    if dtype is not None:
+        code = parse_dtype(dtype)
+        if dtype_size(code) != itemsize:
+            raise _err(codes.EDTYPE, "dtype %s has %d-byte elements but the %s has %d-byte %s elements"
+                       % (dtype_name(code), dtype_size(code), "tensor" if is_torch(obj) else "array", itemsize, name))
+    elif natural is None:
+        hint = ""
+        if name == "uint16":
+            hint = " (if these are bfloat16 bits, pass dtype='bf16')"
+        raise _err(codes.EDTYPE, "%s has no ecstore dtype%s; supported: f32 f16 bf16 f8e4m3 f8e5m2 i8 u8 i32 i64"
+                   % (name, hint))
+    else:
+        code = natural
+    if len(shape) > _lib.ECS_MAX_DIMS:
+        raise _err(codes.EDTYPE, "%d dimensions; at most %d" % (len(shape), _lib.ECS_MAX_DIMS))
+    return ptr, nbytes, code, shape
+
+
+def describe_out(out):
+    """(data pointer, capacity in bytes) of a destination for a get; it must
+    be contiguous, writable, and on the CPU."""
+    if is_torch(out):
+        if out.device.type != "cpu":
+            raise _err(codes.EINVAL, "out tensor on %s: only CPU tensors" % out.device)
+        if not out.is_contiguous():
+            raise _err(codes.EINVAL, "out tensor is not contiguous")
+        return out.data_ptr(), out.numel() * out.element_size()
+    import numpy as np
+
+    if not isinstance(out, np.ndarray):
+        raise TypeError("out must be a numpy array or a torch tensor, got %s" % type(out).__name__)
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise _err(codes.EINVAL, "out array must be C-contiguous and writable")
+    return out.ctypes.data, out.nbytes
+
+
+def view_out(out, code, shape):
+    """out's first bytes as the stored tensor: a view (no copy) of dtype code
+    and the stored shape.  Raises InvalidArgumentError (EDTYPE) when out's
+    dtype is not the one a get of that object returns (see the table)."""
+    if is_torch(out):
+        want = torch_dtype(code)
+        have = out.dtype
+    else:
+        want = numpy_dtype(code)
+        have = out.dtype
+    if have != want:
+        raise _err(codes.EDTYPE, "object is %s %s but out is %s (want %s)"
+                   % (dtype_name(code), list(shape), have, want))
+    count = 1
+    for d in shape:
+        count *= d
+    flat = out.reshape(-1)[:count]
+    return flat.view(tuple(shape)) if is_torch(out) else flat.reshape(tuple(shape))
+
+
+def alloc(framework, code, shape, pin_memory=False):
+    """An uninitialised array/tensor for an object of dtype code and shape."""
+    if framework == "torch":
+        import torch
+
+        return torch.empty(tuple(shape), dtype=torch_dtype(code), pin_memory=pin_memory)
+    if pin_memory:
+        raise _err(codes.EINVAL, "pin_memory needs framework='torch'")
+    import numpy as np
+
+    return np.empty(tuple(shape), dtype=numpy_dtype(code))
+
+
+class _CBuffer:
+    """A block malloc'd by ecs_get_batch_alloc, exposed to numpy through the
+    array interface; numpy keeps it as the array's base, so the block is
+    freed (ecs_free) when the last array or tensor using it goes away."""
+
+    __slots__ = ("ptr", "_free", "__array_interface__")
+
+    def __init__(self, ptr, typestr, shape):
+        self.ptr = ptr
+        self._free = _lib.lib().ecs_free  # bound now: at exit module globals may be gone
+        self.__array_interface__ = {"data": (ptr, False), "shape": tuple(shape), "typestr": typestr, "version": 3}
+
+    def __del__(self):
+        if self.ptr:
+            self._free(self.ptr)
+            self.ptr = None
+
+
+def wrap_c_buffer(ptr, code, shape, framework):
+    """Takes ownership of a malloc'd block holding one object and returns it
+    as a numpy array or torch tensor of the stored dtype and shape (no copy)."""
+    import numpy as np
+
+    if framework == "torch":
+        import torch
+
+        tdt = torch_dtype(code)
+        # torch.from_numpy knows no uint16: bf16 travels through int16 bits.
+        carrier = np.dtype("int16") if code == _lib.DTYPE_BF16 else numpy_dtype(code)
+        arr = np.asarray(_CBuffer(ptr, carrier.str, shape))
+        t = torch.from_numpy(arr)
+        return t if t.dtype == tdt else t.view(tdt)
+    return np.asarray(_CBuffer(ptr, numpy_dtype(code).str, shape))
+
+
+def check_framework(framework):
+    if framework not in ("numpy", "torch"):
+        raise _err(codes.EINVAL, "framework must be 'numpy' or 'torch', not %r" % (framework,))
+
+
