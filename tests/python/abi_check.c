@@ -9,6 +9,7 @@
 
 #include "ecstore/ec_connector.h"
 #include "ecstore/ecstore.h"
+#include "ecstore/pool.h"
 
 static int first_struct = 1;
 static int first_field;
@@ -69,6 +70,14 @@ int main(void) {
   end();
   BEGIN(ecs_ec_stats_t);
   F(ecs_ec_stats_t, saves), F(ecs_ec_stats_t, has_errors), F(ecs_ec_stats_t, staging_in_use);
+  end();
+  BEGIN(ecs_pool_opts_t);
+  F(ecs_pool_opts_t, size), F(ecs_pool_opts_t, min_block), F(ecs_pool_opts_t, huge), F(ecs_pool_opts_t, lock);
+  F(ecs_pool_opts_t, cuda_register), F(ecs_pool_opts_t, name);
+  end();
+  BEGIN(ecs_pool_stats_t);
+  F(ecs_pool_stats_t, size), F(ecs_pool_stats_t, alloc_failures), F(ecs_pool_stats_t, orders);
+  F(ecs_pool_stats_t, free_count), F(ecs_pool_stats_t, locked), F(ecs_pool_stats_t, cuda_registered);
   end();
   printf("\n}\n");
   return 0;

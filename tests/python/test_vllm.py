@@ -188,6 +188,32 @@ def test_one_batched_load_per_step_and_shared_items_once(extra):
         assert after["loads"] - before["loads"] == 12  # one batched load, no retries
         assert after["load_hits"] - before["load_hits"] == 12
         assert len(cache) == 13 and len(out.finished_recving) == 12
+        # The loads landed in the worker's pinned pool, and go back to it
+        # when vLLM drops them from its encoder cache.
+        assert worker._host.stats()["live_allocs"] == 13
+        cache.clear()
+        import gc
+        gc.collect()
+        assert worker._host.stats()["live_allocs"] == 0
+    finally:
+        sched.shutdown()
+        vllm.distributed.ec_transfer.ensure_ec_transfer_shutdown()
+
+
+def test_loads_without_room_in_the_pool_use_torch_memory(extra):
+    save(extra, 6, ["q-%d:100:512" % i for i in range(4)])
+    cfg = roles.vllm_config("ec_consumer", dict(extra, load_pool_bytes="128K"))
+    sched = roles.scheduler(cfg)
+    worker = roles.init_worker(cfg)
+    try:
+        for i in range(4):
+            sched.update_state_after_alloc(roles.request("r%d" % i, [("q-%d" % i, 100)]), 0)
+        cache = {}
+        roles.run_worker_step(roles.scheduler_output(sched.build_connector_meta(roles.scheduler_output(None))), cache)
+        assert sorted(cache) == ["q-%d" % i for i in range(4)]
+        for i in range(4):
+            assert torch.equal(bits(cache["q-%d" % i]), bits(roles.embedding(6, "q-%d" % i, 100, 512, torch.bfloat16)))
+        assert worker._host.stats()["live_allocs"] <= 1  # 100 KB of 128 KB: at most one fits
     finally:
         sched.shutdown()
         vllm.distributed.ec_transfer.ensure_ec_transfer_shutdown()

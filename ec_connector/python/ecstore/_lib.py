@@ -155,6 +155,33 @@ class EcStats(ctypes.Structure):
     ]
 
 
+class PoolOpts(ctypes.Structure):
+    """ecs_pool_opts_t (include/ecstore/pool.h)."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("min_block", ctypes.c_size_t),
+        ("huge", ctypes.c_int),
+        ("lock", ctypes.c_int),
+        ("cuda_register", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+    ]
+
+
+class PoolStats(ctypes.Structure):
+    """ecs_pool_stats_t (include/ecstore/pool.h)."""
+
+    _fields_ = [(n, ctypes.c_uint64) for n in (
+        "size", "min_block", "bytes_in_use", "bytes_free", "largest_free", "bytes_requested",
+        "bytes_granted", "live_allocs", "alloc_calls", "alloc_failures")] + [
+        ("orders", ctypes.c_uint32),
+        ("free_count", ctypes.c_uint32 * 48),
+        ("locked", ctypes.c_int),
+        ("hugepages", ctypes.c_int),
+        ("cuda_registered", ctypes.c_int),
+    ]
+
+
 # The structs the ABI check compares with the C compiler's view.
 ABI_STRUCTS = {
     "ecs_tensor_desc_t": TensorDesc,
@@ -167,6 +194,8 @@ ABI_STRUCTS = {
     "ecs_ec_load_item_t": EcLoadItem,
     "ecs_ec_load_result_t": EcLoadResult,
     "ecs_ec_stats_t": EcStats,
+    "ecs_pool_opts_t": PoolOpts,
+    "ecs_pool_stats_t": PoolStats,
 }
 
 _P = ctypes.c_void_p
@@ -200,6 +229,14 @@ _OPTIONAL_PROTOS = {
     "ecs_client_transport": (ctypes.c_char_p, [_P]),
     "ecs_register_buffer": (ctypes.c_int, [_P, ctypes.c_void_p, _S]),
     "ecs_unregister_buffer": (ctypes.c_int, [_P, ctypes.c_void_p]),
+    # the pinned pool (include/ecstore/pool.h), for ecstore.pinned
+    "ecs_pool_opts_init": (None, [ctypes.POINTER(PoolOpts)]),
+    "ecs_pool_create": (ctypes.c_int, [ctypes.POINTER(PoolOpts), ctypes.POINTER(_P)]),
+    "ecs_pool_destroy": (None, [_P]),
+    "ecs_pool_alloc": (ctypes.c_int, [_P, _S, ctypes.POINTER(ctypes.c_uint64)]),
+    "ecs_pool_free": (ctypes.c_int, [_P, ctypes.c_uint64, _S]),
+    "ecs_pool_ptr": (ctypes.c_void_p, [_P, ctypes.c_uint64]),
+    "ecs_pool_stats": (None, [_P, ctypes.POINTER(PoolStats)]),
 }
 
 _CONNECTOR_PROTOS = {

@@ -53,14 +53,29 @@ from vllm.logger import init_logger
 from . import codes
 from . import tensors as _t
 from .connector import ECConnector
+from .pinned import HostPool
 from .errors import DeadlineExceededError, EcstoreError, err_name, make_error
 
 logger = init_logger(__name__)
 
 #: Keys of ``ec_connector_extra_config`` read here rather than by the C
 #: connector: name -> (type, default, meaning).
+def _size(v):
+    """An int, or a string with a K/M/G suffix (powers of 1024)."""
+    if isinstance(v, str):
+        t = v.strip().upper()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+        return int(t[:-1] if t[-1:] in "KMG" else t) * mult
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(v)
+    return v
+
+
+_size.__name__ = "size (bytes, or a string like '256M')"
+
 PY_KEYS = {
     "load_device": (str, None, "device the loaded tensors go to (default: the worker's device)"),
+    "load_pool_bytes": (_size, 256 << 20, "pinned host pool the loads land in (0: plain torch memory)"),
     "warn_interval_s": (float, 30.0, "at most one store-error warning per interval, per kind"),
     "reopen_interval_s": (float, 5.0, "how soon a connector that could not open tries again"),
 }
@@ -191,6 +206,12 @@ class ECStoreConnector(ECConnectorBase):
         self._stream = None  # CUDA side stream of the saves
         self._copy_q = None  # CUDA saves waiting for their copy, see _copier
         self._copier = None
+        self._host = None  # HostPool of the loads, made on the first load
+        self._h2d = collections.deque()  # (event, host tensors) of copies to the GPU in flight
+        if role == ECConnectorRole.WORKER and self.is_consumer:
+            # The load pool is populated and locked now, at vLLM's start,
+            # rather than during the first request.
+            self._host_pool()
         # Open now, so that a bad configuration (an unknown key, a bad
         # value) fails vLLM's start with the C parser's message.  A store
         # that is down is not a configuration error: try again later.
@@ -391,14 +412,33 @@ class ECStoreConnector(ECConnectorBase):
         if not todo:
             return
         device = self._device(encoder_cache)
-        got = self._load(todo, pin=device.type == "cuda")
+        cuda = device.type == "cuda"
+        self._reap_h2d()
+        got = self._load(todo, pin=cuda)
+        hosts = []
         for spec in todo:
             t = got.get(spec.mm_hash)
             if t is None:
                 self._failed_loads.update(spec.req_ids)
                 continue
-            encoder_cache[spec.mm_hash] = t if device.type == "cpu" else t.to(device, non_blocking=True)
+            if cuda:
+                # Asynchronous on the current stream: the forward pass that
+                # uses it is ordered after it.  The host block stays
+                # referenced until the copy is done (see _reap_h2d).
+                encoder_cache[spec.mm_hash] = t.to(device, non_blocking=True)
+                hosts.append(t)
+            else:
+                encoder_cache[spec.mm_hash] = t
             self._finished_loads.add(spec.mm_hash)
+        if hosts:
+            ev = torch.cuda.Event()
+            ev.record()
+            self._h2d.append((ev, hosts))
+
+    def _reap_h2d(self):
+        """Lets go of host blocks whose copies to the GPU are done."""
+        while self._h2d and self._h2d[0][0].query():
+            self._h2d.popleft()
 
     def _device(self, encoder_cache):
         if self._py["load_device"]:
@@ -423,7 +463,26 @@ class ECStoreConnector(ECConnectorBase):
         if row is None:
             return torch.empty(0, dtype=torch.uint8)
         code, tail = row
-        return torch.empty((spec.num_embeds,) + tail, dtype=_t.torch_dtype(code), pin_memory=pin)
+        return self._host_tensor(_t.torch_dtype(code), (spec.num_embeds,) + tail, pin)
+
+    def _host_pool(self):
+        """The pinned pool of the loads (registered with CUDA where a GPU
+        is), or None when disabled or it could not be made."""
+        if self._host is None and self._py["load_pool_bytes"]:
+            try:
+                self._host = HostPool(self._py["load_pool_bytes"], cuda_register=torch.cuda.is_available(),
+                                      name="ecstore-vllm-load")
+            except EcstoreError as e:
+                self._warn.warn("pool", "ecstore EC connector: no pinned load pool (%s); using torch memory", e)
+                self._py["load_pool_bytes"] = 0
+        return self._host
+
+    def _host_tensor(self, dtype, shape, pin):
+        """A host tensor for a load: from the pinned pool when it has room
+        (no page faults, and an asynchronous copy to the GPU), else torch's."""
+        pool = self._host_pool()
+        t = pool.tensor(dtype, shape) if pool is not None else None
+        return t if t is not None else torch.empty(shape, dtype=dtype, pin_memory=pin)
 
     def _load(self, specs, pin):
         """{mm_hash: host tensor} of the hits."""
@@ -446,7 +505,7 @@ class ECStoreConnector(ECConnectorBase):
                     else:
                         self._warn.warn("miss", "ecstore EC connector: load of %s: %s", s.mm_hash, err_name(st))
             if retry:  # sizes now known exactly
-                outs2 = [torch.empty(d[1], dtype=_t.torch_dtype(d[0]), pin_memory=pin) for _, d in retry]
+                outs2 = [self._host_tensor(_t.torch_dtype(d[0]), d[1], pin) for _, d in retry]
                 with conn.start_load_caches([(s.mm_hash, o) for (s, _), o in zip(retry, outs2)]) as ld:
                     res = ld.wait()
                     for i, (s, _) in enumerate(retry):
@@ -471,6 +530,7 @@ class ECStoreConnector(ECConnectorBase):
         connector's queue has drained (the C connector reports failures,
         not each success); failed saves are logged and not reported."""
         loaded, self._finished_loads = self._finished_loads, set()
+        self._reap_h2d()
         saved = set()
         conn = self._conn
         if self.is_producer and conn is not None and self._saving:
@@ -512,6 +572,9 @@ class ECStoreConnector(ECConnectorBase):
         closes the connector.  Idempotent."""
         if self._copier is not None:
             self._drain_copies()
+        for ev, _ in self._h2d:
+            ev.synchronize()
+        self._h2d.clear()
         with self._lock:
             if self._closed:
                 return
