@@ -137,6 +137,9 @@ struct ecs_server {
   uint64_t last_tick_ms; /* when timer work last ran */
   /* counters for STAT */
   uint64_t puts, gets, hits, misses;
+  int redis_was_up;      /* link state at the last tick, to log each change once */
+  uint64_t pop_t0_ms;    /* pool population: when it began */
+  uint64_t pop_log_ms;   /* ...and when progress was last logged */
 };
 
 /* ------------------------------------------------------------------ */
@@ -1267,6 +1270,23 @@ static void accept_all(ecs_server_t *s, int lfd, int local) {
 /* ------------------------------------------------------------------ */
 /* timers                                                              */
 
+/* One line when the Redis link goes down and one when it is back: an
+ * operator sees the outage, and that the server served on through it. */
+static void redis_log_change(ecs_server_t *s) {
+  int up = ecs_meta_is_up(s->meta);
+  if (up == s->redis_was_up)
+    return;
+  s->redis_was_up = up;
+  ecs_objstore_stats_t st;
+  ecs_objstore_stats(s->os, &st);
+  if (up)
+    ECS_LOG_I("redis: connection to %s regained; re-publishing %llu objects", s->o.redis_url,
+              (unsigned long long)st.objects);
+  else
+    ECS_LOG_W("redis: connection to %s lost (%s); serving on, records re-published when it returns",
+              s->o.redis_url, ecs_meta_errstr(s->meta));
+}
+
 static void tick(ecs_server_t *s) {
   uint64_t now = ecs_now_ms();
   if (now - s->last_tick_ms < TICK_MS)
@@ -1275,6 +1295,7 @@ static void tick(ecs_server_t *s) {
   if (s->meta) {
     ecs_meta_resync_t rs = {.publish_all = resync_publish_all, .has_key = resync_has_key, .ctx = s};
     ecs_meta_tick(s->meta, now, &rs);
+    redis_log_change(s);
   }
   if (ecs_objstore_evict_background(s->os, 256) > 0)
     meta_flush(s);
@@ -1320,7 +1341,7 @@ static int rdma_setup(ecs_server_t *s) {
   ecs_rdma_ctx_close(s->rdma);
   s->rdma = NULL;
   if (!strcmp(s->o.rdma, "on")) {
-    ECS_LOG_E("%s", err[0] ? err : "rdma: cannot register the pool");
+    ECS_LOG_E("cannot start: %s", err[0] ? err : "rdma: cannot register the pool");
     return rc;
   }
   ECS_LOG_I("%s; serving tcp and shm only", err[0] ? err : "rdma: unavailable");
@@ -1337,7 +1358,7 @@ static int shm_listen(ecs_server_t *s) {
   memset(&a, 0, sizeof a);
   a.sun_family = AF_UNIX;
   if (strlen(s->shm_path) >= sizeof a.sun_path) {
-    ECS_LOG_E("shm socket path too long: %s", s->shm_path);
+    ECS_LOG_E("cannot start: shm socket path too long: %s", s->shm_path);
     return ECS_EINVAL;
   }
   memcpy(a.sun_path, s->shm_path, strlen(s->shm_path) + 1);
@@ -1345,7 +1366,7 @@ static int shm_listen(ecs_server_t *s) {
   struct stat st;
   if (lstat(s->shm_path, &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
-      ECS_LOG_E("shm socket path %s exists and is not a socket", s->shm_path);
+      ECS_LOG_E("cannot start: shm socket path %s exists and is not a socket", s->shm_path);
       s->shm_path[0] = '\0';
       return ECS_EINVAL;
     }
@@ -1353,13 +1374,59 @@ static int shm_listen(ecs_server_t *s) {
   }
   s->ufd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s->ufd < 0 || bind(s->ufd, (struct sockaddr *)&a, sizeof a) != 0 || listen(s->ufd, 512) != 0) {
-    ECS_LOG_E("cannot listen on %s: %s", s->shm_path, strerror(errno));
+    ECS_LOG_E("cannot start: cannot listen on %s: %s", s->shm_path, strerror(errno));
     s->shm_path[0] = '\0';
     return ECS_EIO;
   }
   /* Access is decided by SO_PEERCRED against the allowed uids, not by mode. */
   chmod(s->shm_path, 0666);
   return ECS_OK;
+}
+
+/* Population of a large pool takes seconds; a line a second, once it has
+ * taken one, so that a silent server is never mistaken for a hung one. */
+static void on_populate(void *ctx, size_t done, size_t total) {
+  ecs_server_t *s = ctx;
+  uint64_t now = ecs_now_ms();
+  if (now - s->pop_log_ms < 1000 && !(done == total && now - s->pop_t0_ms >= 1000))
+    return;
+  s->pop_log_ms = now;
+  if (done < total)
+    ECS_LOG_I("pool: populating %zu of %zu MiB (%.0f%%)", done >> 20, total >> 20, 100.0 * (double)done / (double)total);
+  else
+    ECS_LOG_I("pool: %zu MiB populated in %.1f s", total >> 20, (double)(now - s->pop_t0_ms) / 1000.0);
+}
+
+/* Reads "NAME: N" from /proc/meminfo (0 when absent). */
+static unsigned long long meminfo(const char *name) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[128];
+  unsigned long long v = 0;
+  size_t n = strlen(name);
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, name, n) && line[n] == ':') {
+      v = strtoull(line + n + 1, NULL, 10);
+      break;
+    }
+  if (f)
+    fclose(f);
+  return v;
+}
+
+/* Why the pool could not be made.  With huge pages required, the usual
+ * cause is that none are reserved: say so, not "out of memory". */
+static void pool_fail_log(const ecs_server_opts_t *o, int rc) {
+  unsigned long long mib = (unsigned long long)(o->pool_size >> 20);
+  if (o->hugepages == 2 && rc == ECS_ENOMEM) {
+    unsigned long long kb = meminfo("Hugepagesize"), nfree = meminfo("HugePages_Free");
+    if (nfree * kb * 1024 < o->pool_size) {
+      ECS_LOG_E("cannot start: --hugepages require: a %llu MiB pool needs %llu huge pages of %llu kB, %llu are "
+                "free (reserve them with: sysctl vm.nr_hugepages=N, or use --hugepages try)",
+                mib, kb ? (unsigned long long)((o->pool_size + kb * 1024 - 1) / (kb * 1024)) : 0ULL, kb, nfree);
+      return;
+    }
+  }
+  ECS_LOG_E("cannot start: cannot create a pool of %llu MiB: %s", mib, ecs_strerror(rc));
 }
 
 int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
@@ -1372,13 +1439,17 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   s->epoch = ecs_wall_us();
   int rc = ECS_ENOMEM;
   s->scratch = malloc(SCRATCH_SIZE);
-  if (!s->scratch)
+  if (!s->scratch) {
+    ECS_LOG_E("cannot start: %s", ecs_strerror(rc));
     goto fail;
+  }
   /* Bound now (so the port is known for the node id) but listening only at
    * the end: a client that can connect finds the node registered. */
   rc = ecs_net_listen(o->listen_host, o->listen_port, -1, &s->lfd);
   if (rc) {
-    ECS_LOG_E("cannot listen on %s:%d: %s", o->listen_host, o->listen_port, strerror(errno));
+    int e = errno;
+    ECS_LOG_E("cannot start: cannot listen on %s:%d: %s%s", o->listen_host, o->listen_port, strerror(e),
+              e == EADDRINUSE ? " (another server on this port? pick one with --listen)" : "");
     goto fail;
   }
   s->port = ecs_net_local_port(s->lfd);
@@ -1394,9 +1465,12 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   po.huge = (ecs_pool_huge_t)o->hugepages;
   po.lock = o->lock_pool;
   po.cuda_register = o->cuda_register;
+  po.on_populate = on_populate;
+  po.populate_ctx = s;
+  s->pop_t0_ms = s->pop_log_ms = ecs_now_ms();
   rc = ecs_pool_create(&po, &s->pool);
   if (rc) {
-    ECS_LOG_E("cannot create a pool of %llu bytes: %s", (unsigned long long)o->pool_size, ecs_strerror(rc));
+    pool_fail_log(o, rc);
     goto fail;
   }
   ecs_objstore_opts_t oo;
@@ -1406,8 +1480,10 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   oo.on_drop = on_drop;
   oo.cb_ctx = s;
   rc = ecs_objstore_create(s->pool, &oo, &s->os);
-  if (rc)
+  if (rc) {
+    ECS_LOG_E("cannot start: object index: %s", ecs_strerror(rc));
     goto fail;
+  }
 
   if (o->redis_url[0] && strcmp(o->redis_url, "none") != 0) {
     ecs_meta_opts_t mo;
@@ -1422,9 +1498,10 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     mo.heartbeat_ttl_s = o->heartbeat_ttl_s;
     rc = ecs_meta_open(&mo, &s->meta);
     if (rc) {
-      ECS_LOG_E("bad Redis settings '%s': %s", o->redis_url, ecs_strerror(rc));
+      ECS_LOG_E("cannot start: bad --redis '%s': %s", o->redis_url, ecs_strerror(rc));
       goto fail;
     }
+    s->redis_was_up = ecs_meta_is_up(s->meta);
     if (ecs_meta_is_up(s->meta) && ecs_meta_register(s->meta) == ECS_OK)
       ECS_LOG_I("registered with Redis at %s as node '%s'", o->redis_url, s->o.node_id);
     else
@@ -1438,13 +1515,13 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   s->epfd = epoll_create1(EPOLL_CLOEXEC);
   s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->epfd < 0 || s->evfd < 0)
-    goto fail;
+    goto fail_sys;
   struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &e) != 0)
-    goto fail;
+    goto fail_sys;
   e.data.ptr = &s->evfd;
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &e) != 0)
-    goto fail;
+    goto fail_sys;
   rc = rdma_setup(s);
   if (rc)
     goto fail;
@@ -1454,13 +1531,15 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
       goto fail;
     e.data.ptr = &s->ufd;
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->ufd, &e) != 0)
-      goto fail;
+      goto fail_sys;
   }
   rc = ECS_EIO;
   if (listen(s->lfd, 512) != 0)
-    goto fail;
+    goto fail_sys;
   *out = s;
   return ECS_OK;
+fail_sys:
+  ECS_LOG_E("cannot start: %s", strerror(errno));
 fail:
   ecs_server_destroy(s);
   return rc;
@@ -1480,8 +1559,8 @@ void ecs_server_stop(ecs_server_t *s) {
 int ecs_server_run(ecs_server_t *s) {
   ecs_pool_stats_t ps;
   ecs_pool_stats(s->pool, &ps);
-  ECS_LOG_I("serving namespace '%s' on %s:%d%s%s, pool %llu MiB (%s), epoch %llu", s->o.ns, s->o.listen_host,
-            s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, (unsigned long long)(ps.size >> 20),
+  ECS_LOG_I("ready: listening on %s:%d%s%s; namespace '%s', pool %llu MiB (%s), epoch %llu", s->o.listen_host,
+            s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, s->o.ns, (unsigned long long)(ps.size >> 20),
             ps.locked ? "pinned" : "NOT pinned", (unsigned long long)s->epoch);
   struct epoll_event evs[64];
   while (!s->stopping) {

@@ -930,9 +930,11 @@ static void test_redis_down(void **state) {
   ecs_key_t k = {"before-outage", 13};
   int ex = 1;
   uint64_t t0 = ecs_now_ms();
+  /* Redis frozen: exists is answered by the server that holds the key,
+   * after one bounded Redis attempt */
   int rc = ecs_exists_batch(cr, &k, 1, &ex);
-  assert_true(rc == ECS_ETIMEDOUT || rc == ECS_EREDIS);
-  assert_int_equal(ex, 0); /* an error is never "exists" */
+  assert_int_equal(rc, ECS_OK);
+  assert_int_equal(ex, 1);
   assert_true(ecs_now_ms() - t0 < 3000);
   /* the server keeps serving what it holds, and takes new puts */
   uint8_t out[4096];

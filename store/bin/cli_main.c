@@ -36,6 +36,13 @@ static void usage(FILE *f) {
           "get, a failed put), 2 on bad usage.\n");
 }
 
+/* The reason for a failed call: the client's message names the server and
+ * the cause; the bare code text only when there is no message. */
+static const char *why(ecs_client_t *c, int rc) {
+  const char *m = c ? ecs_client_errmsg(c) : "";
+  return rc && *m ? m : ecs_strerror(rc);
+}
+
 static int die_usage(const char *msg, const char *arg) {
   fprintf(stderr, "ecstore-cli: %s%s%s (see --help)\n", msg, arg ? ": " : "", arg ? arg : "");
   return 2;
@@ -138,8 +145,7 @@ static int cmd_put(ecs_client_t *c, int argc, char **argv, const char *dtype, co
   int rc = ecs_put_batch(c, &k, &t, 1, &st);
   free(data);
   if (rc || st) {
-    fprintf(stderr, "ecstore-cli: put %s: %s%s%s\n", argv[0], ecs_strerror(rc ? rc : st),
-            rc && *ecs_client_errmsg(c) ? " -- " : "", rc ? ecs_client_errmsg(c) : "");
+    fprintf(stderr, "ecstore-cli: put %s: %s\n", argv[0], rc ? why(c, rc) : ecs_strerror(st));
     return 1;
   }
   return 0;
@@ -153,8 +159,7 @@ static int cmd_get(ecs_client_t *c, int argc, char **argv) {
   memset(&b, 0, sizeof b);
   int rc = ecs_get_batch_alloc(c, &k, &b, 1);
   if (rc || b.status) {
-    fprintf(stderr, "ecstore-cli: get %s: %s%s%s\n", argv[0], ecs_strerror(rc ? rc : b.status),
-            rc && *ecs_client_errmsg(c) ? " -- " : "", rc ? ecs_client_errmsg(c) : "");
+    fprintf(stderr, "ecstore-cli: get %s: %s\n", argv[0], rc ? why(c, rc) : ecs_strerror(b.status));
     ecs_free(b.data);
     return 1;
   }
@@ -193,8 +198,7 @@ static int cmd_keys(ecs_client_t *c, int argc, char **argv, int remove) {
       remove ? ecs_remove_batch(c, keys, (size_t)argc, out) : ecs_exists_batch(c, keys, (size_t)argc, out);
   int ret = 0;
   if (rc) {
-    fprintf(stderr, "ecstore-cli: %s: %s%s%s\n", remove ? "rm" : "exists", ecs_strerror(rc),
-            *ecs_client_errmsg(c) ? " -- " : "", ecs_client_errmsg(c));
+    fprintf(stderr, "ecstore-cli: %s: %s\n", remove ? "rm" : "exists", why(c, rc));
     ret = 1;
   } else {
     for (int i = 0; i < argc; i++) {
@@ -217,7 +221,7 @@ static int cmd_stat(ecs_client_t *c) {
     ecs_server_stat_t st;
     int rc = ecs_stat(c, i, &st);
     if (rc) {
-      fprintf(stderr, "ecstore-cli: stat server %zu: %s -- %s\n", i, ecs_strerror(rc), ecs_client_errmsg(c));
+      fprintf(stderr, "ecstore-cli: stat server %zu: %s\n", i, why(c, rc));
       ret = 1;
       continue;
     }
@@ -305,7 +309,7 @@ int main(int argc, char **argv) {
   char err[300];
   int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
   if (rc) {
-    fprintf(stderr, "ecstore-cli: %s: %s\n", ecs_strerror(rc), err);
+    fprintf(stderr, "ecstore-cli: %s\n", err[0] ? err : ecs_strerror(rc));
     return 1;
   }
   int ret;
@@ -322,7 +326,7 @@ int main(int argc, char **argv) {
   else {
     rc = ecs_ping(c);
     if (rc)
-      fprintf(stderr, "ecstore-cli: ping: %s -- %s\n", ecs_strerror(rc), ecs_client_errmsg(c));
+      fprintf(stderr, "ecstore-cli: ping: %s\n", why(c, rc));
     else
       printf("pong\n");
     ret = rc ? 1 : 0;

@@ -380,10 +380,8 @@ int main(int argc, char **argv) {
   }
 
   rc = ecs_server_create(&o, &g_server);
-  if (rc) {
-    fprintf(stderr, "ecstore-server: cannot start: %s\n", ecs_strerror(rc));
-    return 1;
-  }
+  if (rc)
+    return 1; /* the reason is logged already, in one line */
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
