@@ -34,12 +34,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ecstore/error.h"
 #include "ecstore/pool.h"
 #include "store/log.h"
 #include "store/meta.h"
+#include "store/metrics.h"
 #include "store/net.h"
 #include "store/objstore.h"
 #include "store/proto.h"
@@ -113,6 +115,7 @@ typedef struct conn {
   int wpos;                            /* first iovec not fully sent */
   ecs_obj_t **held;                    /* references to release after the reply */
   size_t nheld, held_cap;              /* count and capacity of held */
+  uint64_t req_t0_ns;                  /* when the request being served was dispatched */
 } conn_t;
 
 struct ecs_server {
@@ -140,7 +143,16 @@ struct ecs_server {
   int redis_was_up;      /* link state at the last tick, to log each change once */
   uint64_t pop_t0_ms;    /* pool population: when it began */
   uint64_t pop_log_ms;   /* ...and when progress was last logged */
+  ecs_metrics_srv_t *metrics;                /* the Prometheus endpoint, or NULL */
+  ecs_hist_t latency[ECS_OP_RDMA_CONNECT + 1]; /* per opcode: dispatch to reply built */
 };
+
+/* Monotonic ns, for request latencies. */
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* ------------------------------------------------------------------ */
 /* options                                                             */
@@ -399,7 +411,9 @@ static void reply_finish(ecs_server_t *s, conn_t *c, int status, uint32_t count,
   c->wiov[1].iov_base = c->out.p;
   c->wiov[1].iov_len = c->out.len;
   c->st = C_WRITE;
-  (void)s;
+  if (c->req_t0_ns && c->hdr.opcode < sizeof s->latency / sizeof s->latency[0])
+    ecs_hist_observe(&s->latency[c->hdr.opcode], now_ns() - c->req_t0_ns);
+  c->req_t0_ns = 0;
 }
 
 /* A reply carrying only a status, for whole-request failures. */
@@ -445,7 +459,8 @@ static void handle_hello(ecs_server_t *s, conn_t *c) {
   reply_finish(s, c, ECS_OK, 0, 0);
 }
 
-static void handle_stat(ecs_server_t *s, conn_t *c) {
+/* The figures STAT answers, also what /metrics exposes. */
+static ecs_stat_reply_t stat_snapshot(ecs_server_t *s) {
   ecs_pool_stats_t ps;
   ecs_objstore_stats_t os;
   ecs_pool_stats(s->pool, &ps);
@@ -468,9 +483,61 @@ static void handle_stat(ecs_server_t *s, conn_t *c) {
       .redis_ok = s->meta ? (uint64_t)ecs_meta_is_up(s->meta) : 0,
       .pool_locked = (uint64_t)ps.locked,
   };
+  return st;
+}
+
+static void handle_stat(ecs_server_t *s, conn_t *c) {
+  ecs_stat_reply_t st = stat_snapshot(s);
   reply_begin(c);
   ecs_proto_stat_write(&c->out, &st);
   reply_finish(s, c, ECS_OK, 0, 0);
+}
+
+/* The body of a /metrics scrape: STAT's figures, then a latency histogram
+ * per opcode that has a name. */
+static void render_metrics(void *ctx, ecs_mbuf_t *b) {
+  ecs_server_t *s = ctx;
+  ecs_stat_reply_t st = stat_snapshot(s);
+  ecs_objstore_stats_t os;
+  ecs_objstore_stats(s->os, &os);
+  char epoch[32];
+  snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)s->epoch);
+  ecs_metrics_info(b, "ecstore_server_info", "This server: node id and epoch (start time, us).", "node",
+                   s->o.node_id, "epoch", epoch);
+  ecs_metrics_gauge(b, "ecstore_pool_bytes", "Pool size.", (double)st.pool_size);
+  ecs_metrics_gauge(b, "ecstore_pool_used_bytes", "Pool bytes in blocks handed out.", (double)st.bytes_in_use);
+  ecs_metrics_gauge(b, "ecstore_pool_requested_bytes", "Bytes the stored objects asked for.",
+                    (double)st.bytes_requested);
+  ecs_metrics_gauge(b, "ecstore_pool_free_bytes", "Pool bytes free.", (double)st.bytes_free);
+  ecs_metrics_gauge(b, "ecstore_pool_largest_free_bytes", "Largest free block.", (double)st.largest_free);
+  ecs_metrics_gauge(b, "ecstore_pool_pinned", "1 when the pool is mlock'd.", (double)st.pool_locked);
+  ecs_metrics_gauge(b, "ecstore_objects", "Committed objects.", (double)st.objects);
+  ecs_metrics_gauge(b, "ecstore_objects_pending", "Objects reserved, not yet committed.", (double)os.pending);
+  ecs_metrics_gauge(b, "ecstore_connections", "Open client connections.", (double)st.connections);
+  ecs_metrics_gauge(b, "ecstore_redis_up", "1 while the Redis link is up.", (double)st.redis_ok);
+  ecs_metrics_counter(b, "ecstore_puts_total", "Objects put.", st.puts);
+  ecs_metrics_counter(b, "ecstore_gets_total", "Objects asked for by get or lease.", st.gets);
+  ecs_metrics_counter(b, "ecstore_get_hits_total", "Gets that found their object.", st.hits);
+  ecs_metrics_counter(b, "ecstore_get_misses_total", "Gets that did not.", st.misses);
+  ecs_metrics_counter(b, "ecstore_evictions_total", "Objects evicted (FIFO) to make room.", st.evictions);
+  ecs_metrics_counter(b, "ecstore_removes_total", "Objects removed on request.", st.removes);
+  static const char *const names[] = {
+      [ECS_OP_HELLO] = "hello",     [ECS_OP_PUT] = "put",         [ECS_OP_GET] = "get",
+      [ECS_OP_EXISTS] = "exists",   [ECS_OP_REMOVE] = "remove",   [ECS_OP_STAT] = "stat",
+      [ECS_OP_PING] = "ping",       [ECS_OP_LEASE] = "lease",     [ECS_OP_RELEASE] = "release",
+      [ECS_OP_RESERVE] = "reserve", [ECS_OP_COMMIT] = "commit",   [ECS_OP_ATTACH] = "attach",
+      [ECS_OP_RDMA_CONNECT] = "rdma_connect"};
+  const char *vals[sizeof names / sizeof names[0]];
+  const ecs_hist_t *hs[sizeof names / sizeof names[0]];
+  size_t n = 0;
+  for (size_t op = 0; op < sizeof names / sizeof names[0] && op < sizeof s->latency / sizeof s->latency[0]; op++)
+    if (names[op]) {
+      vals[n] = names[op];
+      hs[n++] = &s->latency[op];
+    }
+  ecs_metrics_histograms(b, "ecstore_request_duration_seconds",
+                         "Requests by opcode, from parsed to reply ready (puts include receiving the data).",
+                         "op", vals, hs, n);
 }
 
 /* A re-put of a committed key whose stored bytes no longer match their
@@ -948,6 +1015,7 @@ static void handle_debug(ecs_server_t *s, conn_t *c) {
 
 /* The header and records of a request are in; dispatch. */
 static void dispatch(ecs_server_t *s, conn_t *c) {
+  c->req_t0_ns = now_ns();
   if (!c->authed && c->hdr.opcode != ECS_OP_HELLO) {
     reply_error(s, c, ECS_EAUTH, 1);
     return;
@@ -1299,6 +1367,7 @@ static void tick(ecs_server_t *s) {
   }
   if (ecs_objstore_evict_background(s->os, 256) > 0)
     meta_flush(s);
+  ecs_metrics_tick(s->metrics, now);
   /* Drop connections stalled in the middle of a request or a reply. */
   for (size_t i = 0; i < s->nconns;) {
     conn_t *c = s->conns[i];
@@ -1533,6 +1602,21 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->ufd, &e) != 0)
       goto fail_sys;
   }
+  if (o->metrics_listen[0]) {
+    char mh[128], merr[256];
+    int mp;
+    rc = ECS_EINVAL;
+    if (ecs_net_parse_hostport(o->metrics_listen, mh, sizeof mh, &mp)) {
+      ECS_LOG_E("cannot start: --metrics-listen '%s': expected HOST:PORT", o->metrics_listen);
+      goto fail;
+    }
+    rc = ecs_metrics_open(mh, mp, s->epfd, render_metrics, s, &s->metrics, merr, sizeof merr);
+    if (rc) {
+      ECS_LOG_E("cannot start: %s", merr);
+      goto fail;
+    }
+    ECS_LOG_I("metrics: http://%s:%d/metrics", mh, ecs_metrics_port(s->metrics));
+  }
   rc = ECS_EIO;
   if (listen(s->lfd, 512) != 0)
     goto fail_sys;
@@ -1577,6 +1661,8 @@ int ecs_server_run(ecs_server_t *s) {
         accept_all(s, s->ufd, 1);
       else if (p == &s->evfd)
         s->stopping = 1;
+      else if (ecs_metrics_owns(s->metrics, p))
+        ecs_metrics_event(s->metrics, p, evs[i].events);
       else
         conn_event(s, p, evs[i].events);
     }
@@ -1601,6 +1687,7 @@ void ecs_server_destroy(ecs_server_t *s) {
   while (s->nconns)
     conn_close(s, s->conns[0]);
   free(s->conns);
+  ecs_metrics_close(s->metrics);
   ecs_meta_close(s->meta);
   ecs_objstore_destroy(s->os);
   ecs_rdma_dereg(s->pool_mr);

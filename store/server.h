@@ -48,6 +48,7 @@ typedef struct ecs_server_opts {
   char rdma_device[64];        /* RDMA device ("": the first one) */
   int rdma_port;               /* RDMA port (default 1) */
   int rdma_gid_index;          /* RoCE GID index (default 0) */
+  char metrics_listen[160];    /* "HOST:PORT" of the Prometheus endpoint; "" (default): none */
 } ecs_server_opts_t;
 
 void ecs_server_opts_init(ecs_server_opts_t *o);

@@ -19,7 +19,8 @@ static void usage(FILE *f) {
           "  get KEY FILE                             write KEY's bytes to FILE ('-': stdout)\n"
           "  exists KEY...                            one line per key: 'KEY yes' or 'KEY no'\n"
           "  rm KEY...                                remove keys; one line per key\n"
-          "  stat                                     counters of every server\n"
+          "  stat [--json]                            counters of every server (--json: one JSON\n"
+          "                                           array, an object per server)\n"
           "  ping                                     round trip to every server\n"
           "\n"
           "options:\n"
@@ -215,6 +216,58 @@ static int cmd_keys(ecs_client_t *c, int argc, char **argv, int remove) {
   return ret;
 }
 
+/* s as a JSON string: quotes, backslashes and control bytes escaped. */
+static void json_str(const char *s) {
+  putchar('"');
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      printf("\\%c", ch);
+    else if (ch < 0x20)
+      printf("\\u%04x", ch);
+    else
+      putchar(ch);
+  }
+  putchar('"');
+}
+
+/* stat --json: an array with an object per server, in --server order; a
+ * server that failed has "error" (and the exit status is 1). */
+static int cmd_stat_json(ecs_client_t *c) {
+  int ret = 0;
+  printf("[");
+  for (size_t i = 0; i < ecs_client_server_count(c); i++) {
+    ecs_server_stat_t st;
+    int rc = ecs_stat(c, i, &st);
+    printf("%s\n  {\"index\": %zu, ", i ? "," : "", i);
+    if (rc) {
+      printf("\"error\": ");
+      json_str(why(c, rc));
+      printf("}");
+      ret = 1;
+      continue;
+    }
+    printf("\"address\": ");
+    json_str(st.address);
+    printf(", \"node_id\": ");
+    json_str(st.node_id);
+    const struct {
+      const char *k;
+      uint64_t v;
+    } f[] = {{"epoch", st.epoch},           {"pool_size", st.pool_size},       {"bytes_in_use", st.bytes_in_use},
+             {"bytes_requested", st.bytes_requested}, {"bytes_free", st.bytes_free}, {"largest_free", st.largest_free},
+             {"objects", st.objects},       {"puts", st.puts},                 {"gets", st.gets},
+             {"hits", st.hits},             {"misses", st.misses},             {"evictions", st.evictions},
+             {"removes", st.removes},       {"connections", st.connections}};
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+      printf(", \"%s\": %llu", f[k].k, (unsigned long long)f[k].v);
+    printf(", \"pool_pinned\": %s, \"redis_up\": %s}", st.pool_locked ? "true" : "false",
+           st.redis_ok ? "true" : "false");
+  }
+  printf("\n]\n");
+  return ret;
+}
+
 static int cmd_stat(ecs_client_t *c) {
   int ret = 0;
   for (size_t i = 0; i < ecs_client_server_count(c); i++) {
@@ -253,7 +306,8 @@ int main(int argc, char **argv) {
     cfg.ns = getenv("ECSTORE_NS");
   const char *dtype = NULL, *shape = NULL;
   static char token[300];
-  enum { O_SERVER = 256, O_REDIS, O_NS, O_AUTH, O_TIMEOUT, O_DTYPE, O_SHAPE, O_HELP };
+  enum { O_SERVER = 256, O_REDIS, O_NS, O_AUTH, O_TIMEOUT, O_DTYPE, O_SHAPE, O_JSON, O_HELP };
+  int json = 0;
   static const struct option opts[] = {{"server", required_argument, 0, O_SERVER},
                                        {"redis", required_argument, 0, O_REDIS},
                                        {"ns", required_argument, 0, O_NS},
@@ -261,6 +315,7 @@ int main(int argc, char **argv) {
                                        {"timeout-ms", required_argument, 0, O_TIMEOUT},
                                        {"dtype", required_argument, 0, O_DTYPE},
                                        {"shape", required_argument, 0, O_SHAPE},
+                                       {"json", no_argument, 0, O_JSON},
                                        {"help", no_argument, 0, O_HELP},
                                        {0, 0, 0, 0}};
   opterr = 0;
@@ -284,6 +339,7 @@ int main(int argc, char **argv) {
       break;
     case O_DTYPE: dtype = optarg; break;
     case O_SHAPE: shape = optarg; break;
+    case O_JSON: json = 1; break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     default: return die_usage("unknown or incomplete option", argv[optind - 1]);
@@ -304,6 +360,8 @@ int main(int argc, char **argv) {
     return die_usage("unknown command", cmd);
   if ((dtype || shape) && strcmp(cmd, "put"))
     return die_usage("--dtype and --shape go with put", NULL);
+  if (json && strcmp(cmd, "stat"))
+    return die_usage("--json goes with stat", NULL);
 
   ecs_client_t *c;
   char err[300];
@@ -322,7 +380,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(cmd, "rm"))
     ret = cmd_keys(c, cargc, cargv, 1);
   else if (!strcmp(cmd, "stat"))
-    ret = cmd_stat(c);
+    ret = json ? cmd_stat_json(c) : cmd_stat(c);
   else {
     rc = ecs_ping(c);
     if (rc)
