@@ -500,7 +500,9 @@ static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, cons
     return ecs__shm_put(c, s, keys, ts, idx, m, status, deadline);
   if (s->path == ECS_PATH_RDMA)
     return ecs__rdma_put(c, s, keys, ts, idx, m, status, deadline);
-  struct iovec *data = malloc((m ? m : 1) * sizeof *data);
+  /* calloc: gcc, once it inlines ecs__cli_send (as hidden visibility
+   * lets it), cannot see that only the nd entries written are read */
+  struct iovec *data = calloc(m ? m : 1, sizeof *data);
   void **zbuf = calloc(m ? m : 1, sizeof *zbuf);
   if (!data || !zbuf) {
     free(data);
