@@ -318,7 +318,8 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
   } else if (!strcmp(tr, "shm")) {
     c->want = ECS_WANT_SHM;
   } else if (!strcmp(tr, "rdma")) {
-    /* Without a device: one line, then tcp (the contract). */
+    /* Without a device: one line, then tcp: asking for rdma where there is
+     * none is a deployment choice, not a reason to refuse to connect. */
     char rerr[256] = "";
     c->want = ECS_WANT_RDMA;
     if (ecs__rdma_client_open(c, rerr, sizeof rerr) != ECS_OK) {
