@@ -164,8 +164,9 @@ ECS_API size_t ecs_ec_save_pending(ecs_ec_conn_t *c);
 /* ---------------------------------------------------------------- */
 /* Scheduler                                                          */
 
-/* out[i] = 1 when mm_hashes[i] is stored.  Backend ecstore asks Redis only
- * (never the data servers), redis asks Redis, disk looks at the files.  On
+/* out[i] = 1 when mm_hashes[i] is stored.  Backend ecstore asks Redis (the
+ * data servers only while Redis is down), redis asks Redis, disk looks at
+ * the files.  On
  * an error every out[i] is 0 and the error is returned: an error is never
  * "exists".  An invalid key gives out[i] = 0 without failing the batch. */
 ECS_API int ecs_ec_has(ecs_ec_conn_t *c, const char *const *mm_hashes, size_t n, int *out);
