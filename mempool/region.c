@@ -130,8 +130,8 @@ static void cuda_register(ecs__region_t *r) {
   r->cuda_registered = 1;
 }
 
-int ecs__region_map(ecs__region_t *r, size_t size, ecs_pool_huge_t huge, int lock, int cuda,
-                    const char *name, const ecs_pool_opts_t *progress) {
+int ecs__region_map(ecs__region_t *r, size_t size, ecs_pool_huge_t huge, int lock, int cuda, const char *name,
+                    const ecs_pool_opts_t *progress) {
   memset(r, 0, sizeof *r);
   r->fd = -1;
   int e = ENOMEM;

@@ -174,21 +174,21 @@ ecs_http_req_t ecs_metrics_http_parse(const char *buf, size_t len) {
 /* ---- the endpoint ------------------------------------------------------ */
 
 typedef struct mconn {
-  int fd;                             /* -1: free slot */
-  uint64_t t0_ms;                     /* accepted at */
-  size_t got;                         /* request bytes read */
-  char req[ECS_METRICS_MAX_REQUEST];  /* the request head */
-  ecs_mbuf_t out;                     /* the whole response, once known */
-  size_t sent;                        /* response bytes written */
+  int fd;                            /* -1: free slot */
+  uint64_t t0_ms;                    /* accepted at */
+  size_t got;                        /* request bytes read */
+  char req[ECS_METRICS_MAX_REQUEST]; /* the request head */
+  ecs_mbuf_t out;                    /* the whole response, once known */
+  size_t sent;                       /* response bytes written */
 } mconn_t;
 
 struct ecs_metrics_srv {
-  int lfd;                                 /* listening socket */
-  int epfd;                                /* the server's epoll (not owned) */
-  int port;                                /* bound port */
-  ecs_metrics_render_fn render;            /* fills a scrape's body */
-  void *ctx;                               /* for render */
-  mconn_t conns[ECS_METRICS_MAX_CONNS];    /* scrapers being served */
+  int lfd;                              /* listening socket */
+  int epfd;                             /* the server's epoll (not owned) */
+  int port;                             /* bound port */
+  ecs_metrics_render_fn render;         /* fills a scrape's body */
+  void *ctx;                            /* for render */
+  mconn_t conns[ECS_METRICS_MAX_CONNS]; /* scrapers being served */
 };
 
 int ecs_metrics_open(const char *host, int port, int epfd, ecs_metrics_render_fn render, void *ctx,

@@ -140,10 +140,10 @@ struct ecs_server {
   uint64_t last_tick_ms; /* when timer work last ran */
   /* counters for STAT */
   uint64_t puts, gets, hits, misses;
-  int redis_was_up;      /* link state at the last tick, to log each change once */
-  uint64_t pop_t0_ms;    /* pool population: when it began */
-  uint64_t pop_log_ms;   /* ...and when progress was last logged */
-  ecs_metrics_srv_t *metrics;                /* the Prometheus endpoint, or NULL */
+  int redis_was_up;                            /* link state at the last tick, to log each change once */
+  uint64_t pop_t0_ms;                          /* pool population: when it began */
+  uint64_t pop_log_ms;                         /* ...and when progress was last logged */
+  ecs_metrics_srv_t *metrics;                  /* the Prometheus endpoint, or NULL */
   ecs_hist_t latency[ECS_OP_RDMA_CONNECT + 1]; /* per opcode: dispatch to reply built */
 };
 
@@ -505,7 +505,8 @@ static void render_metrics(void *ctx, ecs_mbuf_t *b) {
   ecs_metrics_info(b, "ecstore_server_info", "This server: node id and epoch (start time, us).", "node",
                    s->o.node_id, "epoch", epoch);
   ecs_metrics_gauge(b, "ecstore_pool_bytes", "Pool size.", (double)st.pool_size);
-  ecs_metrics_gauge(b, "ecstore_pool_used_bytes", "Pool bytes in blocks handed out.", (double)st.bytes_in_use);
+  ecs_metrics_gauge(b, "ecstore_pool_used_bytes", "Pool bytes in blocks handed out.",
+                    (double)st.bytes_in_use);
   ecs_metrics_gauge(b, "ecstore_pool_requested_bytes", "Bytes the stored objects asked for.",
                     (double)st.bytes_requested);
   ecs_metrics_gauge(b, "ecstore_pool_free_bytes", "Pool bytes free.", (double)st.bytes_free);
@@ -521,16 +522,24 @@ static void render_metrics(void *ctx, ecs_mbuf_t *b) {
   ecs_metrics_counter(b, "ecstore_get_misses_total", "Gets that did not.", st.misses);
   ecs_metrics_counter(b, "ecstore_evictions_total", "Objects evicted (FIFO) to make room.", st.evictions);
   ecs_metrics_counter(b, "ecstore_removes_total", "Objects removed on request.", st.removes);
-  static const char *const names[] = {
-      [ECS_OP_HELLO] = "hello",     [ECS_OP_PUT] = "put",         [ECS_OP_GET] = "get",
-      [ECS_OP_EXISTS] = "exists",   [ECS_OP_REMOVE] = "remove",   [ECS_OP_STAT] = "stat",
-      [ECS_OP_PING] = "ping",       [ECS_OP_LEASE] = "lease",     [ECS_OP_RELEASE] = "release",
-      [ECS_OP_RESERVE] = "reserve", [ECS_OP_COMMIT] = "commit",   [ECS_OP_ATTACH] = "attach",
-      [ECS_OP_RDMA_CONNECT] = "rdma_connect"};
+  static const char *const names[] = {[ECS_OP_HELLO] = "hello",
+                                      [ECS_OP_PUT] = "put",
+                                      [ECS_OP_GET] = "get",
+                                      [ECS_OP_EXISTS] = "exists",
+                                      [ECS_OP_REMOVE] = "remove",
+                                      [ECS_OP_STAT] = "stat",
+                                      [ECS_OP_PING] = "ping",
+                                      [ECS_OP_LEASE] = "lease",
+                                      [ECS_OP_RELEASE] = "release",
+                                      [ECS_OP_RESERVE] = "reserve",
+                                      [ECS_OP_COMMIT] = "commit",
+                                      [ECS_OP_ATTACH] = "attach",
+                                      [ECS_OP_RDMA_CONNECT] = "rdma_connect"};
   const char *vals[sizeof names / sizeof names[0]];
   const ecs_hist_t *hs[sizeof names / sizeof names[0]];
   size_t n = 0;
-  for (size_t op = 0; op < sizeof names / sizeof names[0] && op < sizeof s->latency / sizeof s->latency[0]; op++)
+  for (size_t op = 0; op < sizeof names / sizeof names[0] && op < sizeof s->latency / sizeof s->latency[0];
+       op++)
     if (names[op]) {
       vals[n] = names[op];
       hs[n++] = &s->latency[op];
@@ -1461,7 +1470,8 @@ static void on_populate(void *ctx, size_t done, size_t total) {
     return;
   s->pop_log_ms = now;
   if (done < total)
-    ECS_LOG_I("pool: populating %zu of %zu MiB (%.0f%%)", done >> 20, total >> 20, 100.0 * (double)done / (double)total);
+    ECS_LOG_I("pool: populating %zu of %zu MiB (%.0f%%)", done >> 20, total >> 20,
+              100.0 * (double)done / (double)total);
   else
     ECS_LOG_I("pool: %zu MiB populated in %.1f s", total >> 20, (double)(now - s->pop_t0_ms) / 1000.0);
 }
@@ -1489,9 +1499,10 @@ static void pool_fail_log(const ecs_server_opts_t *o, int rc) {
   if (o->hugepages == 2 && rc == ECS_ENOMEM) {
     unsigned long long kb = meminfo("Hugepagesize"), nfree = meminfo("HugePages_Free");
     if (nfree * kb * 1024 < o->pool_size) {
-      ECS_LOG_E("cannot start: --hugepages require: a %llu MiB pool needs %llu huge pages of %llu kB, %llu are "
-                "free (reserve them with: sysctl vm.nr_hugepages=N, or use --hugepages try)",
-                mib, kb ? (unsigned long long)((o->pool_size + kb * 1024 - 1) / (kb * 1024)) : 0ULL, kb, nfree);
+      ECS_LOG_E(
+          "cannot start: --hugepages require: a %llu MiB pool needs %llu huge pages of %llu kB, %llu are "
+          "free (reserve them with: sysctl vm.nr_hugepages=N, or use --hugepages try)",
+          mib, kb ? (unsigned long long)((o->pool_size + kb * 1024 - 1) / (kb * 1024)) : 0ULL, kb, nfree);
       return;
     }
   }
@@ -1644,8 +1655,9 @@ int ecs_server_run(ecs_server_t *s) {
   ecs_pool_stats_t ps;
   ecs_pool_stats(s->pool, &ps);
   ECS_LOG_I("ready: listening on %s:%d%s%s; namespace '%s', pool %llu MiB (%s), epoch %llu", s->o.listen_host,
-            s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, s->o.ns, (unsigned long long)(ps.size >> 20),
-            ps.locked ? "pinned" : "NOT pinned", (unsigned long long)s->epoch);
+            s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, s->o.ns,
+            (unsigned long long)(ps.size >> 20), ps.locked ? "pinned" : "NOT pinned",
+            (unsigned long long)s->epoch);
   struct epoll_event evs[64];
   while (!s->stopping) {
     int n = epoll_wait(s->epfd, evs, 64, TICK_MS);

@@ -134,7 +134,8 @@ static void test_port_in_use(void **state) {
   char listen[32], out[OUT_CAP], bin[512];
   snprintf(listen, sizeof listen, "127.0.0.1:%d", srv.port);
   snprintf(bin, sizeof bin, "%s", ecs_ts_bin("ecstore-server"));
-  char *argv[] = {bin, "--listen", listen, "--redis", "none", "--pool-size", "8M", "--shm-socket", "off", NULL};
+  char *argv[] = {bin,           "--listen", listen,         "--redis", "none",
+                  "--pool-size", "8M",       "--shm-socket", "off",     NULL};
   int st = run(argv, NULL, out, sizeof out);
   show("ecstore-server on a busy port", out);
   assert_int_equal(st, 1);
@@ -167,8 +168,8 @@ static void test_hugepages_required_none_free(void **state) {
   unsigned long long mib = ((nfree + 1) * kb + 1023) / 1024;
   snprintf(size, sizeof size, "%lluM", mib < 1 ? 1 : mib);
   snprintf(bin, sizeof bin, "%s", ecs_ts_bin("ecstore-server"));
-  char *argv[] = {bin,          "--listen", "127.0.0.1:0", "--redis", "none",     "--pool-size",
-                  size,         "--hugepages", "require",  "--shm-socket", "off", NULL};
+  char *argv[] = {bin,  "--listen",    "127.0.0.1:0", "--redis",      "none", "--pool-size",
+                  size, "--hugepages", "require",     "--shm-socket", "off",  NULL};
   int st = run(argv, NULL, out, sizeof out);
   show("ecstore-server --hugepages require", out);
   assert_int_equal(st, 1);
@@ -201,10 +202,19 @@ static void test_ready_line(void **state) {
   (void)state;
   ecs_ts_proc_t srv = {0};
   assert_int_equal(ecs_ts_server_start(&srv, 1, (const char *const[]){"--redis", "none", NULL}), 0);
-  char want[64];
-  snprintf(want, sizeof want, "ready: listening on 127.0.0.1:%d", srv.port);
+  char want[400];
+  snprintf(want, sizeof want, "ready: listening on 127.0.0.1:%d and shm %s/shm.sock", srv.port, srv.dir);
   assert_true(log_wait(&srv, want, 5000));
-  assert_int_equal(ecs_ts_stop(&srv, 5000), 0);
+  /* the test servers' sockets live in their own directories, which stop
+   * removes: none is left in /tmp, even after a kill -9 */
+  char dflt[64];
+  snprintf(dflt, sizeof dflt, "/tmp/ecstore-%d.sock", srv.port);
+  assert_int_equal(access(dflt, F_OK), -1);
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s", srv.dir);
+  ecs_ts_kill9(&srv);
+  ecs_ts_stop(&srv, 5000); /* already dead: removes its directory, socket included */
+  assert_int_equal(access(dir, F_OK), -1);
 }
 
 /* A real Redis started, then stopped: the CLI still puts, gets, stats and
@@ -421,8 +431,8 @@ static void test_metrics_scrape(void **state) {
   int mport = ecs_ts_free_port();
   char mlisten[32];
   snprintf(mlisten, sizeof mlisten, "127.0.0.1:%d", mport);
-  assert_int_equal(ecs_ts_server_start(&srv, redis.port, (const char *const[]){"--metrics-listen", mlisten, NULL}),
-                   0);
+  assert_int_equal(
+      ecs_ts_server_start(&srv, redis.port, (const char *const[]){"--metrics-listen", mlisten, NULL}), 0);
   static char resp[1 << 16];
   static const char get_req[] = "GET /metrics HTTP/1.0\r\n\r\n";
   assert_true(http(mport, get_req, sizeof get_req - 1, resp, sizeof resp) > 0);
@@ -445,7 +455,8 @@ static void test_metrics_scrape(void **state) {
   ecs_tensor_t t[3];
   for (int i = 0; i < 3; i++) {
     memset(data[i], i + 1, sizeof data[i]);
-    t[i] = (ecs_tensor_t){.data = data[i], .nbytes = sizeof data[i],
+    t[i] = (ecs_tensor_t){.data = data[i],
+                          .nbytes = sizeof data[i],
                           .desc = {.dtype = ECS_DTYPE_U8, .ndim = 1, .shape = {sizeof data[i]}}};
   }
   int st[3];
@@ -479,7 +490,8 @@ static void test_metrics_scrape(void **state) {
   assert_true(!strncmp(resp, "HTTP/1.0 404 ", 13));
   assert_true(http(mport, post, sizeof post - 1, resp, sizeof resp) > 0);
   assert_true(!strncmp(resp, "HTTP/1.0 405 ", 13));
-  static char endless[ECS_METRICS_MAX_REQUEST]; /* exactly the bound: nothing left unread to reset the reply */
+  static char
+      endless[ECS_METRICS_MAX_REQUEST]; /* exactly the bound: nothing left unread to reset the reply */
   memset(endless, 'a', sizeof endless);
   assert_true(http(mport, endless, sizeof endless, resp, sizeof resp) > 0);
   assert_true(!strncmp(resp, "HTTP/1.0 431 ", 13));

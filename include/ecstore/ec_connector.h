@@ -102,7 +102,8 @@ ECS_API void ecs_ec_config_init(ecs_ec_config_t *cfg);
  * first).  Unknown keys and bad values are errors: returns ECS_EINVAL and
  * writes into err a message that names the key (or the byte offset of a
  * JSON syntax error); cfg is then unspecified.  len 0: strlen(json). */
-ECS_API int ecs_ec_config_parse_json(ecs_ec_config_t *cfg, const char *json, size_t len, char *err, size_t errlen);
+ECS_API int ecs_ec_config_parse_json(ecs_ec_config_t *cfg, const char *json, size_t len, char *err,
+                                     size_t errlen);
 
 /* As parse_json, on the contents of a file (at most 1 MiB). */
 ECS_API int ecs_ec_config_load_file(ecs_ec_config_t *cfg, const char *path, char *err, size_t errlen);
@@ -156,7 +157,7 @@ typedef struct ecs_ec_save_result {
  * failure is left, ECS_ETIMEDOUT when saves are still pending, ECS_EIO
  * when failures were reported or remain. */
 ECS_API int ecs_ec_wait_for_save(ecs_ec_conn_t *c, int timeout_ms, ecs_ec_save_result_t *failed, size_t cap,
-                         size_t *nfailed);
+                                 size_t *nfailed);
 
 /* Saves queued or in flight now (non-blocking). */
 ECS_API size_t ecs_ec_save_pending(ecs_ec_conn_t *c);
@@ -197,7 +198,8 @@ typedef struct ecs_ec_load_result {
 /* Queues a load of n items and returns at once with a handle in *out.
  * Errors (nothing queued, *out NULL): ECS_EINVAL (n 0 or a NULL dst with a
  * nonzero capacity), ECS_ENOMEM.  An invalid key is a per-item ECS_EKEY. */
-ECS_API int ecs_ec_start_load(ecs_ec_conn_t *c, const ecs_ec_load_item_t *items, size_t n, ecs_ec_load_t **out);
+ECS_API int ecs_ec_start_load(ecs_ec_conn_t *c, const ecs_ec_load_item_t *items, size_t n,
+                              ecs_ec_load_t **out);
 
 /* Blocks until every item of the load is done or timeout_ms passes (< 0:
  * config timeout_ms; 0: don't wait), then writes n results.  Returns
@@ -274,18 +276,18 @@ ECS_API int ecs_kv_unregister(ecs_ec_conn_t *c, const ecs_kv_worker_t *w, char *
  * Transient Redis errors are retried lookup_retries times with backoff.
  * ECS_ENOTFOUND when no such worker is registered. */
 ECS_API int ecs_kv_lookup(ecs_ec_conn_t *c, const ecs_kv_worker_t *self, const char *instance_id, int dp_rank,
-                  int tp_rank, ecs_kv_worker_t *out, char *reason, size_t cap);
+                          int tp_rank, ecs_kv_worker_t *out, char *reason, size_t cap);
 
 /* Up to cap registered workers of a role (any role when role is 0) into
  * out[], *n = how many were written. */
 ECS_API int ecs_kv_list(ecs_ec_conn_t *c, int role, ecs_kv_worker_t *out, size_t cap, size_t *n, char *reason,
-                size_t rcap);
+                        size_t rcap);
 
 /* Prefill: stores request_id's n KV blocks (synchronously, through the
  * backend) and then its manifest, which wakes the fetchers.  On failure
  * the request is aborted with the reason, so decode sees it at once. */
 ECS_API int ecs_kv_publish(ecs_ec_conn_t *c, const char *request_id, const ecs_tensor_t *blocks, size_t n,
-                   char *reason, size_t cap);
+                           char *reason, size_t cap);
 
 /* Prefill: aborts request_id with a reason that decode's fetch returns. */
 ECS_API int ecs_kv_abort(ecs_ec_conn_t *c, const char *request_id, const char *why);
@@ -298,8 +300,8 @@ ECS_API int ecs_kv_abort(ecs_ec_conn_t *c, const char *request_id, const char *w
  * aborted by prefill; ECS_ENOTFOUND / ECS_ECHECKSUM / ECS_EBUFSMALL: a
  * block; ECS_ECONN / ECS_EREDIS: unreachable) and reason says which and
  * why.  Never hangs. */
-ECS_API int ecs_kv_fetch(ecs_ec_conn_t *c, const char *request_id, int timeout_ms, ecs_get_buf_t *bufs, size_t cap,
-                 size_t *nblocks, char *reason, size_t rcap);
+ECS_API int ecs_kv_fetch(ecs_ec_conn_t *c, const char *request_id, int timeout_ms, ecs_get_buf_t *bufs,
+                         size_t cap, size_t *nblocks, char *reason, size_t rcap);
 
 /* Deletes request_id's blocks and manifest (decode, when done). */
 ECS_API int ecs_kv_release(ecs_ec_conn_t *c, const char *request_id, size_t nblocks);

@@ -106,7 +106,8 @@ ECS_API void ecs_client_config_init(ecs_client_config_t *cfg);
  * only the servers, and exists asks the servers until Redis answers again.
  * On failure *out is NULL and, when errbuf is given, it says which server
  * failed and why. */
-ECS_API int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char *errbuf, size_t errlen);
+ECS_API int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char *errbuf,
+                               size_t errlen);
 
 /* Closes every connection and frees the handle; accepts NULL. */
 ECS_API void ecs_client_close(ecs_client_t *c);
@@ -118,7 +119,8 @@ ECS_API const char *ecs_client_errmsg(const ecs_client_t *c);
  * same content), ECS_ECONFLICT (the key holds different content),
  * ECS_ENOSPC / ECS_ETOOBIG, ECS_EKEY / ECS_EDTYPE / ECS_EINVAL (bad item,
  * never sent), or the whole-batch error. */
-ECS_API int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n, int *status);
+ECS_API int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
+                          int *status);
 
 /* Fetches n objects into caller buffers: the bytes go from the socket
  * straight into bufs[i].data.  A buffer smaller than the object gives

@@ -254,11 +254,20 @@ static int cmd_stat_json(ecs_client_t *c) {
     const struct {
       const char *k;
       uint64_t v;
-    } f[] = {{"epoch", st.epoch},           {"pool_size", st.pool_size},       {"bytes_in_use", st.bytes_in_use},
-             {"bytes_requested", st.bytes_requested}, {"bytes_free", st.bytes_free}, {"largest_free", st.largest_free},
-             {"objects", st.objects},       {"puts", st.puts},                 {"gets", st.gets},
-             {"hits", st.hits},             {"misses", st.misses},             {"evictions", st.evictions},
-             {"removes", st.removes},       {"connections", st.connections}};
+    } f[] = {{"epoch", st.epoch},
+             {"pool_size", st.pool_size},
+             {"bytes_in_use", st.bytes_in_use},
+             {"bytes_requested", st.bytes_requested},
+             {"bytes_free", st.bytes_free},
+             {"largest_free", st.largest_free},
+             {"objects", st.objects},
+             {"puts", st.puts},
+             {"gets", st.gets},
+             {"hits", st.hits},
+             {"misses", st.misses},
+             {"evictions", st.evictions},
+             {"removes", st.removes},
+             {"connections", st.connections}};
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
       printf(", \"%s\": %llu", f[k].k, (unsigned long long)f[k].v);
     printf(", \"pool_pinned\": %s, \"redis_up\": %s}", st.pool_locked ? "true" : "false",
