@@ -975,7 +975,7 @@ int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exis
     exists[i] = 0;
   if (n == 0)
     return ECS_OK;
-  if (c->meta) {
+  if (c->meta && ecs_now_ms() >= c->redis_retry_ms) {
     const uint8_t **kp = malloc(n * sizeof *kp);
     uint16_t *kl = malloc(n * sizeof *kl);
     int *ex = malloc(n * sizeof *ex);
@@ -1004,19 +1004,23 @@ int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exis
     if (rc != ECS_EREDIS && rc != ECS_ETIMEDOUT)
       return rc;
     /* Redis is down or frozen: the servers hold the truth about their own
-     * objects, so ask them rather than fail a scheduler's check.  If they
-     * fail too, both reasons are in the message. */
-    char why[128];
-    snprintf(why, sizeof why, "%s", ecs_meta_errstr(c->meta));
-    int frc = exists_from_servers(c, keys, n, exists);
-    if (frc != ECS_OK) {
-      char srv[sizeof c->errmsg];
-      snprintf(srv, sizeof srv, "%s", c->errmsg);
-      ecs__cli_err(c, "Redis unreachable (%s) and servers failed too: %s", why, srv);
-    }
-    return frc;
+     * objects, so ask them rather than fail a scheduler's check, and keep
+     * asking them for a while rather than pay a frozen Redis's timeout on
+     * every call. */
+    c->redis_retry_ms = ecs_now_ms() + ECS_CLI_REDIS_RETRY_MS;
   }
-  return exists_from_servers(c, keys, n, exists);
+  if (!c->meta)
+    return exists_from_servers(c, keys, n, exists);
+  /* If the servers fail too, both reasons are in the message. */
+  char why[128];
+  snprintf(why, sizeof why, "%s", ecs_meta_errstr(c->meta));
+  int frc = exists_from_servers(c, keys, n, exists);
+  if (frc != ECS_OK) {
+    char srv[sizeof c->errmsg];
+    snprintf(srv, sizeof srv, "%s", c->errmsg);
+    ecs__cli_err(c, "Redis unreachable (%s) and servers failed too: %s", why, srv);
+  }
+  return frc;
 }
 
 /* exists answered by the servers: each server says whether it holds the
