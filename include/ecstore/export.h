@@ -6,8 +6,8 @@
  * tests/abi_symbols.sh checks that the exported symbols and the marked
  * declarations are the same set.
  */
-#ifndef ECS_EXPORT_H
-#define ECS_EXPORT_H
+#ifndef ECSTORE_EXPORT_H
+#define ECSTORE_EXPORT_H
 
 #if defined(__GNUC__) || defined(__clang__)
 #define ECS_API __attribute__((visibility("default")))
