@@ -1,7 +1,8 @@
 /*
  * Backend "ecstore": libecstore, one client handle per connector role.
  * DATA handles talk to the servers only; the META handle also connects to
- * Redis, so has() is answered by Redis alone (ecs_exists_batch).
+ * Redis, so has() is answered by Redis (ecs_exists_batch), or by the
+ * servers while Redis is down.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -71,7 +71,7 @@ int ecs_pool_create(const ecs_pool_opts_t *opts, ecs_pool_t **out) {
   if (rc)
     goto out_free;
   rc = ecs__region_map(&pool->region, size, opts->huge, opts->lock, opts->cuda_register,
-                       opts->name ? opts->name : "ecstore-pool");
+                       opts->name ? opts->name : "ecstore-pool", opts);
   if (rc)
     goto out_buddy;
   /* Adaptive: spin briefly before sleeping.  The critical sections are a

@@ -31,9 +31,26 @@ static size_t huge_page_size(void) {
   return kib ? kib * 1024 : HUGE_PAGE_DEFAULT;
 }
 
+#define POPULATE_CHUNK ((size_t)256 << 20) /* bytes faulted in between progress calls */
+
+/* Faults the mapping in chunk by chunk: the same effect as one MAP_POPULATE
+ * mmap, with a progress call between chunks. */
+static int populate(void *p, size_t len, int fd, const ecs_pool_opts_t *pr) {
+  for (size_t off = 0; off < len; off += POPULATE_CHUNK) {
+    size_t n = len - off < POPULATE_CHUNK ? len - off : POPULATE_CHUNK;
+    void *q = mmap((char *)p + off, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd,
+                   (off_t)off);
+    if (q == MAP_FAILED)
+      return errno;
+    if (pr && pr->on_populate)
+      pr->on_populate(pr->populate_ctx, off + n, len);
+  }
+  return 0;
+}
+
 /* Creates the memfd and maps it; huge selects MFD_HUGETLB.  Returns 0 or a
  * positive errno, with nothing left open. */
-static int map_fd(ecs__region_t *r, size_t size, int huge, const char *name) {
+static int map_fd(ecs__region_t *r, size_t size, int huge, const char *name, const ecs_pool_opts_t *pr) {
   size_t page = huge ? huge_page_size() : 4096;
   size_t len = (size + page - 1) / page * page;
   int fd = memfd_create(name, MFD_CLOEXEC | (huge ? MFD_HUGETLB : 0));
@@ -44,9 +61,17 @@ static int map_fd(ecs__region_t *r, size_t size, int huge, const char *name) {
     close(fd);
     return e;
   }
-  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  /* The hugetlb reservation is made here, so an empty huge page pool
+   * still fails at this mmap, before any populating. */
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     int e = errno;
+    close(fd);
+    return e;
+  }
+  int e = populate(p, len, fd, pr);
+  if (e) {
+    munmap(p, len);
     close(fd);
     return e;
   }
@@ -105,17 +130,17 @@ static void cuda_register(ecs__region_t *r) {
   r->cuda_registered = 1;
 }
 
-int ecs__region_map(ecs__region_t *r, size_t size, ecs_pool_huge_t huge, int lock, int cuda,
-                    const char *name) {
+int ecs__region_map(ecs__region_t *r, size_t size, ecs_pool_huge_t huge, int lock, int cuda, const char *name,
+                    const ecs_pool_opts_t *progress) {
   memset(r, 0, sizeof *r);
   r->fd = -1;
   int e = ENOMEM;
   if (huge != ECS_POOL_HUGE_OFF) {
-    e = map_fd(r, size, 1, name);
+    e = map_fd(r, size, 1, name, progress);
     if (e && huge == ECS_POOL_HUGE_REQUIRE)
       return ECS_ENOMEM;
   }
-  if (!r->base && (e = map_fd(r, size, 0, name)) != 0)
+  if (!r->base && (e = map_fd(r, size, 0, name, progress)) != 0)
     return ECS_ENOMEM;
   if (lock)
     lock_region(r);

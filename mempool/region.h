@@ -12,6 +12,8 @@
  *    /proc/meminfo); the pool still manages only the size asked for.
  *  - MAP_SHARED | MAP_POPULATE faults every page in at create, so the first
  *    PUT never pays for page faults and a too-large pool fails at start.
+ *    It is done in chunks (re-mapping each chunk MAP_FIXED | MAP_POPULATE
+ *    over itself), so that progress can be reported between them.
  *  - mlock(2) needs RLIMIT_MEMLOCK >= the region or CAP_IPC_LOCK.  When it
  *    is refused we print one line on stderr and go on unpinned (locked=0):
  *    an unpinned pool is slower for DMA, not wrong.
@@ -40,11 +42,13 @@ typedef struct ecs__region {
   void *cuda_lib;      /* dlopen handle of libcudart while registered */
 } ecs__region_t;
 
-/* Maps a region of at least size bytes (a multiple of 4096).  0, or
+/* Maps a region of at least size bytes (a multiple of 4096), calling
+ * progress->on_populate (when progress and it are non-NULL) after each
+ * populated chunk.  0, or
  * ECS_ENOMEM (memfd/ftruncate/mmap failed, or huge pages REQUIRE'd and not
  * available), with *r left unmapped. */
 int ecs__region_map(ecs__region_t *r, size_t size, ecs_pool_huge_t huge, int lock, int cuda_register,
-                    const char *name);
+                    const char *name, const ecs_pool_opts_t *progress);
 
 /* Unregisters, unlocks, unmaps and closes; accepts an unmapped region. */
 void ecs__region_unmap(ecs__region_t *r);

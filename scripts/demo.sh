@@ -6,6 +6,12 @@
 # Options are passed through to the example (--help lists them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Help first: asking what the options are must not install or build anything.
+for a in "$@"; do
+  case $a in
+    -h | --help) exec examples/disagg_1e1pd_example.sh --help ;;
+  esac
+done
 "$PWD/scripts/install-deps.sh"
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$(nproc 2>/dev/null || echo 2)" >/dev/null

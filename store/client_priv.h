@@ -73,12 +73,16 @@ struct ecs_client {
   ecs_cli_reg_t *regs;       /* registered buffers */
   size_t nregs, regs_cap;    /* count and capacity */
   ecs_meta_t *meta;          /* Redis link for exists_batch, or NULL */
+  uint64_t redis_retry_ms;   /* after a Redis failure, exists asks the servers until then */
   uint32_t next_req;         /* request ids */
   uint8_t *rmeta;            /* reply records buffer */
   size_t rmeta_cap;          /* its size */
   ecs_wbuf_t w;              /* request records */
   char errmsg[256];          /* last whole-batch error detail */
 };
+
+/* How long exists skips a Redis that just failed (then tries it again). */
+#define ECS_CLI_REDIS_RETRY_MS 1000
 
 static inline uint64_t ecs__cli_deadline(const ecs_client_t *c) {
   return ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;

@@ -106,6 +106,14 @@ int ecs__shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
     return rc;
   }
   rc = ecs__cli_hello(c, &u, deadline);
+  if (rc == ECS_ECONN && !c->errmsg[0])
+    /* The server accepts a Unix connection and closes it at once when the
+     * peer's uid is not allowed (or at its connection limit); the reason
+     * is in its log, so name both here. */
+    ecs__cli_err(c,
+                 "%s refused shared memory: it closed %s at once (uid %u is not allowed: the server "
+                 "admits its own user, root and --shm-allow-uid; or it is at --max-conns)",
+                 s->addr, s->shm_path, (unsigned)geteuid());
   if (rc == ECS_OK && (strcmp(u.node_id, s->node_id) != 0 || u.epoch != s->epoch)) {
     ecs__cli_err(c, "%s: the socket %s belongs to another server (node %s)", s->addr, s->shm_path, u.node_id);
     rc = ECS_ENOTSUP;

@@ -151,10 +151,13 @@ static int wait_fd(int fd, short events, uint64_t deadline_ms) {
 
 int ecs_net_connect(const char *host, int port, int timeout_ms, int *fd_out) {
   struct addrinfo *res = NULL;
-  if (resolve(host, port, 0, &res))
+  if (resolve(host, port, 0, &res)) {
+    errno = EHOSTUNREACH; /* a name that does not resolve, told apart from a refusal */
     return ECS_ECONN;
+  }
   uint64_t deadline = ecs_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1);
   int rc = ECS_ECONN;
+  int last_err = ECONNREFUSED;
   for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
@@ -168,11 +171,14 @@ int ecs_net_connect(const char *host, int port, int timeout_ms, int *fd_out) {
       if (rc == ECS_OK) {
         int err = 0;
         socklen_t el = sizeof err;
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0)
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) {
           rc = ECS_ECONN;
+          last_err = err ? err : errno;
+        }
       }
     } else {
       rc = ECS_ECONN;
+      last_err = errno;
     }
     if (rc == ECS_OK) {
       *fd_out = fd;
@@ -183,6 +189,8 @@ int ecs_net_connect(const char *host, int port, int timeout_ms, int *fd_out) {
       break;
   }
   freeaddrinfo(res);
+  if (rc == ECS_ECONN)
+    errno = last_err; /* callers name the cause: "connection refused" says what to check */
   return rc;
 }
 

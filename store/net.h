@@ -30,7 +30,8 @@ int ecs_net_local_port(int fd);
 
 /* Connects to host:port within timeout_ms; the socket is non-blocking with
  * TCP_NODELAY.  ECS_OK, ECS_ECONN (refused, unreachable, bad host) or
- * ECS_ETIMEDOUT. */
+ * ECS_ETIMEDOUT.  On ECS_ECONN, errno holds the cause (ECONNREFUSED,
+ * EHOSTUNREACH for a name that does not resolve, ...). */
 int ecs_net_connect(const char *host, int port, int timeout_ms, int *fd_out);
 
 /* Sets O_NONBLOCK and FD_CLOEXEC. */

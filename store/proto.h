@@ -105,7 +105,7 @@ uint64_t ecs_rbuf_u64(ecs_rbuf_t *r);
 /* Returns a pointer to the next n bytes inside the buffer (NULL on overrun). */
 const uint8_t *ecs_rbuf_bytes(ecs_rbuf_t *r, size_t n);
 
-/* Codec ids (issue 4 adds the codecs; 0 is raw bytes). */
+/* Codec ids (store/codec.h; 0 is raw bytes). */
 #define ECS_CODEC_NONE 0
 
 /* PUT request item.  The item's payload (nbytes) follows in the data

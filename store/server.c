@@ -34,12 +34,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ecstore/error.h"
 #include "ecstore/pool.h"
 #include "store/log.h"
 #include "store/meta.h"
+#include "store/metrics.h"
 #include "store/net.h"
 #include "store/objstore.h"
 #include "store/proto.h"
@@ -113,6 +115,7 @@ typedef struct conn {
   int wpos;                            /* first iovec not fully sent */
   ecs_obj_t **held;                    /* references to release after the reply */
   size_t nheld, held_cap;              /* count and capacity of held */
+  uint64_t req_t0_ns;                  /* when the request being served was dispatched */
 } conn_t;
 
 struct ecs_server {
@@ -137,7 +140,19 @@ struct ecs_server {
   uint64_t last_tick_ms; /* when timer work last ran */
   /* counters for STAT */
   uint64_t puts, gets, hits, misses;
+  int redis_was_up;                            /* link state at the last tick, to log each change once */
+  uint64_t pop_t0_ms;                          /* pool population: when it began */
+  uint64_t pop_log_ms;                         /* ...and when progress was last logged */
+  ecs_metrics_srv_t *metrics;                  /* the Prometheus endpoint, or NULL */
+  ecs_hist_t latency[ECS_OP_RDMA_CONNECT + 1]; /* per opcode: dispatch to reply built */
 };
+
+/* Monotonic ns, for request latencies. */
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* ------------------------------------------------------------------ */
 /* options                                                             */
@@ -396,7 +411,9 @@ static void reply_finish(ecs_server_t *s, conn_t *c, int status, uint32_t count,
   c->wiov[1].iov_base = c->out.p;
   c->wiov[1].iov_len = c->out.len;
   c->st = C_WRITE;
-  (void)s;
+  if (c->req_t0_ns && c->hdr.opcode < sizeof s->latency / sizeof s->latency[0])
+    ecs_hist_observe(&s->latency[c->hdr.opcode], now_ns() - c->req_t0_ns);
+  c->req_t0_ns = 0;
 }
 
 /* A reply carrying only a status, for whole-request failures. */
@@ -442,7 +459,8 @@ static void handle_hello(ecs_server_t *s, conn_t *c) {
   reply_finish(s, c, ECS_OK, 0, 0);
 }
 
-static void handle_stat(ecs_server_t *s, conn_t *c) {
+/* The figures STAT answers, also what /metrics exposes. */
+static ecs_stat_reply_t stat_snapshot(ecs_server_t *s) {
   ecs_pool_stats_t ps;
   ecs_objstore_stats_t os;
   ecs_pool_stats(s->pool, &ps);
@@ -465,9 +483,70 @@ static void handle_stat(ecs_server_t *s, conn_t *c) {
       .redis_ok = s->meta ? (uint64_t)ecs_meta_is_up(s->meta) : 0,
       .pool_locked = (uint64_t)ps.locked,
   };
+  return st;
+}
+
+static void handle_stat(ecs_server_t *s, conn_t *c) {
+  ecs_stat_reply_t st = stat_snapshot(s);
   reply_begin(c);
   ecs_proto_stat_write(&c->out, &st);
   reply_finish(s, c, ECS_OK, 0, 0);
+}
+
+/* The body of a /metrics scrape: STAT's figures, then a latency histogram
+ * per opcode that has a name. */
+static void render_metrics(void *ctx, ecs_mbuf_t *b) {
+  ecs_server_t *s = ctx;
+  ecs_stat_reply_t st = stat_snapshot(s);
+  ecs_objstore_stats_t os;
+  ecs_objstore_stats(s->os, &os);
+  char epoch[32];
+  snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)s->epoch);
+  ecs_metrics_info(b, "ecstore_server_info", "This server: node id and epoch (start time, us).", "node",
+                   s->o.node_id, "epoch", epoch);
+  ecs_metrics_gauge(b, "ecstore_pool_bytes", "Pool size.", (double)st.pool_size);
+  ecs_metrics_gauge(b, "ecstore_pool_used_bytes", "Pool bytes in blocks handed out.",
+                    (double)st.bytes_in_use);
+  ecs_metrics_gauge(b, "ecstore_pool_requested_bytes", "Bytes the stored objects asked for.",
+                    (double)st.bytes_requested);
+  ecs_metrics_gauge(b, "ecstore_pool_free_bytes", "Pool bytes free.", (double)st.bytes_free);
+  ecs_metrics_gauge(b, "ecstore_pool_largest_free_bytes", "Largest free block.", (double)st.largest_free);
+  ecs_metrics_gauge(b, "ecstore_pool_pinned", "1 when the pool is mlock'd.", (double)st.pool_locked);
+  ecs_metrics_gauge(b, "ecstore_objects", "Committed objects.", (double)st.objects);
+  ecs_metrics_gauge(b, "ecstore_objects_pending", "Objects reserved, not yet committed.", (double)os.pending);
+  ecs_metrics_gauge(b, "ecstore_connections", "Open client connections.", (double)st.connections);
+  ecs_metrics_gauge(b, "ecstore_redis_up", "1 while the Redis link is up.", (double)st.redis_ok);
+  ecs_metrics_counter(b, "ecstore_puts_total", "Objects put.", st.puts);
+  ecs_metrics_counter(b, "ecstore_gets_total", "Objects asked for by get or lease.", st.gets);
+  ecs_metrics_counter(b, "ecstore_get_hits_total", "Gets that found their object.", st.hits);
+  ecs_metrics_counter(b, "ecstore_get_misses_total", "Gets that did not.", st.misses);
+  ecs_metrics_counter(b, "ecstore_evictions_total", "Objects evicted (FIFO) to make room.", st.evictions);
+  ecs_metrics_counter(b, "ecstore_removes_total", "Objects removed on request.", st.removes);
+  static const char *const names[] = {[ECS_OP_HELLO] = "hello",
+                                      [ECS_OP_PUT] = "put",
+                                      [ECS_OP_GET] = "get",
+                                      [ECS_OP_EXISTS] = "exists",
+                                      [ECS_OP_REMOVE] = "remove",
+                                      [ECS_OP_STAT] = "stat",
+                                      [ECS_OP_PING] = "ping",
+                                      [ECS_OP_LEASE] = "lease",
+                                      [ECS_OP_RELEASE] = "release",
+                                      [ECS_OP_RESERVE] = "reserve",
+                                      [ECS_OP_COMMIT] = "commit",
+                                      [ECS_OP_ATTACH] = "attach",
+                                      [ECS_OP_RDMA_CONNECT] = "rdma_connect"};
+  const char *vals[sizeof names / sizeof names[0]];
+  const ecs_hist_t *hs[sizeof names / sizeof names[0]];
+  size_t n = 0;
+  for (size_t op = 0; op < sizeof names / sizeof names[0] && op < sizeof s->latency / sizeof s->latency[0];
+       op++)
+    if (names[op]) {
+      vals[n] = names[op];
+      hs[n++] = &s->latency[op];
+    }
+  ecs_metrics_histograms(b, "ecstore_request_duration_seconds",
+                         "Requests by opcode, from parsed to reply ready (puts include receiving the data).",
+                         "op", vals, hs, n);
 }
 
 /* A re-put of a committed key whose stored bytes no longer match their
@@ -945,6 +1024,7 @@ static void handle_debug(ecs_server_t *s, conn_t *c) {
 
 /* The header and records of a request are in; dispatch. */
 static void dispatch(ecs_server_t *s, conn_t *c) {
+  c->req_t0_ns = now_ns();
   if (!c->authed && c->hdr.opcode != ECS_OP_HELLO) {
     reply_error(s, c, ECS_EAUTH, 1);
     return;
@@ -1267,6 +1347,23 @@ static void accept_all(ecs_server_t *s, int lfd, int local) {
 /* ------------------------------------------------------------------ */
 /* timers                                                              */
 
+/* One line when the Redis link goes down and one when it is back: an
+ * operator sees the outage, and that the server served on through it. */
+static void redis_log_change(ecs_server_t *s) {
+  int up = ecs_meta_is_up(s->meta);
+  if (up == s->redis_was_up)
+    return;
+  s->redis_was_up = up;
+  ecs_objstore_stats_t st;
+  ecs_objstore_stats(s->os, &st);
+  if (up)
+    ECS_LOG_I("redis: connection to %s regained; re-publishing %llu objects", s->o.redis_url,
+              (unsigned long long)st.objects);
+  else
+    ECS_LOG_W("redis: connection to %s lost (%s); serving on, records re-published when it returns",
+              s->o.redis_url, ecs_meta_errstr(s->meta));
+}
+
 static void tick(ecs_server_t *s) {
   uint64_t now = ecs_now_ms();
   if (now - s->last_tick_ms < TICK_MS)
@@ -1275,9 +1372,11 @@ static void tick(ecs_server_t *s) {
   if (s->meta) {
     ecs_meta_resync_t rs = {.publish_all = resync_publish_all, .has_key = resync_has_key, .ctx = s};
     ecs_meta_tick(s->meta, now, &rs);
+    redis_log_change(s);
   }
   if (ecs_objstore_evict_background(s->os, 256) > 0)
     meta_flush(s);
+  ecs_metrics_tick(s->metrics, now);
   /* Drop connections stalled in the middle of a request or a reply. */
   for (size_t i = 0; i < s->nconns;) {
     conn_t *c = s->conns[i];
@@ -1320,7 +1419,7 @@ static int rdma_setup(ecs_server_t *s) {
   ecs_rdma_ctx_close(s->rdma);
   s->rdma = NULL;
   if (!strcmp(s->o.rdma, "on")) {
-    ECS_LOG_E("%s", err[0] ? err : "rdma: cannot register the pool");
+    ECS_LOG_E("cannot start: %s", err[0] ? err : "rdma: cannot register the pool");
     return rc;
   }
   ECS_LOG_I("%s; serving tcp and shm only", err[0] ? err : "rdma: unavailable");
@@ -1337,7 +1436,7 @@ static int shm_listen(ecs_server_t *s) {
   memset(&a, 0, sizeof a);
   a.sun_family = AF_UNIX;
   if (strlen(s->shm_path) >= sizeof a.sun_path) {
-    ECS_LOG_E("shm socket path too long: %s", s->shm_path);
+    ECS_LOG_E("cannot start: shm socket path too long: %s", s->shm_path);
     return ECS_EINVAL;
   }
   memcpy(a.sun_path, s->shm_path, strlen(s->shm_path) + 1);
@@ -1345,7 +1444,7 @@ static int shm_listen(ecs_server_t *s) {
   struct stat st;
   if (lstat(s->shm_path, &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
-      ECS_LOG_E("shm socket path %s exists and is not a socket", s->shm_path);
+      ECS_LOG_E("cannot start: shm socket path %s exists and is not a socket", s->shm_path);
       s->shm_path[0] = '\0';
       return ECS_EINVAL;
     }
@@ -1353,13 +1452,61 @@ static int shm_listen(ecs_server_t *s) {
   }
   s->ufd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s->ufd < 0 || bind(s->ufd, (struct sockaddr *)&a, sizeof a) != 0 || listen(s->ufd, 512) != 0) {
-    ECS_LOG_E("cannot listen on %s: %s", s->shm_path, strerror(errno));
+    ECS_LOG_E("cannot start: cannot listen on %s: %s", s->shm_path, strerror(errno));
     s->shm_path[0] = '\0';
     return ECS_EIO;
   }
   /* Access is decided by SO_PEERCRED against the allowed uids, not by mode. */
   chmod(s->shm_path, 0666);
   return ECS_OK;
+}
+
+/* Population of a large pool takes seconds; a line a second, once it has
+ * taken one, so that a silent server is never mistaken for a hung one. */
+static void on_populate(void *ctx, size_t done, size_t total) {
+  ecs_server_t *s = ctx;
+  uint64_t now = ecs_now_ms();
+  if (now - s->pop_log_ms < 1000 && !(done == total && now - s->pop_t0_ms >= 1000))
+    return;
+  s->pop_log_ms = now;
+  if (done < total)
+    ECS_LOG_I("pool: populating %zu of %zu MiB (%.0f%%)", done >> 20, total >> 20,
+              100.0 * (double)done / (double)total);
+  else
+    ECS_LOG_I("pool: %zu MiB populated in %.1f s", total >> 20, (double)(now - s->pop_t0_ms) / 1000.0);
+}
+
+/* Reads "NAME: N" from /proc/meminfo (0 when absent). */
+static unsigned long long meminfo(const char *name) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[128];
+  unsigned long long v = 0;
+  size_t n = strlen(name);
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, name, n) && line[n] == ':') {
+      v = strtoull(line + n + 1, NULL, 10);
+      break;
+    }
+  if (f)
+    fclose(f);
+  return v;
+}
+
+/* Why the pool could not be made.  With huge pages required, the usual
+ * cause is that none are reserved: say so, not "out of memory". */
+static void pool_fail_log(const ecs_server_opts_t *o, int rc) {
+  unsigned long long mib = (unsigned long long)(o->pool_size >> 20);
+  if (o->hugepages == 2 && rc == ECS_ENOMEM) {
+    unsigned long long kb = meminfo("Hugepagesize"), nfree = meminfo("HugePages_Free");
+    if (nfree * kb * 1024 < o->pool_size) {
+      ECS_LOG_E(
+          "cannot start: --hugepages require: a %llu MiB pool needs %llu huge pages of %llu kB, %llu are "
+          "free (reserve them with: sysctl vm.nr_hugepages=N, or use --hugepages try)",
+          mib, kb ? (unsigned long long)((o->pool_size + kb * 1024 - 1) / (kb * 1024)) : 0ULL, kb, nfree);
+      return;
+    }
+  }
+  ECS_LOG_E("cannot start: cannot create a pool of %llu MiB: %s", mib, ecs_strerror(rc));
 }
 
 int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
@@ -1372,13 +1519,17 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   s->epoch = ecs_wall_us();
   int rc = ECS_ENOMEM;
   s->scratch = malloc(SCRATCH_SIZE);
-  if (!s->scratch)
+  if (!s->scratch) {
+    ECS_LOG_E("cannot start: %s", ecs_strerror(rc));
     goto fail;
+  }
   /* Bound now (so the port is known for the node id) but listening only at
    * the end: a client that can connect finds the node registered. */
   rc = ecs_net_listen(o->listen_host, o->listen_port, -1, &s->lfd);
   if (rc) {
-    ECS_LOG_E("cannot listen on %s:%d: %s", o->listen_host, o->listen_port, strerror(errno));
+    int e = errno;
+    ECS_LOG_E("cannot start: cannot listen on %s:%d: %s%s", o->listen_host, o->listen_port, strerror(e),
+              e == EADDRINUSE ? " (another server on this port? pick one with --listen)" : "");
     goto fail;
   }
   s->port = ecs_net_local_port(s->lfd);
@@ -1394,9 +1545,14 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   po.huge = (ecs_pool_huge_t)o->hugepages;
   po.lock = o->lock_pool;
   po.cuda_register = o->cuda_register;
+  po.on_populate = on_populate;
+  po.populate_ctx = s;
+  s->pop_t0_ms = s->pop_log_ms = ecs_now_ms();
+  if (o->pool_size >= (1ull << 30)) /* about a second per GiB or two: say so before it starts */
+    ECS_LOG_I("pool: populating and pinning %llu MiB", (unsigned long long)(o->pool_size >> 20));
   rc = ecs_pool_create(&po, &s->pool);
   if (rc) {
-    ECS_LOG_E("cannot create a pool of %llu bytes: %s", (unsigned long long)o->pool_size, ecs_strerror(rc));
+    pool_fail_log(o, rc);
     goto fail;
   }
   ecs_objstore_opts_t oo;
@@ -1406,8 +1562,10 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   oo.on_drop = on_drop;
   oo.cb_ctx = s;
   rc = ecs_objstore_create(s->pool, &oo, &s->os);
-  if (rc)
+  if (rc) {
+    ECS_LOG_E("cannot start: object index: %s", ecs_strerror(rc));
     goto fail;
+  }
 
   if (o->redis_url[0] && strcmp(o->redis_url, "none") != 0) {
     ecs_meta_opts_t mo;
@@ -1422,9 +1580,10 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     mo.heartbeat_ttl_s = o->heartbeat_ttl_s;
     rc = ecs_meta_open(&mo, &s->meta);
     if (rc) {
-      ECS_LOG_E("bad Redis settings '%s': %s", o->redis_url, ecs_strerror(rc));
+      ECS_LOG_E("cannot start: bad --redis '%s': %s", o->redis_url, ecs_strerror(rc));
       goto fail;
     }
+    s->redis_was_up = ecs_meta_is_up(s->meta);
     if (ecs_meta_is_up(s->meta) && ecs_meta_register(s->meta) == ECS_OK)
       ECS_LOG_I("registered with Redis at %s as node '%s'", o->redis_url, s->o.node_id);
     else
@@ -1438,13 +1597,13 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   s->epfd = epoll_create1(EPOLL_CLOEXEC);
   s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->epfd < 0 || s->evfd < 0)
-    goto fail;
+    goto fail_sys;
   struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &e) != 0)
-    goto fail;
+    goto fail_sys;
   e.data.ptr = &s->evfd;
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &e) != 0)
-    goto fail;
+    goto fail_sys;
   rc = rdma_setup(s);
   if (rc)
     goto fail;
@@ -1454,13 +1613,30 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
       goto fail;
     e.data.ptr = &s->ufd;
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->ufd, &e) != 0)
+      goto fail_sys;
+  }
+  if (o->metrics_listen[0]) {
+    char mh[128], merr[256];
+    int mp;
+    rc = ECS_EINVAL;
+    if (ecs_net_parse_hostport(o->metrics_listen, mh, sizeof mh, &mp)) {
+      ECS_LOG_E("cannot start: --metrics-listen '%s': expected HOST:PORT", o->metrics_listen);
       goto fail;
+    }
+    rc = ecs_metrics_open(mh, mp, s->epfd, render_metrics, s, &s->metrics, merr, sizeof merr);
+    if (rc) {
+      ECS_LOG_E("cannot start: %s", merr);
+      goto fail;
+    }
+    ECS_LOG_I("metrics: http://%s:%d/metrics", mh, ecs_metrics_port(s->metrics));
   }
   rc = ECS_EIO;
   if (listen(s->lfd, 512) != 0)
-    goto fail;
+    goto fail_sys;
   *out = s;
   return ECS_OK;
+fail_sys:
+  ECS_LOG_E("cannot start: %s", strerror(errno));
 fail:
   ecs_server_destroy(s);
   return rc;
@@ -1480,9 +1656,10 @@ void ecs_server_stop(ecs_server_t *s) {
 int ecs_server_run(ecs_server_t *s) {
   ecs_pool_stats_t ps;
   ecs_pool_stats(s->pool, &ps);
-  ECS_LOG_I("serving namespace '%s' on %s:%d%s%s, pool %llu MiB (%s), epoch %llu", s->o.ns, s->o.listen_host,
-            s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, (unsigned long long)(ps.size >> 20),
-            ps.locked ? "pinned" : "NOT pinned", (unsigned long long)s->epoch);
+  ECS_LOG_I("ready: listening on %s:%d%s%s; namespace '%s', pool %llu MiB (%s), epoch %llu", s->o.listen_host,
+            s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, s->o.ns,
+            (unsigned long long)(ps.size >> 20), ps.locked ? "pinned" : "NOT pinned",
+            (unsigned long long)s->epoch);
   struct epoll_event evs[64];
   while (!s->stopping) {
     int n = epoll_wait(s->epfd, evs, 64, TICK_MS);
@@ -1498,6 +1675,8 @@ int ecs_server_run(ecs_server_t *s) {
         accept_all(s, s->ufd, 1);
       else if (p == &s->evfd)
         s->stopping = 1;
+      else if (ecs_metrics_owns(s->metrics, p))
+        ecs_metrics_event(s->metrics, p, evs[i].events);
       else
         conn_event(s, p, evs[i].events);
     }
@@ -1522,6 +1701,7 @@ void ecs_server_destroy(ecs_server_t *s) {
   while (s->nconns)
     conn_close(s, s->conns[0]);
   free(s->conns);
+  ecs_metrics_close(s->metrics);
   ecs_meta_close(s->meta);
   ecs_objstore_destroy(s->os);
   ecs_rdma_dereg(s->pool_mr);

@@ -48,12 +48,15 @@ typedef struct ecs_server_opts {
   char rdma_device[64];        /* RDMA device ("": the first one) */
   int rdma_port;               /* RDMA port (default 1) */
   int rdma_gid_index;          /* RoCE GID index (default 0) */
+  char metrics_listen[160];    /* "HOST:PORT" of the Prometheus endpoint; "" (default): none */
 } ecs_server_opts_t;
 
 void ecs_server_opts_init(ecs_server_opts_t *o);
 
 /* Creates the pool, binds the socket and opens Redis (a Redis that is down
- * is retried in the background).  On failure, *errmsg (static or in o) says why. */
+ * is retried in the background).  Returns ECS_OK, or an error code after
+ * logging one line, "cannot start: ...", that says why (the code alone
+ * rarely does: a port in use and a failed epoll are both ECS_EIO). */
 int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out);
 
 /* Serves until ecs_server_stop(); then unregisters from Redis. */

@@ -736,6 +736,47 @@ static void test_mlock_ok(void **state) {
   ecs_pool_destroy(p);
 }
 
+/* Population is reported chunk by chunk, ending at the mapped size. */
+typedef struct pop_seen {
+  size_t calls, last, total;
+  int backwards; /* done ever went down */
+} pop_seen_t;
+
+static void on_pop(void *ctx, size_t done, size_t total) {
+  pop_seen_t *ps = ctx;
+  ps->backwards |= done < ps->last;
+  ps->calls++;
+  ps->last = done;
+  ps->total = total;
+}
+
+static void test_populate_progress(void **state) {
+  (void)state;
+  pop_seen_t seen = {0};
+  ecs_pool_opts_t o;
+  ecs_pool_opts_init(&o);
+  o.size = 520 * MiB; /* chunks of 256 MiB: 256, 256, 8 */
+  o.lock = 0;
+  o.on_populate = on_pop;
+  o.populate_ctx = &seen;
+  ecs_pool_t *p = NULL;
+  if (ecs_pool_create(&o, &p) != 0)
+    skip(); /* not enough memory on this machine */
+  assert_int_equal(seen.calls, 3);
+  assert_false(seen.backwards);
+  assert_int_equal(seen.last, seen.total);
+  assert_int_equal(seen.total, 520 * MiB);
+  /* every chunk is mapped: the first and last bytes of a near-full block */
+  uint64_t off;
+  assert_int_equal(ecs_pool_alloc(p, 519 * MiB, &off), 0);
+  char *b = ecs_pool_ptr(p, off);
+  b[0] = 1;
+  b[519 * MiB - 1] = 2;
+  assert_int_equal(b[0] + b[519 * MiB - 1], 3);
+  assert_int_equal(ecs_pool_free(p, off, 519 * MiB), 0);
+  ecs_pool_destroy(p);
+}
+
 static long meminfo(const char *key) {
   FILE *f = fopen("/proc/meminfo", "r");
   char line[128];
@@ -843,6 +884,7 @@ int main(void) {
       cmocka_unit_test(test_memfd_shared),
       cmocka_unit_test(test_mlock_refused),
       cmocka_unit_test(test_mlock_ok),
+      cmocka_unit_test(test_populate_progress),
       cmocka_unit_test(test_hugepages),
       cmocka_unit_test(test_cuda_optional),
       cmocka_unit_test(test_asan_poison),

@@ -49,7 +49,8 @@ static int start(env_t *e, const char *const extra[]) {
   if (ecs_ts_redis_start(&e->redis) || ecs_ts_server_start(&e->server, e->redis.port, extra))
     return -1;
   snprintf(e->servers, sizeof e->servers, "127.0.0.1:%d", e->server.port);
-  snprintf(e->shm_path, sizeof e->shm_path, "/tmp/ecstore-%d.sock", e->server.port);
+  snprintf(e->shm_path, sizeof e->shm_path, "%.100s/shm.sock",
+           e->server.dir); /* set by ecs_ts_server_start */
   return 0;
 }
 
@@ -437,8 +438,18 @@ static void test_peer_uid_refused(void **state) {
     cfg.transport = "shm";
     cfg.timeout_ms = 2000;
     ecs_client_t *c = NULL;
-    int rc = ecs_client_connect(&cfg, &c, NULL, 0);
-    _exit(rc == ECS_OK ? 1 : 0); /* refused is right */
+    char err[256] = "";
+    int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
+    if (rc == ECS_OK)
+      _exit(1);
+    /* refused is right, and the message must give the reason the server
+     * only logs: the uid and the option that admits it */
+    if (!strstr(err, "refused shared memory") || !strstr(err, "uid 65534") ||
+        !strstr(err, "--shm-allow-uid")) {
+      fprintf(stderr, "unexpected message: %s\n", err);
+      _exit(3);
+    }
+    _exit(0);
   }
   int ws;
   assert_int_equal(waitpid(pid, &ws, 0), pid);

@@ -48,6 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ecstore/export.h"
 #include "ecstore/ecstore.h"
 #include "ecstore/error.h"
 #include "ecstore/tensor.h"
@@ -95,38 +96,39 @@ typedef struct ecs_ec_config {
 } ecs_ec_config_t;
 
 /* Fills cfg with the defaults above. */
-void ecs_ec_config_init(ecs_ec_config_t *cfg);
+ECS_API void ecs_ec_config_init(ecs_ec_config_t *cfg);
 
 /* Applies the JSON object json[0..len) on top of cfg (call config_init
  * first).  Unknown keys and bad values are errors: returns ECS_EINVAL and
  * writes into err a message that names the key (or the byte offset of a
  * JSON syntax error); cfg is then unspecified.  len 0: strlen(json). */
-int ecs_ec_config_parse_json(ecs_ec_config_t *cfg, const char *json, size_t len, char *err, size_t errlen);
+ECS_API int ecs_ec_config_parse_json(ecs_ec_config_t *cfg, const char *json, size_t len, char *err,
+                                     size_t errlen);
 
 /* As parse_json, on the contents of a file (at most 1 MiB). */
-int ecs_ec_config_load_file(ecs_ec_config_t *cfg, const char *path, char *err, size_t errlen);
+ECS_API int ecs_ec_config_load_file(ecs_ec_config_t *cfg, const char *path, char *err, size_t errlen);
 
 /* "ecstore", "disk", "redis" (or "?"). */
-const char *ecs_ec_backend_name(int backend);
+ECS_API const char *ecs_ec_backend_name(int backend);
 
 /* Opens a connector: checks the config, connects the backend (one handle
  * for saves, one for loads, one for has()), starts the worker threads.  A
  * protocol or compression the build or the server cannot honour fails here
  * with ECS_ENOTSUP and says so in err.  On failure *out is NULL. */
-int ecs_ec_open(const ecs_ec_config_t *cfg, ecs_ec_conn_t **out, char *err, size_t errlen);
+ECS_API int ecs_ec_open(const ecs_ec_config_t *cfg, ecs_ec_conn_t **out, char *err, size_t errlen);
 
 /* config_init + parse_json + open, for bindings (ctypes). */
-int ecs_ec_open_json(const char *json, ecs_ec_conn_t **out, char *err, size_t errlen);
+ECS_API int ecs_ec_open_json(const char *json, ecs_ec_conn_t **out, char *err, size_t errlen);
 
 /* Waits up to timeout_ms for queued saves to finish, stops the workers and
  * frees everything; accepts NULL.  Failures not yet collected by
  * wait_for_save are lost: call it first.  Every load handle must have been
  * released before. */
-void ecs_ec_close(ecs_ec_conn_t *c);
+ECS_API void ecs_ec_close(ecs_ec_conn_t *c);
 
 /* The backend in use ("ecstore", "disk", "redis") and its path
  * ("tcp", "shm", "rdma", "file", "redis"). */
-const char *ecs_ec_describe(const ecs_ec_conn_t *c);
+ECS_API const char *ecs_ec_describe(const ecs_ec_conn_t *c);
 
 /* ---------------------------------------------------------------- */
 /* Producer                                                           */
@@ -139,7 +141,7 @@ const char *ecs_ec_describe(const ecs_ec_conn_t *c);
  * save_timeout_ms: the queue holds queue_depth items, or the staging pool
  * is full; collect failures with wait_for_save to free their slots).  When
  * save returns an error nothing was queued. */
-int ecs_ec_save(ecs_ec_conn_t *c, const char *mm_hash, const ecs_tensor_t *t);
+ECS_API int ecs_ec_save(ecs_ec_conn_t *c, const char *mm_hash, const ecs_tensor_t *t);
 
 /* A save that failed, as reported by wait_for_save. */
 typedef struct ecs_ec_save_result {
@@ -154,20 +156,21 @@ typedef struct ecs_ec_save_result {
  * none is ever dropped.  Returns ECS_OK when every save is stored and no
  * failure is left, ECS_ETIMEDOUT when saves are still pending, ECS_EIO
  * when failures were reported or remain. */
-int ecs_ec_wait_for_save(ecs_ec_conn_t *c, int timeout_ms, ecs_ec_save_result_t *failed, size_t cap,
-                         size_t *nfailed);
+ECS_API int ecs_ec_wait_for_save(ecs_ec_conn_t *c, int timeout_ms, ecs_ec_save_result_t *failed, size_t cap,
+                                 size_t *nfailed);
 
 /* Saves queued or in flight now (non-blocking). */
-size_t ecs_ec_save_pending(ecs_ec_conn_t *c);
+ECS_API size_t ecs_ec_save_pending(ecs_ec_conn_t *c);
 
 /* ---------------------------------------------------------------- */
 /* Scheduler                                                          */
 
-/* out[i] = 1 when mm_hashes[i] is stored.  Backend ecstore asks Redis only
- * (never the data servers), redis asks Redis, disk looks at the files.  On
+/* out[i] = 1 when mm_hashes[i] is stored.  Backend ecstore asks Redis (the
+ * data servers only while Redis is down), redis asks Redis, disk looks at
+ * the files.  On
  * an error every out[i] is 0 and the error is returned: an error is never
  * "exists".  An invalid key gives out[i] = 0 without failing the batch. */
-int ecs_ec_has(ecs_ec_conn_t *c, const char *const *mm_hashes, size_t n, int *out);
+ECS_API int ecs_ec_has(ecs_ec_conn_t *c, const char *const *mm_hashes, size_t n, int *out);
 
 /* ---------------------------------------------------------------- */
 /* Consumer                                                           */
@@ -195,25 +198,26 @@ typedef struct ecs_ec_load_result {
 /* Queues a load of n items and returns at once with a handle in *out.
  * Errors (nothing queued, *out NULL): ECS_EINVAL (n 0 or a NULL dst with a
  * nonzero capacity), ECS_ENOMEM.  An invalid key is a per-item ECS_EKEY. */
-int ecs_ec_start_load(ecs_ec_conn_t *c, const ecs_ec_load_item_t *items, size_t n, ecs_ec_load_t **out);
+ECS_API int ecs_ec_start_load(ecs_ec_conn_t *c, const ecs_ec_load_item_t *items, size_t n,
+                              ecs_ec_load_t **out);
 
 /* Blocks until every item of the load is done or timeout_ms passes (< 0:
  * config timeout_ms; 0: don't wait), then writes n results.  Returns
  * ECS_OK when every item is done (each with its hit or miss status), or
  * ECS_ETIMEDOUT when some are still pending (their status is ECS_EBUSY;
  * wait again or release). */
-int ecs_ec_wait_for_load(ecs_ec_load_t *ld, int timeout_ms, ecs_ec_load_result_t *results);
+ECS_API int ecs_ec_wait_for_load(ecs_ec_load_t *ld, int timeout_ms, ecs_ec_load_result_t *results);
 
 /* wait_for_load with timeout 0: ECS_OK when complete, else ECS_EBUSY. */
-int ecs_ec_poll_load(ecs_ec_load_t *ld, ecs_ec_load_result_t *results);
+ECS_API int ecs_ec_poll_load(ecs_ec_load_t *ld, ecs_ec_load_result_t *results);
 
 /* Number of items in the load. */
-size_t ecs_ec_load_size(const ecs_ec_load_t *ld);
+ECS_API size_t ecs_ec_load_size(const ecs_ec_load_t *ld);
 
 /* Cancels the items not started yet (ECS_ECANCELED), waits for the one in
  * flight (bounded by timeout_ms), frees the handle; accepts NULL.  After it
  * returns the connector never touches the load's buffers again. */
-void ecs_ec_load_release(ecs_ec_load_t *ld);
+ECS_API void ecs_ec_load_release(ecs_ec_load_t *ld);
 
 /* ---------------------------------------------------------------- */
 /* Counters                                                           */
@@ -225,7 +229,7 @@ typedef struct ecs_ec_stats {
   uint64_t staging_in_use;                                /* bytes held in staging now */
 } ecs_ec_stats_t;
 
-void ecs_ec_stats(ecs_ec_conn_t *c, ecs_ec_stats_t *st);
+ECS_API void ecs_ec_stats(ecs_ec_conn_t *c, ecs_ec_stats_t *st);
 
 /* ---------------------------------------------------------------- */
 /* P -> D KV handoff                                                  */
@@ -254,39 +258,39 @@ typedef struct ecs_kv_worker {
 } ecs_kv_worker_t;
 
 /* "prefill", "decode" (or "?"); parse gives ECS_OK or ECS_EINVAL. */
-const char *ecs_kv_role_name(int role);
-int ecs_kv_role_parse(const char *s, int *role);
+ECS_API const char *ecs_kv_role_name(int role);
+ECS_API int ecs_kv_role_parse(const char *s, int *role);
 
 /* Registers a worker.  Idempotent: the same values again succeed (a retry
  * after a network blip is safe); different values for the same (instance,
  * dp_rank, tp_rank), or a role or tp_size differing from the instance's
  * other workers, give ECS_ECONFLICT with the stored values in reason. */
-int ecs_kv_register(ecs_ec_conn_t *c, const ecs_kv_worker_t *w, char *reason, size_t cap);
+ECS_API int ecs_kv_register(ecs_ec_conn_t *c, const ecs_kv_worker_t *w, char *reason, size_t cap);
 
 /* Removes a worker's registration (ECS_OK or ECS_ENOTFOUND). */
-int ecs_kv_unregister(ecs_ec_conn_t *c, const ecs_kv_worker_t *w, char *reason, size_t cap);
+ECS_API int ecs_kv_unregister(ecs_ec_conn_t *c, const ecs_kv_worker_t *w, char *reason, size_t cap);
 
 /* Finds the worker of instance_id at (dp_rank, tp_rank) for the caller
  * `self` (the peer on the other side, whose tp_size must equal the
  * instance's: a mismatch is ECS_EINVAL, "tp size mismatch ...").
  * Transient Redis errors are retried lookup_retries times with backoff.
  * ECS_ENOTFOUND when no such worker is registered. */
-int ecs_kv_lookup(ecs_ec_conn_t *c, const ecs_kv_worker_t *self, const char *instance_id, int dp_rank,
-                  int tp_rank, ecs_kv_worker_t *out, char *reason, size_t cap);
+ECS_API int ecs_kv_lookup(ecs_ec_conn_t *c, const ecs_kv_worker_t *self, const char *instance_id, int dp_rank,
+                          int tp_rank, ecs_kv_worker_t *out, char *reason, size_t cap);
 
 /* Up to cap registered workers of a role (any role when role is 0) into
  * out[], *n = how many were written. */
-int ecs_kv_list(ecs_ec_conn_t *c, int role, ecs_kv_worker_t *out, size_t cap, size_t *n, char *reason,
-                size_t rcap);
+ECS_API int ecs_kv_list(ecs_ec_conn_t *c, int role, ecs_kv_worker_t *out, size_t cap, size_t *n, char *reason,
+                        size_t rcap);
 
 /* Prefill: stores request_id's n KV blocks (synchronously, through the
  * backend) and then its manifest, which wakes the fetchers.  On failure
  * the request is aborted with the reason, so decode sees it at once. */
-int ecs_kv_publish(ecs_ec_conn_t *c, const char *request_id, const ecs_tensor_t *blocks, size_t n,
-                   char *reason, size_t cap);
+ECS_API int ecs_kv_publish(ecs_ec_conn_t *c, const char *request_id, const ecs_tensor_t *blocks, size_t n,
+                           char *reason, size_t cap);
 
 /* Prefill: aborts request_id with a reason that decode's fetch returns. */
-int ecs_kv_abort(ecs_ec_conn_t *c, const char *request_id, const char *why);
+ECS_API int ecs_kv_abort(ecs_ec_conn_t *c, const char *request_id, const char *why);
 
 /* Decode: waits up to timeout_ms (< 0: config timeout_ms) for request_id's
  * manifest (a blocking Redis wait, no polling), then fetches its blocks
@@ -296,11 +300,11 @@ int ecs_kv_abort(ecs_ec_conn_t *c, const char *request_id, const char *why);
  * aborted by prefill; ECS_ENOTFOUND / ECS_ECHECKSUM / ECS_EBUFSMALL: a
  * block; ECS_ECONN / ECS_EREDIS: unreachable) and reason says which and
  * why.  Never hangs. */
-int ecs_kv_fetch(ecs_ec_conn_t *c, const char *request_id, int timeout_ms, ecs_get_buf_t *bufs, size_t cap,
-                 size_t *nblocks, char *reason, size_t rcap);
+ECS_API int ecs_kv_fetch(ecs_ec_conn_t *c, const char *request_id, int timeout_ms, ecs_get_buf_t *bufs,
+                         size_t cap, size_t *nblocks, char *reason, size_t rcap);
 
 /* Deletes request_id's blocks and manifest (decode, when done). */
-int ecs_kv_release(ecs_ec_conn_t *c, const char *request_id, size_t nblocks);
+ECS_API int ecs_kv_release(ecs_ec_conn_t *c, const char *request_id, size_t nblocks);
 
 #ifdef __cplusplus
 }

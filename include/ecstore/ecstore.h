@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ecstore/export.h"
 #include "ecstore/error.h"
 #include "ecstore/tensor.h"
 
@@ -98,36 +99,40 @@ typedef struct ecs_server_stat {
 } ecs_server_stat_t;
 
 /* Fills cfg with the defaults above. */
-void ecs_client_config_init(ecs_client_config_t *cfg);
+ECS_API void ecs_client_config_init(ecs_client_config_t *cfg);
 
 /* Connects to every server (HELLO: namespace and token) and to Redis when
- * configured.  On failure *out is NULL and, when errbuf is given, it says
- * which server failed and why. */
-int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char *errbuf, size_t errlen);
+ * configured.  A Redis that is down is not a failure: puts and gets need
+ * only the servers, and exists asks the servers until Redis answers again.
+ * On failure *out is NULL and, when errbuf is given, it says which server
+ * failed and why. */
+ECS_API int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char *errbuf,
+                               size_t errlen);
 
 /* Closes every connection and frees the handle; accepts NULL. */
-void ecs_client_close(ecs_client_t *c);
+ECS_API void ecs_client_close(ecs_client_t *c);
 
 /* Detail of the last whole-batch error of this handle ("" if none). */
-const char *ecs_client_errmsg(const ecs_client_t *c);
+ECS_API const char *ecs_client_errmsg(const ecs_client_t *c);
 
 /* Stores n tensors.  status[i]: ECS_OK (stored, or already stored with the
  * same content), ECS_ECONFLICT (the key holds different content),
  * ECS_ENOSPC / ECS_ETOOBIG, ECS_EKEY / ECS_EDTYPE / ECS_EINVAL (bad item,
  * never sent), or the whole-batch error. */
-int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n, int *status);
+ECS_API int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
+                          int *status);
 
 /* Fetches n objects into caller buffers: the bytes go from the socket
  * straight into bufs[i].data.  A buffer smaller than the object gives
  * ECS_EBUFSMALL with bufs[i].nbytes = the size needed (no bytes sent).  A
  * checksum mismatch gives ECS_ECHECKSUM (the buffer's contents are then
  * undefined and nbytes is 0). */
-int ecs_get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n);
+ECS_API int ecs_get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n);
 
 /* As ecs_get_batch, but allocates each found object's buffer (one round
  * trip: the sizes arrive before the bytes).  bufs[i].data is NULL unless
  * status is ECS_OK; free it with ecs_free(). */
-int ecs_get_batch_alloc(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n);
+ECS_API int ecs_get_batch_alloc(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n);
 
 /* A zero-copy view of a stored object (shared-memory path only). */
 typedef struct ecs_view {
@@ -147,43 +152,46 @@ typedef struct ecs_view {
  * views promptly.  Needs the shm transport (items on servers reached over
  * TCP get ECS_ENOTSUP).  With verify_checksum on, each view's bytes are
  * checked once here. */
-int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n);
+ECS_API int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n);
 
 /* Releases views (those with status ECS_OK; others are ignored) and clears
  * them.  Never blocks on the server (the release is one-way). */
-int ecs_view_release(ecs_client_t *c, ecs_view_t *views, size_t n);
+ECS_API int ecs_view_release(ecs_client_t *c, ecs_view_t *views, size_t n);
 
 /* Registers [ptr, ptr + len) for RDMA transfers (like Mooncake Store's
  * register_buffer): gets into and puts from registered memory go straight
  * to and from the NIC.  Unregistered buffers still work over RDMA, but are
  * registered for each call (slow).  Without RDMA the region is only
  * recorded.  ECS_EBUSY when ptr is already registered. */
-int ecs_register_buffer(ecs_client_t *c, void *ptr, size_t len);
+ECS_API int ecs_register_buffer(ecs_client_t *c, void *ptr, size_t len);
 /* Undoes ecs_register_buffer(ptr).  ECS_ENOTFOUND when it was not registered. */
-int ecs_unregister_buffer(ecs_client_t *c, void *ptr);
+ECS_API int ecs_unregister_buffer(ecs_client_t *c, void *ptr);
 
 /* "tcp", "shm", "rdma", or "mixed" when servers are reached differently:
  * the data path this handle uses now. */
-const char *ecs_client_transport(const ecs_client_t *c);
+ECS_API const char *ecs_client_transport(const ecs_client_t *c);
 
 /* Frees a buffer from ecs_get_batch_alloc(); accepts NULL. */
-void ecs_free(void *p);
+ECS_API void ecs_free(void *p);
 
-/* exists[i] = 1 when the object is stored.  Answered from Redis alone when
- * a Redis URL is configured (the scheduler's call: it never touches the
- * data servers), else by the servers.  On a whole-batch error every
- * exists[i] is 0 and the error is returned: an error is never "exists". */
-int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists);
+/* exists[i] = 1 when the object is stored.  Answered from Redis when a
+ * Redis URL is configured (the scheduler's call: it does not touch the
+ * data servers), else by the servers; when Redis fails or times out (one
+ * attempt, bounded by the call's timeout), the servers answer instead.  On
+ * a whole-batch error every exists[i] is 0 and the error is returned (the
+ * message names Redis's failure and the servers'): an error is never
+ * "exists". */
+ECS_API int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists);
 
 /* Removes n objects.  status[i]: ECS_OK or ECS_ENOTFOUND. */
-int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status);
+ECS_API int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status);
 
 /* Number of configured servers, and the counters of server i. */
-size_t ecs_client_server_count(const ecs_client_t *c);
-int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st);
+ECS_API size_t ecs_client_server_count(const ecs_client_t *c);
+ECS_API int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st);
 
 /* Round trip to every server. */
-int ecs_ping(ecs_client_t *c);
+ECS_API int ecs_ping(ecs_client_t *c);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,8 @@
 #ifndef ECSTORE_ERROR_H
 #define ECSTORE_ERROR_H
 
+#include "ecstore/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -55,13 +57,13 @@ typedef enum ecs_errno {
 } ecs_errno_t;
 
 /* A short human-readable message for an ECS_* code (or "unknown error"). */
-const char *ecs_strerror(int err);
+ECS_API const char *ecs_strerror(int err);
 
 /* The code's name without the ECS_ prefix, e.g. "ENOSPC" (or "UNKNOWN"). */
-const char *ecs_err_name(int err);
+ECS_API const char *ecs_err_name(int err);
 
 /* Maps a positive or negative errno(3) value to the nearest ECS_* code. */
-int ecs_from_errno(int e);
+ECS_API int ecs_from_errno(int e);
 
 #ifdef __cplusplus
 }

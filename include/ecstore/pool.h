@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ecstore/export.h"
 #include "ecstore/error.h"
 
 #ifdef __cplusplus
@@ -50,6 +51,11 @@ typedef struct ecs_pool_opts {
   int lock;             /* 1: mlock the region (default); 0: don't try */
   int cuda_register;    /* 1: cudaHostRegister the region when libcudart loads */
   const char *name;     /* memfd name, for /proc/PID/fd (default "ecstore-pool") */
+  /* Called from ecs_pool_create() as the region is faulted in, after each
+   * chunk (a few hundred MiB): populating gigabytes takes seconds, and a
+   * server says so.  NULL (the default): no calls. */
+  void (*on_populate)(void *ctx, size_t done, size_t total);
+  void *populate_ctx; /* passed to on_populate */
 } ecs_pool_opts_t;
 
 typedef struct ecs_pool_stats {
@@ -71,46 +77,46 @@ typedef struct ecs_pool_stats {
 } ecs_pool_stats_t;
 
 /* Fills opts with the defaults (size 0 must still be set by the caller). */
-void ecs_pool_opts_init(ecs_pool_opts_t *opts);
+ECS_API void ecs_pool_opts_init(ecs_pool_opts_t *opts);
 
 /* Creates a pool.  On success *out owns the region; on failure *out is NULL.
  * When mlock is refused (RLIMIT_MEMLOCK), prints one warning on stderr and
  * goes on unpinned; stats.locked says which. */
-int ecs_pool_create(const ecs_pool_opts_t *opts, ecs_pool_t **out);
+ECS_API int ecs_pool_create(const ecs_pool_opts_t *opts, ecs_pool_t **out);
 
 /* Unmaps and frees everything; accepts NULL.  Live blocks are dropped. */
-void ecs_pool_destroy(ecs_pool_t *pool);
+ECS_API void ecs_pool_destroy(ecs_pool_t *pool);
 
 /* Allocates size bytes.  On success *off is the block's offset, aligned to
  * min_block at least (and to the largest power of two <= its size, capped
  * by the power-of-two block it came from).  Errors: ECS_EINVAL (size 0),
  * ECS_ETOOBIG (larger than the region), ECS_ENOSPC (not now). */
-int ecs_pool_alloc(ecs_pool_t *pool, size_t size, uint64_t *off);
+ECS_API int ecs_pool_alloc(ecs_pool_t *pool, size_t size, uint64_t *off);
 
 /* Frees the block at off, which must have been allocated with exactly
  * size.  Errors, all of which change nothing: ECS_EBADFREE (off was never
  * handed out, or is inside a block), ECS_EDOUBLEFREE (already free),
  * ECS_EBADSIZE (size differs from the allocation's). */
-int ecs_pool_free(ecs_pool_t *pool, uint64_t off, size_t size);
+ECS_API int ecs_pool_free(ecs_pool_t *pool, uint64_t off, size_t size);
 
 /* 1 when an allocation of size bytes would succeed now, else 0.  O(1). */
-int ecs_pool_can_fit(ecs_pool_t *pool, size_t size);
+ECS_API int ecs_pool_can_fit(ecs_pool_t *pool, size_t size);
 
 /* Address of offset off in this process (no bounds check beyond assert). */
-void *ecs_pool_ptr(const ecs_pool_t *pool, uint64_t off);
+ECS_API void *ecs_pool_ptr(const ecs_pool_t *pool, uint64_t off);
 
 /* Base address, region size, and the memfd (owned by the pool; dup it to
  * keep it past destroy). */
-void *ecs_pool_base(const ecs_pool_t *pool);
-size_t ecs_pool_size(const ecs_pool_t *pool);
-int ecs_pool_fd(const ecs_pool_t *pool);
+ECS_API void *ecs_pool_base(const ecs_pool_t *pool);
+ECS_API size_t ecs_pool_size(const ecs_pool_t *pool);
+ECS_API int ecs_pool_fd(const ecs_pool_t *pool);
 
 /* Snapshot of the counters above. */
-void ecs_pool_stats(ecs_pool_t *pool, ecs_pool_stats_t *st);
+ECS_API void ecs_pool_stats(ecs_pool_t *pool, ecs_pool_stats_t *st);
 
 /* Walks every free list and the block map and checks every invariant.
  * Returns 0, or ECS_ECORRUPT after printing what is wrong on stderr. */
-int ecs_pool_validate(ecs_pool_t *pool);
+ECS_API int ecs_pool_validate(ecs_pool_t *pool);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ecstore/export.h"
 #include "ecstore/error.h"
 
 #ifdef __cplusplus
@@ -46,32 +47,32 @@ typedef struct ecs_tensor_desc {
 } ecs_tensor_desc_t;
 
 /* Bytes per element (1, 2, 4 or 8), or 0 for an unknown dtype. */
-size_t ecs_dtype_size(int dtype);
+ECS_API size_t ecs_dtype_size(int dtype);
 
 /* "f32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8", "u8", "i32", "i64". */
-const char *ecs_dtype_name(int dtype);
+ECS_API const char *ecs_dtype_name(int dtype);
 
 /* Parses a name above (also "float32", "float16", "bfloat16", "int8",
  * "uint8", "int32", "int64", "float8_e4m3fn", "float8_e5m2").  Returns
  * ECS_OK or ECS_EDTYPE. */
-int ecs_dtype_parse(const char *name, ecs_dtype_t *out);
+ECS_API int ecs_dtype_parse(const char *name, ecs_dtype_t *out);
 
 /* Checks dtype and ndim and computes prod(shape) * dtype size into *out
  * (a dimension of 0 gives 0 bytes; ndim 0 is a scalar), refusing overflow.
  * Returns ECS_OK, ECS_EDTYPE or ECS_EOVERFLOW. */
-int ecs_tensor_nbytes(const ecs_tensor_desc_t *desc, uint64_t *out);
+ECS_API int ecs_tensor_nbytes(const ecs_tensor_desc_t *desc, uint64_t *out);
 
 /* Parses "650,2048" into desc->shape/ndim.  Returns ECS_OK or ECS_EDTYPE. */
-int ecs_shape_parse(const char *s, ecs_tensor_desc_t *desc);
+ECS_API int ecs_shape_parse(const char *s, ecs_tensor_desc_t *desc);
 
 /* Checks a key: 1..ECS_MAX_KEY bytes.  Returns ECS_OK or ECS_EKEY. */
-int ecs_key_check(const void *key, size_t len);
+ECS_API int ecs_key_check(const void *key, size_t len);
 
 /* The content key of bytes: xxh3-128 as 32 lowercase hex digits + NUL. */
-void ecs_content_key(const void *data, size_t len, char out[ECS_CONTENT_KEY_LEN + 1]);
+ECS_API void ecs_content_key(const void *data, size_t len, char out[ECS_CONTENT_KEY_LEN + 1]);
 
 /* The object checksum: xxh3-64 of the stored bytes. */
-uint64_t ecs_checksum(const void *data, size_t len);
+ECS_API uint64_t ecs_checksum(const void *data, size_t len);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,8 @@ static void usage(FILE *f) {
           "  get KEY FILE                             write KEY's bytes to FILE ('-': stdout)\n"
           "  exists KEY...                            one line per key: 'KEY yes' or 'KEY no'\n"
           "  rm KEY...                                remove keys; one line per key\n"
-          "  stat                                     counters of every server\n"
+          "  stat [--json]                            counters of every server (--json: one JSON\n"
+          "                                           array, an object per server)\n"
           "  ping                                     round trip to every server\n"
           "\n"
           "options:\n"
@@ -34,6 +35,13 @@ static void usage(FILE *f) {
           "\n"
           "Exit status: 0 on success, 1 when an operation failed (a missing key for\n"
           "get, a failed put), 2 on bad usage.\n");
+}
+
+/* The reason for a failed call: the client's message names the server and
+ * the cause; the bare code text only when there is no message. */
+static const char *why(ecs_client_t *c, int rc) {
+  const char *m = c ? ecs_client_errmsg(c) : "";
+  return rc && *m ? m : ecs_strerror(rc);
 }
 
 static int die_usage(const char *msg, const char *arg) {
@@ -138,8 +146,7 @@ static int cmd_put(ecs_client_t *c, int argc, char **argv, const char *dtype, co
   int rc = ecs_put_batch(c, &k, &t, 1, &st);
   free(data);
   if (rc || st) {
-    fprintf(stderr, "ecstore-cli: put %s: %s%s%s\n", argv[0], ecs_strerror(rc ? rc : st),
-            rc && *ecs_client_errmsg(c) ? " -- " : "", rc ? ecs_client_errmsg(c) : "");
+    fprintf(stderr, "ecstore-cli: put %s: %s\n", argv[0], rc ? why(c, rc) : ecs_strerror(st));
     return 1;
   }
   return 0;
@@ -153,8 +160,7 @@ static int cmd_get(ecs_client_t *c, int argc, char **argv) {
   memset(&b, 0, sizeof b);
   int rc = ecs_get_batch_alloc(c, &k, &b, 1);
   if (rc || b.status) {
-    fprintf(stderr, "ecstore-cli: get %s: %s%s%s\n", argv[0], ecs_strerror(rc ? rc : b.status),
-            rc && *ecs_client_errmsg(c) ? " -- " : "", rc ? ecs_client_errmsg(c) : "");
+    fprintf(stderr, "ecstore-cli: get %s: %s\n", argv[0], rc ? why(c, rc) : ecs_strerror(b.status));
     ecs_free(b.data);
     return 1;
   }
@@ -193,8 +199,7 @@ static int cmd_keys(ecs_client_t *c, int argc, char **argv, int remove) {
       remove ? ecs_remove_batch(c, keys, (size_t)argc, out) : ecs_exists_batch(c, keys, (size_t)argc, out);
   int ret = 0;
   if (rc) {
-    fprintf(stderr, "ecstore-cli: %s: %s%s%s\n", remove ? "rm" : "exists", ecs_strerror(rc),
-            *ecs_client_errmsg(c) ? " -- " : "", ecs_client_errmsg(c));
+    fprintf(stderr, "ecstore-cli: %s: %s\n", remove ? "rm" : "exists", why(c, rc));
     ret = 1;
   } else {
     for (int i = 0; i < argc; i++) {
@@ -211,13 +216,74 @@ static int cmd_keys(ecs_client_t *c, int argc, char **argv, int remove) {
   return ret;
 }
 
+/* s as a JSON string: quotes, backslashes and control bytes escaped. */
+static void json_str(const char *s) {
+  putchar('"');
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      printf("\\%c", ch);
+    else if (ch < 0x20)
+      printf("\\u%04x", ch);
+    else
+      putchar(ch);
+  }
+  putchar('"');
+}
+
+/* stat --json: an array with an object per server, in --server order; a
+ * server that failed has "error" (and the exit status is 1). */
+static int cmd_stat_json(ecs_client_t *c) {
+  int ret = 0;
+  printf("[");
+  for (size_t i = 0; i < ecs_client_server_count(c); i++) {
+    ecs_server_stat_t st;
+    int rc = ecs_stat(c, i, &st);
+    printf("%s\n  {\"index\": %zu, ", i ? "," : "", i);
+    if (rc) {
+      printf("\"error\": ");
+      json_str(why(c, rc));
+      printf("}");
+      ret = 1;
+      continue;
+    }
+    printf("\"address\": ");
+    json_str(st.address);
+    printf(", \"node_id\": ");
+    json_str(st.node_id);
+    const struct {
+      const char *k;
+      uint64_t v;
+    } f[] = {{"epoch", st.epoch},
+             {"pool_size", st.pool_size},
+             {"bytes_in_use", st.bytes_in_use},
+             {"bytes_requested", st.bytes_requested},
+             {"bytes_free", st.bytes_free},
+             {"largest_free", st.largest_free},
+             {"objects", st.objects},
+             {"puts", st.puts},
+             {"gets", st.gets},
+             {"hits", st.hits},
+             {"misses", st.misses},
+             {"evictions", st.evictions},
+             {"removes", st.removes},
+             {"connections", st.connections}};
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+      printf(", \"%s\": %llu", f[k].k, (unsigned long long)f[k].v);
+    printf(", \"pool_pinned\": %s, \"redis_up\": %s}", st.pool_locked ? "true" : "false",
+           st.redis_ok ? "true" : "false");
+  }
+  printf("\n]\n");
+  return ret;
+}
+
 static int cmd_stat(ecs_client_t *c) {
   int ret = 0;
   for (size_t i = 0; i < ecs_client_server_count(c); i++) {
     ecs_server_stat_t st;
     int rc = ecs_stat(c, i, &st);
     if (rc) {
-      fprintf(stderr, "ecstore-cli: stat server %zu: %s -- %s\n", i, ecs_strerror(rc), ecs_client_errmsg(c));
+      fprintf(stderr, "ecstore-cli: stat server %zu: %s\n", i, why(c, rc));
       ret = 1;
       continue;
     }
@@ -249,7 +315,8 @@ int main(int argc, char **argv) {
     cfg.ns = getenv("ECSTORE_NS");
   const char *dtype = NULL, *shape = NULL;
   static char token[300];
-  enum { O_SERVER = 256, O_REDIS, O_NS, O_AUTH, O_TIMEOUT, O_DTYPE, O_SHAPE, O_HELP };
+  enum { O_SERVER = 256, O_REDIS, O_NS, O_AUTH, O_TIMEOUT, O_DTYPE, O_SHAPE, O_JSON, O_HELP };
+  int json = 0;
   static const struct option opts[] = {{"server", required_argument, 0, O_SERVER},
                                        {"redis", required_argument, 0, O_REDIS},
                                        {"ns", required_argument, 0, O_NS},
@@ -257,6 +324,7 @@ int main(int argc, char **argv) {
                                        {"timeout-ms", required_argument, 0, O_TIMEOUT},
                                        {"dtype", required_argument, 0, O_DTYPE},
                                        {"shape", required_argument, 0, O_SHAPE},
+                                       {"json", no_argument, 0, O_JSON},
                                        {"help", no_argument, 0, O_HELP},
                                        {0, 0, 0, 0}};
   opterr = 0;
@@ -280,6 +348,7 @@ int main(int argc, char **argv) {
       break;
     case O_DTYPE: dtype = optarg; break;
     case O_SHAPE: shape = optarg; break;
+    case O_JSON: json = 1; break;
     case 'h':
     case O_HELP: usage(stdout); return 0;
     default: return die_usage("unknown or incomplete option", argv[optind - 1]);
@@ -300,12 +369,14 @@ int main(int argc, char **argv) {
     return die_usage("unknown command", cmd);
   if ((dtype || shape) && strcmp(cmd, "put"))
     return die_usage("--dtype and --shape go with put", NULL);
+  if (json && strcmp(cmd, "stat"))
+    return die_usage("--json goes with stat", NULL);
 
   ecs_client_t *c;
   char err[300];
   int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
   if (rc) {
-    fprintf(stderr, "ecstore-cli: %s: %s\n", ecs_strerror(rc), err);
+    fprintf(stderr, "ecstore-cli: %s\n", err[0] ? err : ecs_strerror(rc));
     return 1;
   }
   int ret;
@@ -318,11 +389,11 @@ int main(int argc, char **argv) {
   else if (!strcmp(cmd, "rm"))
     ret = cmd_keys(c, cargc, cargv, 1);
   else if (!strcmp(cmd, "stat"))
-    ret = cmd_stat(c);
+    ret = json ? cmd_stat_json(c) : cmd_stat(c);
   else {
     rc = ecs_ping(c);
     if (rc)
-      fprintf(stderr, "ecstore-cli: ping: %s -- %s\n", ecs_strerror(rc), ecs_client_errmsg(c));
+      fprintf(stderr, "ecstore-cli: ping: %s\n", why(c, rc));
     else
       printf("pong\n");
     ret = rc ? 1 : 0;

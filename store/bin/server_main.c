@@ -56,6 +56,7 @@ static void usage(FILE *f) {
           "  --rdma-port N             RDMA port (default 1)\n"
           "  --rdma-gid-index N        RoCE GID index (default 0)\n"
           "  --port-file FILE          write the bound port to FILE once listening\n"
+          "  --metrics-listen HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics (default off)\n"
           "  --log-level LEVEL         error, warn, info or debug (default info)\n"
           "  --config FILE             read options from FILE ('name = value' lines);\n"
           "                            command-line options override it\n"
@@ -95,6 +96,7 @@ enum {
   O_RDMADEV,
   O_RDMAPORT,
   O_RDMAGID,
+  O_METRICS,
   O_HELP
 };
 
@@ -125,6 +127,7 @@ static const struct option long_opts[] = {
     {"rdma-device", required_argument, 0, O_RDMADEV},
     {"rdma-port", required_argument, 0, O_RDMAPORT},
     {"rdma-gid-index", required_argument, 0, O_RDMAGID},
+    {"metrics-listen", required_argument, 0, O_METRICS},
     {"log-level", required_argument, 0, O_LOG},
     {"config", required_argument, 0, O_CONFIG},
     {"enable-debug-ops", no_argument, 0, O_DEBUGOPS},
@@ -294,6 +297,14 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
       return bad("rdma-gid-index", arg, "expected 0..255");
     o->rdma_gid_index = (int)v;
     return 0;
+  case O_METRICS: {
+    char h[128];
+    int p;
+    if (ecs_net_parse_hostport(arg, h, sizeof h, &p) || strlen(arg) >= sizeof o->metrics_listen)
+      return bad("metrics-listen", arg, "expected HOST:PORT");
+    snprintf(o->metrics_listen, sizeof o->metrics_listen, "%s", arg);
+    return 0;
+  }
   case O_LEASETO:
     if (ecs_parse_int(arg, 100, 3600000, &v))
       return bad("lease-timeout-ms", arg, "expected 100..3600000");
@@ -380,10 +391,8 @@ int main(int argc, char **argv) {
   }
 
   rc = ecs_server_create(&o, &g_server);
-  if (rc) {
-    fprintf(stderr, "ecstore-server: cannot start: %s\n", ecs_strerror(rc));
-    return 1;
-  }
+  if (rc)
+    return 1; /* the reason is logged already, in one line */
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;

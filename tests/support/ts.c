@@ -373,9 +373,18 @@ int ecs_ts_server_start(ecs_ts_proc_t *p, int redis_port, const char *const extr
   size_t nextra = 0;
   while (extra != NULL && extra[nextra] != NULL)
     nextra++;
-  char **argv = calloc(nextra + 12, sizeof *argv);
+  char **argv = calloc(nextra + 14, sizeof *argv);
   if (argv == NULL)
     return -1;
+  /* The shm socket goes in the server's own directory, which stop removes:
+   * the default, /tmp/ecstore-PORT.sock, outlives a server killed with -9. */
+  char shm[300];
+  if ((p->dir[0] == '\0' && ecs_ts_mkdtemp(p->dir, sizeof p->dir) != 0) ||
+      snprintf(shm, sizeof shm, "%s/shm.sock", p->dir) >= 108) {
+    free(argv);
+    return -1;
+  }
+  chmod(p->dir, 0711); /* other users' clients reach the socket, not the listing */
   int fixed = p->port > 0;
   int rc = -1;
   for (int attempt = 0; attempt < TS_START_TRIES; attempt++) {
@@ -396,6 +405,8 @@ int ecs_ts_server_start(ecs_ts_proc_t *p, int redis_port, const char *const extr
     argv[k++] = "64M";
     argv[k++] = "--ns";
     argv[k++] = "test";
+    argv[k++] = "--shm-socket";
+    argv[k++] = shm;
     for (size_t i = 0; i < nextra; i++)
       argv[k++] = (char *)extra[i];
     argv[k] = NULL;
