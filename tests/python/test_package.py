@@ -4,6 +4,7 @@ vLLM's environment, not only from this source tree."""
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -13,9 +14,12 @@ PKG = REPO / "ec_connector" / "python"
 
 
 def _install(tmp_path):
+    # From a copy: setuptools writes build/ and *.egg-info next to the sources.
+    src = tmp_path / "src"
+    shutil.copytree(PKG, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     target = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--disable-pip-version-check", "--no-index", "--target", str(target), str(PKG)],
+                        "--disable-pip-version-check", "--no-index", "--target", str(target), str(src)],
                        capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     return target
