@@ -73,7 +73,8 @@ int main(void) {
   end();
   BEGIN(ecs_pool_opts_t);
   F(ecs_pool_opts_t, size), F(ecs_pool_opts_t, min_block), F(ecs_pool_opts_t, huge), F(ecs_pool_opts_t, lock);
-  F(ecs_pool_opts_t, cuda_register), F(ecs_pool_opts_t, name);
+  F(ecs_pool_opts_t, cuda_register), F(ecs_pool_opts_t, name), F(ecs_pool_opts_t, on_populate);
+  F(ecs_pool_opts_t, populate_ctx);
   end();
   BEGIN(ecs_pool_stats_t);
   F(ecs_pool_stats_t, size), F(ecs_pool_stats_t, alloc_failures), F(ecs_pool_stats_t, orders);

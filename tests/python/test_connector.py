@@ -152,10 +152,17 @@ def test_has_caches_error_is_never_exists(private_cluster, uniq):
         c.save(h, np.ones(4, np.float32))
         assert c.wait_for_save() == []
         assert c.has_caches([h]) == [True]
+        # Redis frozen: the servers answer instead, truthfully.
         private_cluster.redis.pause()
         try:
-            with pytest.raises(ecstore.EcstoreError):
-                c.has_caches([h])
+            assert c.has_caches([h, uniq()]) == [True, False]
+            # Redis and the server both frozen: an error, never "exists".
+            private_cluster.server.pause()
+            try:
+                with pytest.raises(ecstore.EcstoreError):
+                    c.has_caches([h])
+            finally:
+                private_cluster.server.resume()
         finally:
             private_cluster.redis.resume()
 

@@ -165,6 +165,8 @@ class PoolOpts(ctypes.Structure):
         ("lock", ctypes.c_int),
         ("cuda_register", ctypes.c_int),
         ("name", ctypes.c_char_p),
+        ("on_populate", ctypes.c_void_p),  # a C callback; left NULL here
+        ("populate_ctx", ctypes.c_void_p),
     ]
 
 

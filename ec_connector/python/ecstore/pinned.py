@@ -33,7 +33,11 @@ class HostPool:
         if getattr(lib, "ecs_pool_create", None) is None:
             raise make_error(codes.ENOTSUP, "%s has no ecs_pool_create" % _lib.lib_path())
         self._lib = lib
-        opts = _lib.PoolOpts()
+        # Room to spare past the struct, as Store does for its config: a
+        # header that grew without this binding must not make
+        # ecs_pool_opts_init write past our memory (test_abi catches it).
+        mem = ctypes.create_string_buffer(ctypes.sizeof(_lib.PoolOpts) + 256)
+        opts = _lib.PoolOpts.from_buffer(mem)
         lib.ecs_pool_opts_init(ctypes.byref(opts))
         opts.size = int(size)
         opts.cuda_register = 1 if cuda_register else 0
