@@ -66,7 +66,8 @@ static ecs_client_t *client(const env_t *e, const char *redis_url) {
 
 static int setup(void **state) {
   env_t *e = calloc(1, sizeof *e);
-  static const char *const extra[] = {"--pool-size", "16M", "--max-request", "4M", "--enable-debug-ops", NULL};
+  static const char *const extra[] = {"--pool-size",        "16M", "--max-request", "4M",
+                                      "--enable-debug-ops", NULL};
   if (!e || ecs_ts_redis_start(&e->redis) || ecs_ts_server_start(&e->server, e->redis.port, extra))
     goto fail;
   snprintf(e->servers, sizeof e->servers, "127.0.0.1:%d", e->server.port);
@@ -197,7 +198,8 @@ static void test_put_mixed(void **state) {
   const int want[P_N] = {ECS_OK, ECS_ECONFLICT, ECS_OK, ECS_ETOOBIG, ECS_EDTYPE, ECS_OK, ECS_OK};
   for (int i = 0; i < P_N; i++) {
     if (st[i] != want[i])
-      fprintf(stderr, "item %d (%s): %s, want %s\n", i, it[i].key, ecs_err_name(st[i]), ecs_err_name(want[i]));
+      fprintf(stderr, "item %d (%s): %s, want %s\n", i, it[i].key, ecs_err_name(st[i]),
+              ecs_err_name(want[i]));
     assert_int_equal(st[i], want[i]);
   }
   assert_stored(e->c, &it[P_A]);
@@ -266,8 +268,8 @@ static void store_get_set(env_t *e, item_t *it, const char *tag) {
 }
 
 static void check_get(const item_t *it, const ecs_get_buf_t *b, int alloc) {
-  const int want[G_N] = {ECS_OK,    ECS_ENOTFOUND, ECS_OK, ECS_ECHECKSUM,
-                         ECS_OK,    ECS_EKEY,      alloc ? ECS_OK : ECS_EBUFSMALL};
+  const int want[G_N] = {
+      ECS_OK, ECS_ENOTFOUND, ECS_OK, ECS_ECHECKSUM, ECS_OK, ECS_EKEY, alloc ? ECS_OK : ECS_EBUFSMALL};
   for (int i = 0; i < G_N; i++) {
     if (b[i].status != want[i])
       fprintf(stderr, "item %d: %s, want %s\n", i, ecs_err_name(b[i].status), ecs_err_name(want[i]));
@@ -323,9 +325,11 @@ static void test_view_mixed(void **state) {
     k[i] = key_of(&it[i]);
   assert_int_equal(ecs_get_view_batch(e->c, k, v, G_N), ECS_OK);
   for (int i = 0; i < G_N; i++) {
-    int want = i == G_BADKEY ? ECS_EKEY : !is_shm() ? ECS_ENOTSUP : i == G_MISS ? ECS_ENOTFOUND
-                                      : i == G_CORRUPT ? ECS_ECHECKSUM
-                                                       : ECS_OK;
+    int want = i == G_BADKEY    ? ECS_EKEY
+               : !is_shm()      ? ECS_ENOTSUP
+               : i == G_MISS    ? ECS_ENOTFOUND
+               : i == G_CORRUPT ? ECS_ECHECKSUM
+                                : ECS_OK;
     if (v[i].status != want)
       fprintf(stderr, "view %d: %s, want %s\n", i, ecs_err_name(v[i].status), ecs_err_name(want));
     assert_int_equal(v[i].status, want);
@@ -384,10 +388,8 @@ static void test_exists_remove_mixed(void **state) {
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_put_mixed),
-      cmocka_unit_test(test_put_conflict_after_commit),
-      cmocka_unit_test(test_get_mixed),
-      cmocka_unit_test(test_view_mixed),
+      cmocka_unit_test(test_put_mixed),           cmocka_unit_test(test_put_conflict_after_commit),
+      cmocka_unit_test(test_get_mixed),           cmocka_unit_test(test_view_mixed),
       cmocka_unit_test(test_exists_remove_mixed),
   };
   return cmocka_run_group_tests_name(transport(), tests, setup, teardown);

@@ -574,8 +574,8 @@ static void test_golden_vectors(void **state) {
     /* and this build stores what the known build stored */
     size_t len = 0;
     uint8_t used = 0;
-    assert_int_equal(ecs_codec_compress(gv->codec, gv->dtype, in, sizeof in, mine, sizeof mine, &len, &used, 0),
-                     ECS_OK);
+    assert_int_equal(
+        ecs_codec_compress(gv->codec, gv->dtype, in, sizeof in, mine, sizeof mine, &len, &used, 0), ECS_OK);
     assert_int_equal(used, gv->used);
     if (same_libs) {
       assert_int_equal(len, n);

@@ -22,8 +22,8 @@
 #include "support/ts.h"
 
 #define MIB (1024u * 1024u)
-#define HELD 3     /* views held, on the oldest objects */
-#define PUSHED 40  /* 1 MiB objects each writer puts: 2.5x the 16 MiB pool */
+#define HELD 3    /* views held, on the oldest objects */
+#define PUSHED 40 /* 1 MiB objects each writer puts: 2.5x the 16 MiB pool */
 
 static ecs_client_t *client(const char *servers, const char *transport) {
   ecs_client_config_t cfg;
@@ -57,8 +57,8 @@ static void test_views_survive_overfill(void **state) {
   memset(&redis, 0, sizeof redis);
   memset(&server, 0, sizeof server);
   /* no background eviction: every eviction is on demand, by a put */
-  static const char *const extra[] = {"--pool-size", "16M", "--high-watermark", "1.0", "--low-watermark", "1.0",
-                                      NULL};
+  static const char *const extra[] = {"--pool-size", "16M", "--high-watermark", "1.0", "--low-watermark",
+                                      "1.0",         NULL};
   assert_int_equal(ecs_ts_redis_start(&redis), 0);
   assert_int_equal(ecs_ts_server_start(&server, redis.port, extra), 0);
   char servers[64];

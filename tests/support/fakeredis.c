@@ -26,13 +26,13 @@ typedef struct fake_conn {
 } fake_conn_t;
 
 struct ecs_ts_fakeredis {
-  int budget, mode;           /* see fakeredis.h */
-  int lfd, port;              /* listening socket and its port */
-  atomic_int stop;            /* set by stop() */
-  atomic_ullong answered;     /* data replies given */
-  atomic_ullong failed;       /* data commands failed */
-  pthread_t acceptor;         /* the accept loop */
-  pthread_mutex_t mu;         /* guards conns */
+  int budget, mode;       /* see fakeredis.h */
+  int lfd, port;          /* listening socket and its port */
+  atomic_int stop;        /* set by stop() */
+  atomic_ullong answered; /* data replies given */
+  atomic_ullong failed;   /* data commands failed */
+  pthread_t acceptor;     /* the accept loop */
+  pthread_mutex_t mu;     /* guards conns */
   fake_conn_t *conns[FAKE_MAX_CONNS];
   int nconns;
 };
