@@ -492,15 +492,12 @@ static void *compress_item(int codec, const ecs_tensor_t *t, size_t *len, uint8_
   return buf;
 }
 
-static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                          const size_t *idx, size_t m, int *status, uint64_t deadline) {
-  int rc = ecs__cli_ensure(c, s, deadline);
-  if (rc)
-    return rc;
-  if (s->path == ECS_PATH_SHM && s->map && s->map->writable)
-    return ecs__shm_put(c, s, keys, ts, idx, m, status, deadline);
-  if (s->path == ECS_PATH_RDMA)
-    return ecs__rdma_put(c, s, keys, ts, idx, m, status, deadline);
+/* One PUT request over the socket for items idx[0..m), whose payload the
+ * caller keeps within s->max_data unless m is 1: a single item that is
+ * still over it after compression gets ECS_ETOOBIG alone, unsent. */
+static int put_request(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                       const size_t *idx, size_t m, int *status, uint64_t deadline) {
+  int rc;
   /* calloc: gcc, once it inlines ecs__cli_send (as hidden visibility
    * lets it), cannot see that only the nd entries written are read */
   struct iovec *data = calloc(m ? m : 1, sizeof *data);
@@ -537,7 +534,7 @@ static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, cons
     }
     total += slen;
   }
-  if (total > s->max_data) {
+  if (total > s->max_data) { /* m is 1 here (put_one_server) */
     for (size_t j = 0; j < m; j++) {
       free(zbuf[j]);
       status[idx[j]] = ECS_ETOOBIG;
@@ -569,6 +566,34 @@ static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, cons
     if (ecs_proto_status_read(&r, &st) != ECS_OK)
       return ecs__cli_fail(c, s, ECS_EPROTO);
     status[idx[j]] = st;
+  }
+  return ECS_OK;
+}
+
+/* Over the socket a request carries at most the server's max_data payload
+ * bytes, so the items are sent in runs that fit (a compressed item is never
+ * larger than its raw bytes): an item too big for any request fails alone
+ * with ECS_ETOOBIG and never takes its neighbours with it. */
+static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                          const size_t *idx, size_t m, int *status, uint64_t deadline) {
+  int rc = ecs__cli_ensure(c, s, deadline);
+  if (rc)
+    return rc;
+  if (s->path == ECS_PATH_SHM && s->map && s->map->writable)
+    return ecs__shm_put(c, s, keys, ts, idx, m, status, deadline);
+  if (s->path == ECS_PATH_RDMA)
+    return ecs__rdma_put(c, s, keys, ts, idx, m, status, deadline);
+  for (size_t lo = 0; lo < m;) {
+    size_t hi = lo + 1;
+    uint64_t sum = ts[idx[lo]].nbytes;
+    while (sum <= s->max_data && hi < m && ts[idx[hi]].nbytes <= s->max_data - sum) {
+      sum += ts[idx[hi]].nbytes;
+      hi++;
+    }
+    rc = put_request(c, s, keys, ts, idx + lo, hi - lo, status, deadline);
+    if (rc)
+      return rc;
+    lo = hi;
   }
   return ECS_OK;
 }

@@ -269,32 +269,53 @@ static int same_tensor(const ecs_tensor_t *a, uint64_t asum, const ecs_tensor_t 
 int ecs__cli_put_inplace(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
                          const size_t *idx, size_t m, int *status, uint64_t deadline,
                          ecs_cli_writer_fn write) {
-  /* A key twice in one batch is reserved once; the repeat is settled
-   * against the first once it is stored (same content: OK). */
+  /* A key twice in one batch is reserved once per round: its first
+   * occurrence goes to the server and a repeat is settled against it once
+   * it is stored (same content: OK, other content: ECS_ECONFLICT).  A
+   * repeat whose first occurrence conflicted with what the server already
+   * held cannot be settled that way (it may carry the stored content), so
+   * it goes to the server in the next round, which checks it against the
+   * stored object as a tcp put would. */
   size_t *first = malloc((m ? m : 1) * sizeof *first);
   size_t *uidx = calloc(m ? m : 1, sizeof *uidx); /* calloc: quiets a false -Wmaybe-uninitialized */
-  if (!first || !uidx || find_dups(keys, idx, m, first) != ECS_OK) {
-    free(first);
-    free(uidx);
-    return ECS_ENOMEM;
+  size_t *left = malloc((m ? m : 1) * sizeof *left), *next = malloc((m ? m : 1) * sizeof *next);
+  int rc = ECS_ENOMEM;
+  if (!first || !uidx || !left || !next)
+    goto out;
+  memcpy(left, idx, m * sizeof *left);
+  size_t nleft = m;
+  rc = ECS_OK;
+  while (rc == ECS_OK && nleft > 0) {
+    if (find_dups(keys, left, nleft, first) != ECS_OK) {
+      rc = ECS_ENOMEM;
+      break;
+    }
+    size_t um = 0;
+    for (size_t j = 0; j < nleft; j++)
+      if (first[j] == j)
+        uidx[um++] = left[j];
+    rc = put_unique(c, s, keys, ts, uidx, um, status, deadline, write);
+    size_t nn = 0;
+    for (size_t j = 0; rc == ECS_OK && j < nleft; j++) {
+      if (first[j] == j)
+        continue;
+      size_t a = left[first[j]], b = left[j];
+      uint64_t sa = ecs_checksum(ts[a].data, (size_t)ts[a].nbytes),
+               sb = ecs_checksum(ts[b].data, (size_t)ts[b].nbytes);
+      int same = same_tensor(&ts[a], sa, &ts[b], sb);
+      if (status[a] == ECS_ECONFLICT && !same)
+        next[nn++] = b;
+      else
+        status[b] = status[a] != ECS_OK ? status[a] : same ? ECS_OK : ECS_ECONFLICT;
+    }
+    memcpy(left, next, nn * sizeof *left);
+    nleft = nn;
   }
-  size_t um = 0;
-  for (size_t j = 0; j < m; j++)
-    if (first[j] == j)
-      uidx[um++] = idx[j];
-  int rc = put_unique(c, s, keys, ts, uidx, um, status, deadline, write);
-  for (size_t j = 0; rc == ECS_OK && j < m; j++) {
-    if (first[j] == j)
-      continue;
-    size_t a = idx[first[j]], b = idx[j];
-    uint64_t sa = ecs_checksum(ts[a].data, (size_t)ts[a].nbytes),
-             sb = ecs_checksum(ts[b].data, (size_t)ts[b].nbytes);
-    status[b] = status[a] != ECS_OK                   ? status[a]
-                : same_tensor(&ts[a], sa, &ts[b], sb) ? ECS_OK
-                                                      : ECS_ECONFLICT;
-  }
+out:
   free(first);
   free(uidx);
+  free(left);
+  free(next);
   return rc;
 }
 
