@@ -38,7 +38,6 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,36 +49,6 @@ sys.path.insert(0, str(REPO / "ec_connector" / "python"))
 sys.path.insert(0, str(REPO / "tests" / "python"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(argv, port, name, tmp):
-    log = open(os.path.join(tmp, name + ".log"), "w")
-    p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        if p.poll() is not None:
-            sys.exit("%s exited with %s (log: %s)" % (name, p.returncode, log.name))
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return p
-        except OSError:
-            time.sleep(0.05)
-    sys.exit("%s not listening on %d" % (name, port))
-
-
-def stop(p):
-    if p is not None and p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
 
 
 def use_cpu_platform():
@@ -188,7 +157,9 @@ def main():
     args = ap.parse_args()
     build = pathlib.Path(args.build).resolve()
     os.environ.setdefault("ECSTORE_LIB", str(build / "lib" / "libecstore.so"))
+    os.environ.setdefault("ECS_BIN_DIR", str(build / "bin"))
     import torch
+    from conftest import start_redis, start_server  # the tests' process fixtures
 
     device = use_cpu_platform()
     tmp = tempfile.mkdtemp(prefix="ecs-bench-vllm-")
@@ -198,12 +169,9 @@ def main():
 
         model_dir = os.path.join(tmp, "model")
         roles.vllm_config("ec_consumer", {}, model_dir)  # writes the tiny model's config.json
-        rport, sport = free_port(), free_port()
-        procs.append(start([shutil.which("redis-server") or "/usr/bin/redis-server", "--port", str(rport),
-                            "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], rport, "redis", tmp))
-        procs.append(start([str(build / "bin" / "ecstore-server"), "--listen", "127.0.0.1:%d" % sport,
-                            "--redis", "127.0.0.1:%d" % rport, "--pool-size", "1G", "--ns", "bench",
-                            "--log-level", "warn"], sport, "ecstore-server", tmp))
+        procs.append(start_redis())
+        procs.append(start_server(procs[0].port, ns="bench", pool="1G"))
+        rport, sport = procs[0].port, procs[1].port
         storage = args.storage or os.path.join(tmp, "example")
         os.makedirs(storage, exist_ok=True)
         common = {"servers": "127.0.0.1:%d" % sport, "redis_url": "redis://127.0.0.1:%d" % rport,
@@ -258,7 +226,7 @@ def main():
               " load: start_load_caches of the batch; load+use: load, then each byte read once)")
     finally:
         for p in reversed(procs):
-            stop(p)
+            p.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
