@@ -348,6 +348,32 @@ def test_stopped_store_has_cache_item_false_and_one_warning(caplog):
         redis.stop()
 
 
+def test_store_that_comes_back_misconfigured_is_still_no_exception():
+    # A namespace mismatch at vLLM's start is a configuration error (it
+    # raises, see above); the same answer from a server restarted later,
+    # on a reconnect from inside the scheduler, must stay a miss.
+    from conftest import Proc
+
+    redis = start_redis()
+    server = start_server(redis.port)
+    extra = {"servers": "127.0.0.1:%d" % server.port, "redis_url": "redis://127.0.0.1:%d" % redis.port,
+             "namespace": "pytest", "timeout_ms": 1000, "connect_timeout_ms": 500, "reopen_interval_s": 0}
+    sched = roles.scheduler(roles.vllm_config("ec_consumer", extra))
+    other = None
+    try:
+        assert sched.has_cache_item("a") is False
+        argv = list(server.argv)
+        server.stop()
+        argv[argv.index("--ns") + 1] = "another-model"
+        other = Proc(argv, "ecstore", server.port)
+        assert [sched.has_cache_item("k-%d" % i) for i in range(3)] == [False] * 3
+    finally:
+        sched.shutdown()
+        if other is not None:
+            other.stop()
+        redis.stop()
+
+
 def test_store_down_at_start_then_up():
     redis = start_redis()
     port = redis.port

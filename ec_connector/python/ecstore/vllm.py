@@ -152,6 +152,13 @@ def _model_row(vllm_config):
         return None
 
 
+def _close_quietly(conn):
+    try:
+        conn.close()
+    except EcstoreError:
+        pass
+
+
 class _Throttle:
     """One log line per interval and kind; counts what it held back."""
 
@@ -235,8 +242,8 @@ class ECStoreConnector(ECConnectorBase):
                             "producer" if self.is_producer else "consumer" if self.is_consumer else "-",
                             self._conn.describe())
             except EcstoreError as e:
-                if e.code in (codes.EINVAL, codes.ENOTSUP, codes.EDTYPE):
-                    raise  # the configuration is wrong: say so at start
+                if first and e.code in (codes.EINVAL, codes.ENOTSUP, codes.EDTYPE):
+                    raise  # the configuration is wrong: say so at start, and only then
                 self._warn.warn("open", "ecstore EC connector: cannot reach the store (%s); "
                                 "items count as misses until it can", e)
             return self._conn
@@ -249,10 +256,9 @@ class ECStoreConnector(ECConnectorBase):
             if self._conn is not conn:
                 return
             self._conn = None
-        try:
-            conn.close()
-        except EcstoreError:
-            pass
+        # close() waits (up to timeout_ms) for saves still queued: not on
+        # the scheduler's or the model runner's thread.
+        threading.Thread(target=_close_quietly, args=(conn,), name="ecstore-close", daemon=True).start()
 
     # ---- scheduler side ------------------------------------------------------
 
