@@ -364,6 +364,8 @@ def test_store_that_comes_back_misconfigured_is_still_no_exception():
         assert sched.has_cache_item("a") is False
         argv = list(server.argv)
         server.stop()
+        redis.stop()  # so that has() fails and the connector reconnects
+        argv[argv.index("--redis") + 1] = "none"
         argv[argv.index("--ns") + 1] = "another-model"
         other = Proc(argv, "ecstore", server.port)
         assert [sched.has_cache_item("k-%d" % i) for i in range(3)] == [False] * 3
@@ -371,6 +373,7 @@ def test_store_that_comes_back_misconfigured_is_still_no_exception():
         sched.shutdown()
         if other is not None:
             other.stop()
+        server.stop()
         redis.stop()
 
 

@@ -271,7 +271,7 @@ class ECStoreConnector(ECConnectorBase):
         try:
             return conn.has_caches([identifier])[0]
         except EcstoreError as e:
-            if e.code in (codes.EKEY, codes.EINVAL):
+            if e.code == codes.EKEY:  # this key only (a NUL byte, too long)
                 self._warn.warn("key", "ecstore EC connector: has_cache_item(%r): %s", identifier, e)
                 return False
             self._drop(conn, "has_cache_item: %s" % e)
