@@ -206,6 +206,7 @@ _OPTIONAL_PROTOS = {
     "ecs_client_transport": (ctypes.c_char_p, [_P]),
     "ecs_register_buffer": (ctypes.c_int, [_P, ctypes.c_void_p, _S]),
     "ecs_unregister_buffer": (ctypes.c_int, [_P, ctypes.c_void_p]),
+    "ecs_upsert_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), ctypes.POINTER(Tensor), _S, c_int_p]),
 }
 
 _CONNECTOR_PROTOS = {

@@ -1,0 +1,1074 @@
+"""Mooncake Store's Python API over ecstore: switch with one import.
+
+    # from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+    from ecstore.mooncake import MooncakeDistributedStore, ReplicateConfig
+
+    store = MooncakeDistributedStore()
+    store.setup("10.0.0.5", "redis://10.0.0.9:6379", 0, 0, "tcp", "", "10.0.0.5:7700")
+    store.batch_put_from(keys, ptrs, sizes)        # [0, ...] or Mooncake error codes
+    store.batch_get_into(keys, ptrs, sizes)        # [bytes read, ...] or codes (-704: a miss)
+
+The class has the method names, argument names (positional and keyword),
+return values and error-code values of ``mooncake.store`` as released in
+mooncake-transfer-engine 0.3.13.post1 (the version the tests run against),
+for everything that does not need Mooncake-only machinery.  Calls return 0,
+byte counts, objects or Mooncake's negative ``ErrorCode`` values; they do
+not raise for store errors (a wrong argument *type* raises TypeError, as
+pybind11 does in Mooncake).  Each failure is logged on the
+``ecstore.mooncake`` logger with the C library's detail, as Mooncake logs
+through glog.
+
+How ``setup`` maps onto ecstore, and every difference from Mooncake with its
+reason, are in docs/mooncake.md.  In short: ``metadata_server`` is the Redis
+URL (``P2PHANDSHAKE`` or "" for none), ``master_server_addr`` the ecstore
+server list, ``protocol`` the transport (tcp, rdma; also ecstore's shm and
+auto), ``tenant_id`` the namespace; the segment and buffer sizes have no
+meaning here (the pool is the server's) and are accepted.
+"""
+
+import ctypes
+import enum
+import functools
+import logging
+import os
+import socket
+import struct
+
+from . import _lib
+from . import codes as _c
+from . import tensors as _t
+from .errors import EcstoreError
+from .store import Store, _keys
+
+log = logging.getLogger("ecstore.mooncake")
+
+# ---- Mooncake's ErrorCode values (its types.h), as its binding returns them
+
+OK = 0
+INTERNAL_ERROR = -1
+BUFFER_OVERFLOW = -10
+NO_AVAILABLE_HANDLE = -200
+INVALID_KEY = -400
+INVALID_PARAMS = -600
+INVALID_READ = -701
+INVALID_REPLICA = -702
+REPLICA_IS_NOT_READY = -703
+OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
+OBJECT_HAS_LEASE = -706
+LEASE_EXPIRED = -707
+TRANSFER_FAIL = -800
+RPC_FAIL = -900
+RPC_TIMEOUT = -901
+
+# ecstore code -> Mooncake code.  Chosen so that an integration's handling
+# stays right: a miss is Mooncake's miss, "no room" its allocation failure,
+# a bad buffer or argument its INVALID_PARAMS (what it returns for a buffer
+# too small), and every failure that happens before or after complete I/O
+# one of the codes vLLM's Mooncake clients treat as safe to retry.
+_CODE = {
+    _c.ENOTFOUND: OBJECT_NOT_FOUND,
+    _c.EBUFSMALL: INVALID_PARAMS,
+    _c.EINVAL: INVALID_PARAMS,
+    _c.EKEY: INVALID_PARAMS,
+    _c.EDTYPE: INVALID_PARAMS,
+    _c.EOVERFLOW: INVALID_PARAMS,
+    _c.ENOTSUP: INVALID_PARAMS,
+    _c.ECONFLICT: OBJECT_ALREADY_EXISTS,
+    _c.ENOSPC: NO_AVAILABLE_HANDLE,
+    _c.ETOOBIG: NO_AVAILABLE_HANDLE,
+    _c.EBUSY: REPLICA_IS_NOT_READY,
+    _c.ETIMEDOUT: RPC_TIMEOUT,
+    _c.ECONN: RPC_FAIL,
+    _c.ENOTCONN: RPC_FAIL,
+    _c.EREDIS: RPC_FAIL,
+    _c.EAUTH: RPC_FAIL,
+    _c.ECHECKSUM: INVALID_READ,
+    _c.ECORRUPT: INVALID_READ,
+    _c.ESTALE: INVALID_READ,
+}
+
+
+def mooncake_code(ecs_code):
+    """The Mooncake ErrorCode for an ecstore code (0 stays 0)."""
+    if ecs_code == 0:
+        return OK
+    return _CODE.get(ecs_code, INTERNAL_ERROR)
+
+
+# ---- ReplicateConfig and its enums ------------------------------------------
+
+
+class SoftPinAction(enum.IntEnum):
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+class ObjectDataType(enum.IntEnum):
+    UNKNOWN = 0
+    KVCACHE = 1
+    TENSOR = 2
+    WEIGHT = 3
+    SAMPLE = 4
+    ACTIVATION = 5
+    GRADIENT = 6
+    OPTIMIZER_STATE = 7
+    METADATA = 8
+    GENERAL = 9
+
+
+class ReplicateConfig:
+    """Mooncake's placement options, with its field names and defaults.
+    ecstore keeps one copy, on the server the key hashes to: a config asking
+    for more (replica_num > 1, other-tier replicas, soft or hard pins,
+    preferred segments or same-node placement) makes the call return
+    INVALID_PARAMS rather than succeed without honouring it.  data_type is a
+    label and is accepted."""
+
+    def __init__(self):
+        self.replica_num = 1
+        self.nof_replica_num = 0
+        self.dfs_replica_num = 0
+        self.soft_pin_action = SoftPinAction.PRESERVE
+        self.soft_pin_ttl_ms = None
+        self.with_hard_pin = False
+        self.preferred_segment = ""
+        self.preferred_segments = []
+        self.preferred_nof_segments = []
+        self.prefer_alloc_in_same_node = False
+        self.data_type = ObjectDataType.UNKNOWN
+        self.group_ids = []
+
+    def __repr__(self):
+        return "ReplicateConfig(replica_num=%r, soft_pin_action=%r, with_hard_pin=%r)" % (
+            self.replica_num, self.soft_pin_action, self.with_hard_pin)
+
+
+def _config_refusal(config):
+    """Why ecstore cannot honour config (a ReplicateConfig of ours or of
+    Mooncake's), or None."""
+    if config is None:
+        return None
+    g = functools.partial(getattr, config)
+    if g("replica_num", 1) != 1:
+        return "replica_num=%r: ecstore keeps one copy of an object" % g("replica_num", 1)
+    if g("nof_replica_num", 0) or g("dfs_replica_num", 0):
+        return "replicas on other tiers (nof/dfs) are not supported"
+    if int(g("soft_pin_action", 0)) == int(SoftPinAction.ENABLE) or g("soft_pin_ttl_ms", None):
+        return "soft pins are not supported (objects leave in FIFO order)"
+    if g("with_hard_pin", False):
+        return "hard pins are not supported (objects leave in FIFO order)"
+    if g("preferred_segment", "") or g("preferred_segments", []) or g("preferred_nof_segments", []):
+        return "preferred segments are not supported (keys are placed by hashing over the servers)"
+    if g("prefer_alloc_in_same_node", False):
+        return "prefer_alloc_in_same_node is not supported (keys are placed by hashing over the servers)"
+    return None
+
+
+# ---- buffers ------------------------------------------------------------------
+
+
+class _Owned:
+    """A block from ecs_get_batch_alloc, freed with the last object using it."""
+
+    __slots__ = ("ptr", "_free")
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+        self._free = _lib.lib().ecs_free  # bound now: at exit module globals may be gone
+
+    def __del__(self):
+        if self.ptr:
+            self._free(self.ptr)
+            self.ptr = None
+
+
+def _handle_methods(cls_name):
+    def ptr(self):
+        """The address of the bytes (valid while this handle lives)."""
+        return self._addr
+
+    def size(self):
+        """The byte count."""
+        return self._n
+
+    return {"ptr": ptr, "size": size, "__slots__": ("_owner", "_addr", "_n"), "__module__": __name__,
+            "__qualname__": cls_name}
+
+
+@functools.lru_cache(maxsize=64)
+def _handle_class(n):
+    # A ctypes array gives the buffer protocol (format "<b", signed bytes as
+    # Mooncake's handle has) without a copy; one small class per size.
+    return type("BufferHandle", (ctypes.c_byte * n,), _handle_methods("BufferHandle"))
+
+
+_EMPTY = (ctypes.c_byte * 1)()
+
+
+def _buffer_handle(owner, ptr, n):
+    h = _handle_class(n).from_address(ptr if n else ctypes.addressof(_EMPTY))
+    h._owner, h._addr, h._n = owner, ptr, n
+    return h
+
+
+def _addr_of(value):
+    """(address, nbytes, keepalive) of a contiguous buffer-protocol object."""
+    try:
+        mv = memoryview(value)
+    except TypeError:
+        raise TypeError("value must support the buffer protocol (bytes, bytearray, memoryview, ...), not %s"
+                        % type(value).__name__) from None
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())  # Mooncake copies such a buffer too
+    n = mv.nbytes
+    if n == 0:
+        return 0, 0, mv
+    if mv.readonly:
+        # ctypes cannot take the address of a read-only buffer directly;
+        # numpy can, without a copy.
+        import numpy as np
+
+        arr = np.frombuffer(mv.cast("B"), dtype=np.uint8)
+        return arr.ctypes.data, n, (mv, arr)
+    c = (ctypes.c_char * n).from_buffer(mv.cast("B"))
+    return ctypes.addressof(c), n, (mv, c)
+
+
+# ---- Mooncake's tensor metadata (the [header][data] layout of *_tensor_into/from)
+#
+# 304 bytes, little-endian: magic "NOOM" (u32 0x4D4F4F4E), u16 version 1,
+# u16 header size 304, i32 dtype, i32 ndim, i64 0, i64 data offset (304),
+# i64 data bytes, i64 shape[8] (-1 past ndim), i64 shape[8] again, and 17
+# zero i64 words (Mooncake's parallelism fields; no split here).  Observed
+# from mooncake-transfer-engine 0.3.13.post1 (tests/python/test_mooncake.py
+# checks both directions against it).
+
+_MAGIC = 0x4D4F4F4E
+_HDR = 304
+_HDR_HEAD = struct.Struct("<IHHiiqqq")  # 40 bytes
+_MAX_DIMS = 8
+
+# Mooncake dtype number -> ecstore dtype code.
+_MC_DTYPES = {
+    0: _lib.DTYPE_F32, 1: _lib.DTYPE_F64, 2: _lib.DTYPE_I8, 3: _lib.DTYPE_U8, 4: _lib.DTYPE_I16,
+    5: _lib.DTYPE_U16, 6: _lib.DTYPE_I32, 7: _lib.DTYPE_U32, 8: _lib.DTYPE_I64, 9: _lib.DTYPE_U64,
+    10: _lib.DTYPE_BOOL, 11: _lib.DTYPE_F16, 12: _lib.DTYPE_BF16, 13: _lib.DTYPE_F8E4M3,
+    14: _lib.DTYPE_F8E5M2,
+}
+_ECS_TO_MC = {v: k for k, v in _MC_DTYPES.items()}
+
+# The torch dtypes Mooncake's put_tensor takes (others: INVALID_PARAMS).
+_TORCH_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "uint16", "int32",
+                "uint32", "int64", "uint64", "bool", "float8_e4m3fn", "float8_e5m2")
+
+
+def _encode_header(code, shape, nbytes):
+    dims = list(shape) + [-1] * (_MAX_DIMS - len(shape))
+    out = bytearray(_HDR)
+    _HDR_HEAD.pack_into(out, 0, _MAGIC, 1, _HDR, _ECS_TO_MC[code], len(shape), 0, _HDR, nbytes)
+    struct.pack_into("<8q", out, 40, *dims)
+    struct.pack_into("<8q", out, 104, *dims)
+    return bytes(out)
+
+
+def _decode_header(ptr, size):
+    """(ecstore dtype code, shape, data bytes) of a [header][data] buffer of
+    size bytes, every field checked against size; raises ValueError."""
+    if size < _HDR:
+        raise ValueError("buffer of %d bytes is smaller than the %d-byte tensor metadata" % (size, _HDR))
+    raw = ctypes.string_at(ptr, _HDR)
+    magic, version, hsize, mdt, ndim, _, off, nbytes = _HDR_HEAD.unpack_from(raw, 0)
+    if magic != _MAGIC or version != 1 or hsize != _HDR or off != _HDR:
+        raise ValueError("not Mooncake tensor metadata (magic %#x version %d size %d offset %d)"
+                         % (magic, version, hsize, off))
+    if mdt not in _MC_DTYPES:
+        raise ValueError("unknown Mooncake dtype %d" % mdt)
+    if not 0 <= ndim <= _MAX_DIMS:
+        raise ValueError("ndim %d out of 0..%d" % (ndim, _MAX_DIMS))
+    shape = struct.unpack_from("<8q", raw, 40)[:ndim]
+    if any(d < 0 for d in shape):
+        raise ValueError("negative dimension in %r" % (shape,))
+    code = _MC_DTYPES[mdt]
+    want = _t.dtype_size(code)
+    for d in shape:
+        want *= d
+    if nbytes != want or nbytes > size - _HDR or nbytes != size - _HDR:
+        raise ValueError("metadata says %d data bytes, shape %r needs %d, the buffer holds %d"
+                         % (nbytes, shape, want, size - _HDR))
+    return code, tuple(shape), nbytes
+
+
+def _torch_view(ptr, code, shape, nbytes):
+    """A torch tensor over nbytes at ptr (not owned: the caller's buffer)."""
+    import numpy as np
+    import torch
+
+    if nbytes == 0:
+        return torch.empty(shape, dtype=_t.torch_dtype(code))
+    arr = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr))
+    return torch.from_numpy(arr).view(_t.torch_dtype(code)).view(shape)
+
+
+# ---- Redis, for remove_all ------------------------------------------------------
+
+
+def _redis_scan(url, pattern, timeout):
+    """Every key matching pattern (bytes), with SCAN over a plain socket: no
+    Redis package is needed for this one call."""
+    rest = url.split("://", 1)[1] if "://" in url else url
+    db = 0
+    if "/" in rest:
+        rest, dbs = rest.split("/", 1)
+        db = int(dbs or 0)
+    if "@" in rest:
+        raise ValueError("Redis AUTH is not supported")
+    host, _, port = rest.rpartition(":")
+    sock = socket.create_connection((host or "127.0.0.1", int(port or 6379)), timeout=timeout)
+    f = sock.makefile("rb")
+
+    def cmd(*args):
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        sock.sendall(out)
+        return read()
+
+    def read():
+        line = f.readline()
+        if not line.endswith(b"\r\n"):
+            raise ConnectionError("Redis closed the connection")
+        t, body = line[:1], line[1:-2]
+        if t == b"-":
+            raise ConnectionError(body.decode(errors="replace"))
+        if t in (b"+", b":"):
+            return body
+        if t == b"$":
+            n = int(body)
+            if n < 0:
+                return None
+            data = f.read(n + 2)
+            return data[:-2]
+        if t == b"*":
+            n = int(body)
+            if n < 0 or n > 1 << 20:
+                raise ConnectionError("Redis reply of %d elements" % n)
+            return [read() for _ in range(n)]
+        raise ConnectionError("unexpected Redis reply %r" % line[:40])
+
+    try:
+        if db:
+            cmd("SELECT", db)
+        keys, cursor = [], b"0"
+        while True:
+            cursor, batch = cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+            keys.extend(batch)
+            if cursor == b"0":
+                return keys
+    finally:
+        f.close()
+        sock.close()
+
+
+# ---- the store -------------------------------------------------------------------
+
+_SETUP_ARGS = ("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size", "protocol",
+               "rdma_devices", "master_server_addr")
+_SETUP_DEFAULTS = {"engine": None, "enable_ssd_offload": False, "ssd_offload_path": "", "tenant_id": "default",
+                   "enable_client_http_server": False, "client_http_port": 9300}
+# setup(config) keys beyond the positional ones: Mooncake's, then ecstore's own.
+_DICT_EXTRA = {"ipc_socket_path"}
+_ECSTORE_KEYS = {"namespace", "auth_token", "timeout_ms", "connect_timeout_ms", "verify_checksum", "compression",
+                 "rdma_port", "rdma_gid_index", "shm_read_only"}
+_PROTOCOLS = {"tcp": "tcp", "rdma": "rdma", "shm": "shm", "auto": "auto"}
+
+
+class MooncakeDistributedStore:
+    """``mooncake.store.MooncakeDistributedStore`` over ecstore (see the
+    module doc and docs/mooncake.md)."""
+
+    def __init__(self):
+        self._store = None
+        self._hostname = ""
+        self._redis_url = None
+        self._ns = "default"
+        self._timeout_s = 10.0
+        self._regions = {}  # register_buffer: start -> size (for get_into_ranges bounds)
+
+    # ---- life cycle ----------------------------------------------------------
+
+    def setup(self, *args, **kwargs):
+        """setup(local_hostname, metadata_server, global_segment_size,
+        local_buffer_size, protocol, rdma_devices, master_server_addr,
+        engine=None, enable_ssd_offload=False, ssd_offload_path='',
+        tenant_id='default', enable_client_http_server=False,
+        client_http_port=9300) or setup(config: dict).  Returns 0, or -1
+        (Mooncake's value) with the reason logged and in ``last_error``.
+        ``device_name`` is taken as another name of ``rdma_devices``."""
+        try:
+            params = self._parse_setup(args, kwargs)
+        except TypeError:
+            raise
+        except ValueError as e:
+            return self._setup_failed(str(e))
+        if self._store is not None:
+            self.close()
+        try:
+            self._store = Store(params)
+        except EcstoreError as e:
+            self._store = None
+            return self._setup_failed(str(e))
+        return 0
+
+    def _setup_failed(self, why):
+        self.last_error = why
+        log.error("setup failed: %s", why)
+        return INTERNAL_ERROR
+
+    def _parse_setup(self, args, kwargs):
+        if "device_name" in kwargs:  # the older name of rdma_devices
+            if "rdma_devices" in kwargs:
+                raise TypeError("setup(): rdma_devices and device_name both given")
+            kwargs["rdma_devices"] = kwargs.pop("device_name")
+        if (len(args) == 1 and not kwargs and isinstance(args[0], dict)) or (not args and set(kwargs) == {"config"}):
+            cfg = dict(args[0] if args else kwargs["config"])
+            for k in ("local_hostname", "metadata_server"):
+                if k not in cfg:
+                    raise ValueError("config dict lacks the required key %r" % k)
+            p = {"global_segment_size": 16 << 20, "local_buffer_size": 16 << 20, "protocol": "tcp",
+                 "rdma_devices": "", "master_server_addr": ""}
+            p.update(_SETUP_DEFAULTS)
+            if "device_name" in cfg:
+                cfg.setdefault("rdma_devices", cfg.pop("device_name"))
+            for k, v in cfg.items():
+                if k in p or k in _SETUP_ARGS or k in _DICT_EXTRA or k in _ECSTORE_KEYS:
+                    p[k] = v
+                else:
+                    log.warning("setup: config key %r has no meaning in ecstore; ignored", k)
+        else:
+            names = _SETUP_ARGS + tuple(_SETUP_DEFAULTS)
+            if len(args) > len(names):
+                raise TypeError("setup() takes at most %d positional arguments" % len(names))
+            p = dict(_SETUP_DEFAULTS)
+            p.update(zip(names, args))
+            for k, v in kwargs.items():
+                if k not in names:
+                    raise TypeError("setup() got an unexpected keyword argument %r" % k)
+                if k in dict(zip(names, args)):
+                    raise TypeError("setup() got multiple values for argument %r" % k)
+                p[k] = v
+            missing = [n for n in _SETUP_ARGS if n not in p]
+            if missing:
+                raise TypeError("setup() missing required arguments: %s" % ", ".join(missing))
+        return self._map_setup(p)
+
+    def _map_setup(self, p):
+        for k in ("local_hostname", "metadata_server", "protocol", "rdma_devices", "master_server_addr"):
+            if not isinstance(p.get(k, ""), str):
+                raise TypeError("setup(): %s must be a str" % k)
+        for k in ("global_segment_size", "local_buffer_size"):
+            v = p[k]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError("%s must be an integer >= 0, got %r" % (k, v))
+        if p.get("engine") is not None:
+            raise ValueError("engine: ecstore cannot share a Mooncake TransferEngine")
+        if p.get("enable_ssd_offload"):
+            raise ValueError("enable_ssd_offload: ecstore keeps objects in the server's memory pool only")
+        if p.get("enable_client_http_server"):
+            raise ValueError("enable_client_http_server: ecstore's metrics are the server's Prometheus endpoint")
+        proto = p["protocol"].lower()
+        if proto not in _PROTOCOLS:
+            raise ValueError("protocol %r: ecstore speaks tcp, rdma (and its own shm, auto)" % p["protocol"])
+        meta = p["metadata_server"].strip()
+        if meta in ("", "P2PHANDSHAKE"):
+            redis_url = None  # existence checks then ask the servers
+        elif meta.startswith(("http://", "https://", "etcd://")) or "://" in meta and not meta.startswith("redis://"):
+            raise ValueError("metadata_server %r: ecstore's metadata server is Redis (redis://host:port), "
+                             "or P2PHANDSHAKE for none" % meta)
+        else:
+            redis_url = meta if meta.startswith("redis://") else "redis://" + meta
+        servers = p["master_server_addr"].strip() or os.environ.get("ECSTORE_SERVERS", "")
+        if not servers or servers.startswith("etcd://"):
+            raise ValueError("master_server_addr %r: give the ecstore servers as host:port[,host:port...]"
+                             % p["master_server_addr"])
+        ns = p.get("namespace")
+        if ns is None:
+            tenant = p.get("tenant_id", "default")
+            ns = tenant if tenant != "default" else os.environ.get("ECSTORE_NS", "default")
+        cfg = {"servers": servers, "redis_url": redis_url, "namespace": ns, "transport": _PROTOCOLS[proto]}
+        devices = [d for d in p.get("rdma_devices", "").split(",") if d.strip()]
+        if proto == "rdma":
+            if len(devices) > 1:
+                raise ValueError("rdma_devices %r: ecstore's client uses one device" % p["rdma_devices"])
+            if devices:
+                cfg["rdma_device"] = devices[0].strip()
+        for k in _ECSTORE_KEYS - {"namespace"}:
+            if k in p:
+                cfg[k] = p[k]
+        self._hostname = p["local_hostname"]
+        self._redis_url = redis_url
+        self._ns = ns
+        self._timeout_s = cfg.get("timeout_ms", 10000) / 1000.0
+        return cfg
+
+    def init_all(self, protocol, device_name, mount_segment_size):
+        """Mooncake's legacy init: needs its own master; not supported."""
+        log.error("init_all: not supported by ecstore; call setup()")
+        return INVALID_PARAMS
+
+    def close(self):
+        """Closes the connections; returns 0.  setup() may be called again."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        self._regions = {}
+        return 0
+
+    def get_hostname(self):
+        """The local_hostname given to setup() (Mooncake appends its transfer
+        engine's port; ecstore has no such port)."""
+        return self._hostname
+
+    def health_check(self):
+        """0 healthy, 1 not set up or closed, 2 a server unreachable."""
+        if self._store is None:
+            return 1
+        try:
+            self._store.ping()
+        except EcstoreError:
+            return 2
+        return 0
+
+    # ---- plumbing --------------------------------------------------------------
+
+    def _live(self, what):
+        if self._store is None:
+            log.error("%s: store not set up (or closed)", what)
+            return False
+        return True
+
+    def _fail(self, what, e, n):
+        """Per-item Mooncake codes after a whole-call EcstoreError."""
+        log.error("%s: %s", what, e)
+        whole = mooncake_code(e.code)
+        st = e.statuses if e.statuses is not None and len(e.statuses) == n else None
+        if st is None:
+            return [whole] * n
+        return [mooncake_code(s) for s in st]
+
+    def _raw_put(self, what, keys, ptrs, sizes, config, upsert, descs=None):
+        """Puts (or upserts) n raw regions; returns Mooncake codes."""
+        n = len(keys)
+        if not self._live(what):
+            return [INTERNAL_ERROR] * n
+        if len(ptrs) != n or len(sizes) != n or (descs is not None and len(descs) != n):
+            log.error("%s: %d keys but %d pointers and %d sizes", what, n, len(ptrs), len(sizes))
+            return [INVALID_PARAMS] * n
+        why = _config_refusal(config)
+        if why:
+            log.error("%s: %s", what, why)
+            return [INVALID_PARAMS] * n
+        if n == 0:
+            return []
+        out = [None] * n
+        todo = []
+        for i in range(n):
+            if not isinstance(sizes[i], int) or not isinstance(ptrs[i], int):
+                raise TypeError("%s: pointers and sizes are ints" % what)
+            if (descs is None and sizes[i] <= 0) or sizes[i] < 0 or (sizes[i] > 0 and ptrs[i] <= 0):
+                log.error("%s: item %d: bad buffer (ptr %#x, size %d)", what, i, ptrs[i], sizes[i])
+                out[i] = INVALID_PARAMS
+            elif not isinstance(keys[i], (str, bytes)) or not keys[i]:
+                log.error("%s: item %d: a key is a non-empty str", what, i)
+                out[i] = INVALID_PARAMS
+            else:
+                todo.append(i)
+        if todo:
+            m = len(todo)
+            karr = _keys([keys[i] for i in todo])
+            tarr = (_lib.Tensor * m)()
+            for j, i in enumerate(todo):
+                t = tarr[j]
+                t.data = ptrs[i] or ctypes.addressof(t)
+                t.nbytes = sizes[i]
+                if descs is None:
+                    t.desc.dtype, t.desc.ndim, t.desc.shape[0] = _lib.DTYPE_U8, 1, sizes[i]
+                else:
+                    code, shape = descs[i]
+                    t.desc.dtype, t.desc.ndim = code, len(shape)
+                    for d, v in enumerate(shape):
+                        t.desc.shape[d] = v
+            st = (ctypes.c_int * m)()
+            fn = getattr(self._store._lib, "ecs_upsert_batch", None) if upsert else self._store._lib.ecs_put_batch
+            if fn is None:
+                log.error("%s: this libecstore has no ecs_upsert_batch (older than upserts)", what)
+                for i in todo:
+                    out[i] = INVALID_PARAMS
+                return out
+            try:
+                rc, detail = self._store._call(fn, karr, tarr, m, st)
+            except EcstoreError as e:  # closed meanwhile
+                rc, detail = e.code, str(e)
+            for j, i in enumerate(todo):
+                s = st[j] if st[j] != 0 or rc == 0 else rc
+                if s:
+                    log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
+                out[i] = mooncake_code(s)
+        return out
+
+    def _raw_get(self, what, keys, ptrs, sizes, quiet=()):
+        """Reads objects into caller buffers; returns Mooncake results and
+        the GetBuf array (for descriptions)."""
+        n = len(keys)
+        if not self._live(what):
+            return [INTERNAL_ERROR] * n, None
+        if len(ptrs) != n or len(sizes) != n:
+            log.error("%s: %d keys but %d pointers and %d sizes", what, n, len(ptrs), len(sizes))
+            return [INVALID_PARAMS] * n, None
+        if n == 0:
+            return [], None
+        bufs = (_lib.GetBuf * n)()
+        for i in range(n):
+            if not isinstance(sizes[i], int) or not isinstance(ptrs[i], int):
+                raise TypeError("%s: pointers and sizes are ints" % what)
+            bufs[i].data = ptrs[i] if sizes[i] > 0 else None
+            bufs[i].capacity = max(sizes[i], 0)
+        try:
+            karr = _keys(keys)
+        except TypeError as e:
+            log.error("%s: %s", what, e)
+            return [INVALID_PARAMS] * n, None
+        try:
+            rc, detail = self._store._call(self._store._lib.ecs_get_batch, karr, bufs, n)
+        except EcstoreError as e:
+            rc, detail = e.code, str(e)
+        out = []
+        for i, b in enumerate(bufs):
+            s = b.status if (b.status != 0 or rc == 0) else rc
+            if s == 0:
+                out.append(b.nbytes)
+            else:
+                if s != _c.ENOTFOUND and s not in quiet:
+                    log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
+                out.append(mooncake_code(s))
+        return out, bufs
+
+    def _alloc_get(self, what, keys):
+        """[(status, owner, ptr, nbytes, desc)] with ecs_get_batch_alloc."""
+        n = len(keys)
+        bufs = (_lib.GetBuf * n)()
+        karr = _keys(keys)
+        try:
+            rc, detail = self._store._call(self._store._lib.ecs_get_batch_alloc, karr, bufs, n)
+        except EcstoreError as e:
+            rc, detail = e.code, str(e)
+        res = []
+        for i, b in enumerate(bufs):
+            owner = _Owned(b.data) if b.status == 0 and b.data else None
+            s = b.status if (b.status != 0 or rc == 0) else rc
+            if s and s != _c.ENOTFOUND:
+                log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
+            res.append((s, owner, b.data or 0, b.nbytes if s == 0 else 0, b.desc))
+        return res
+
+    # ---- bytes -------------------------------------------------------------------
+
+    def put(self, key, value, config=None):
+        """Stores the bytes of a buffer-protocol value.  0 or a code."""
+        ptr, n, keep = _addr_of(value)
+        rc = self._raw_put("put", [key], [ptr], [n], config, False)[0]
+        del keep
+        return rc
+
+    def upsert(self, key, value, config=None):
+        """put, replacing what the key holds (insert or update)."""
+        ptr, n, keep = _addr_of(value)
+        rc = self._raw_put("upsert", [key], [ptr], [n], config, True)[0]
+        del keep
+        return rc
+
+    def _values(self, what, keys, values, config, upsert):
+        if len(keys) != len(values):
+            log.error("%s: %d keys but %d values", what, len(keys), len(values))
+            return INVALID_PARAMS
+        held = [_addr_of(v) for v in values]
+        st = self._raw_put(what, keys, [h[0] for h in held], [h[1] for h in held], config, upsert)
+        bad = [s for s in st if s != 0]
+        return bad[0] if bad else 0
+
+    def put_batch(self, keys, values, config=None):
+        """Stores several values; returns 0 or the first item's error code."""
+        return self._values("put_batch", keys, values, config, False)
+
+    def upsert_batch(self, keys, values, config=None):
+        return self._values("upsert_batch", keys, values, config, True)
+
+    def put_parts(self, key, *parts, config=None):
+        """Stores the concatenation of parts as one object (one copy here)."""
+        return self.put(key, b"".join(bytes(memoryview(p)) for p in parts), config)
+
+    def upsert_parts(self, key, *parts, config=None):
+        return self.upsert(key, b"".join(bytes(memoryview(p)) for p in parts), config)
+
+    def get(self, key):
+        """The object's bytes, or b"" for a miss or an error."""
+        if not self._live("get"):
+            return b""
+        s, owner, ptr, n, _ = self._alloc_get("get", [key])[0]
+        return ctypes.string_at(ptr, n) if s == 0 and n else b""
+
+    def get_batch(self, keys):
+        """[bytes] per key (b"" for a miss or an error)."""
+        if not self._live("get_batch"):
+            return [b""] * len(keys)
+        if not keys:
+            return []
+        return [ctypes.string_at(p, n) if s == 0 and n else b"" for s, o, p, n, _ in self._alloc_get("get_batch", keys)]
+
+    def get_buffer(self, key):
+        """A BufferHandle (buffer protocol, ptr(), size()) over the object's
+        bytes, or None."""
+        return self.batch_get_buffer([key])[0]
+
+    def batch_get_buffer(self, keys):
+        if not self._live("batch_get_buffer"):
+            return [None] * len(keys)
+        if not keys:
+            return []
+        return [_buffer_handle(o, p, n) if s == 0 else None for s, o, p, n, _ in self._alloc_get("batch_get_buffer", keys)]
+
+    def get_size(self, key):
+        """The object's byte count, or a code (OBJECT_NOT_FOUND)."""
+        res, bufs = self._raw_get("get_size", [key], [0], [0], quiet=(_c.EBUFSMALL,))
+        if bufs is not None and bufs[0].status == _c.EBUFSMALL:
+            return bufs[0].nbytes
+        return res[0]
+
+    def is_exist(self, key):
+        """1, 0, or a negative code."""
+        return self.batch_is_exist([key])[0]
+
+    def batch_is_exist(self, keys):
+        if not self._live("batch_is_exist"):
+            return [INTERNAL_ERROR] * len(keys)
+        try:
+            return self._store.batch_is_exist(keys)
+        except (EcstoreError, TypeError) as e:
+            log.error("batch_is_exist: %s", e)
+            return [mooncake_code(getattr(e, "code", _c.EINVAL))] * len(keys)
+
+    def remove(self, key, force=False):
+        """0 or OBJECT_NOT_FOUND.  force has nothing to skip here (ecstore
+        leases never block a remove)."""
+        return self.batch_remove([key], force)[0]
+
+    def batch_remove(self, keys, force=False):
+        if not self._live("batch_remove"):
+            return [INTERNAL_ERROR] * len(keys)
+        try:
+            return [mooncake_code(s) for s in self._store.batch_remove(keys)]
+        except EcstoreError as e:
+            return self._fail("batch_remove", e, len(keys))
+        except TypeError as e:
+            log.error("batch_remove: %s", e)
+            return [INVALID_PARAMS] * len(keys)
+
+    def remove_all(self, force=False):
+        """Removes every object of this store's namespace; returns how many,
+        or a code.  Finds them through Redis (a SCAN of the object records),
+        so it needs a metadata_server."""
+        if not self._live("remove_all"):
+            return INTERNAL_ERROR
+        if not self._redis_url:
+            log.error("remove_all: needs the Redis metadata server to list the objects")
+            return INVALID_PARAMS
+        prefix = ("ecs:%s:obj:" % self._ns).encode()
+        try:
+            names = _redis_scan(self._redis_url, prefix + b"*", self._timeout_s)
+        except (OSError, ValueError) as e:
+            log.error("remove_all: listing objects in Redis: %s", e)
+            return RPC_FAIL
+        keys = [k[len(prefix):] for k in names if k.startswith(prefix) and len(k) > len(prefix)]
+        removed = 0
+        for i in range(0, len(keys), 1024):
+            st = self.batch_remove(keys[i:i + 1024])
+            removed += sum(1 for s in st if s == 0)
+        return removed
+
+    def put_from(self, key, buffer_ptr, size, config=None):
+        """Stores size bytes at buffer_ptr.  0 or a code."""
+        return self._raw_put("put_from", [key], [buffer_ptr], [size], config, False)[0]
+
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        return self._raw_put("upsert_from", [key], [buffer_ptr], [size], config, True)[0]
+
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        """Per item 0 or a code (mismatched list lengths: INVALID_PARAMS for
+        every item)."""
+        return self._raw_put("batch_put_from", keys, buffer_ptrs, sizes, config, False)
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        return self._raw_put("batch_upsert_from", keys, buffer_ptrs, sizes, config, True)
+
+    def get_into(self, key, buffer_ptr, size):
+        """Reads the object into the buffer: its byte count, or a code
+        (INVALID_PARAMS when the buffer is too small: nothing written)."""
+        return self._raw_get("get_into", [key], [buffer_ptr], [size])[0][0]
+
+    def batch_get_into(self, keys, buffer_ptrs, sizes):
+        return self._raw_get("batch_get_into", keys, buffer_ptrs, sizes)[0]
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Stores, per key, the concatenation of several regions (gathered
+        here with one copy: an ecstore object is one region)."""
+        n = len(keys)
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+            log.error("batch_put_from_multi_buffers: mismatched list lengths")
+            return [INVALID_PARAMS] * n
+        bufs, out = [], [None] * n
+        for i in range(n):
+            if len(all_buffer_ptrs[i]) != len(all_sizes[i]) or any(
+                    (not isinstance(s, int)) or s < 0 for s in all_sizes[i]):
+                out[i] = INVALID_PARAMS
+                bufs.append(b"")
+                continue
+            bufs.append(b"".join(ctypes.string_at(p, s) for p, s in zip(all_buffer_ptrs[i], all_sizes[i])))
+        todo = [i for i in range(n) if out[i] is None]
+        held = [_addr_of(bufs[i]) for i in todo]
+        st = self._raw_put("batch_put_from_multi_buffers", [keys[i] for i in todo], [h[0] for h in held],
+                           [h[1] for h in held], config, False)
+        for j, i in enumerate(todo):
+            out[i] = st[j]
+        return out
+
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
+        """For buffer i, key j, range k: copies all_sizes[i][j][k] bytes from
+        offset all_src_offsets[i][j][k] of the object to buffer_ptrs[i] +
+        all_dst_offsets[i][j][k].  Every destination range must lie inside a
+        region given to register_buffer (as Mooncake requires).  Returns
+        the bytes copied or a code per range, in the arguments' shape.
+        Each object is fetched whole once, then its ranges are copied."""
+        nb = len(buffer_ptrs)
+        for lst in (all_keys, all_dst_offsets, all_src_offsets, all_sizes):
+            for x in lst:
+                for y in x:
+                    if isinstance(y, (list, tuple)) and any((not isinstance(v, int)) or v < 0 for v in y):
+                        raise TypeError("get_into_ranges(): offsets and sizes are non-negative ints")
+        if not (len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes) == nb):
+            log.error("get_into_ranges: top-level size mismatch")
+            return [[[INVALID_PARAMS]] for _ in range(nb)]
+        if not self._live("get_into_ranges"):
+            return [[[INTERNAL_ERROR] for _ in ks] for ks in all_keys]
+        out = []
+        wanted = sorted({k for ks in all_keys for k in ks}, key=str)
+        got = dict(zip(wanted, self._alloc_get("get_into_ranges", wanted))) if wanted else {}
+        for i in range(nb):
+            ks = all_keys[i]
+            row = []
+            if not (len(all_dst_offsets[i]) == len(all_src_offsets[i]) == len(all_sizes[i]) == len(ks)):
+                out.append([[INVALID_PARAMS] for _ in ks])
+                continue
+            for j, k in enumerate(ks):
+                dst, src, sz = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
+                if not (len(dst) == len(src) == len(sz)):
+                    row.append([INVALID_PARAMS])
+                    continue
+                s, owner, ptr, n, _ = got[k]
+                cell = []
+                for d, o, z in zip(dst, src, sz):
+                    if s != 0:
+                        cell.append(mooncake_code(s))
+                    elif o + z > n or not self._inside(buffer_ptrs[i] + d, z):
+                        cell.append(INVALID_PARAMS)
+                    else:
+                        if z:
+                            ctypes.memmove(buffer_ptrs[i] + d, ptr + o, z)
+                        cell.append(z)
+                row.append(cell)
+            out.append(row)
+        return out
+
+    def _inside(self, addr, n):
+        for p, s in self._regions.items():
+            if p <= addr and addr + n <= p + s:
+                return True
+        return False
+
+    def register_buffer(self, buffer_ptr, size):
+        """Registers a region (with the NIC over RDMA; recorded otherwise).
+        0 or INVALID_PARAMS."""
+        if not self._live("register_buffer"):
+            return INTERNAL_ERROR
+        try:
+            self._store.register_buffer(buffer_ptr, size)
+        except EcstoreError as e:
+            log.error("register_buffer: %s", e)
+            return mooncake_code(e.code)
+        self._regions[buffer_ptr] = size
+        return 0
+
+    def unregister_buffer(self, buffer_ptr):
+        """0, or INVALID_PARAMS when no region starts there."""
+        if not self._live("unregister_buffer"):
+            return INTERNAL_ERROR
+        try:
+            self._store.unregister_buffer(buffer_ptr)
+        except EcstoreError as e:
+            log.error("unregister_buffer: %s", e)
+            return INVALID_PARAMS
+        self._regions.pop(buffer_ptr, None)
+        return 0
+
+    # ---- tensors -----------------------------------------------------------------
+
+    def _describe(self, what, tensor):
+        """(tensor kept alive, ptr, nbytes, code, shape) or an error code."""
+        import torch
+
+        if not isinstance(tensor, torch.Tensor):
+            log.error("%s: not a PyTorch tensor (%s)", what, type(tensor).__name__)
+            return INVALID_PARAMS
+        name = str(tensor.dtype).replace("torch.", "")
+        if name not in _TORCH_NAMES:
+            log.error("%s: unsupported tensor dtype %s", what, tensor.dtype)
+            return INVALID_PARAMS
+        if tensor.dim() > _MAX_DIMS:
+            log.error("%s: tensor has more than %d dimensions: %d", what, _MAX_DIMS, tensor.dim())
+            return INVALID_PARAMS
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()
+        code = _t.parse_dtype(name)
+        return tensor, tensor.data_ptr(), tensor.numel() * tensor.element_size(), code, tuple(tensor.shape)
+
+    def _put_tensors(self, what, keys, tensors, upsert):
+        n = len(keys)
+        if len(tensors) != n:
+            log.error("%s: %d keys but %d tensors", what, n, len(tensors))
+            return [INVALID_PARAMS] * n
+        out = [None] * n
+        keep, todo = [], []
+        for i, t in enumerate(tensors):
+            d = self._describe(what, t)
+            if isinstance(d, int):
+                out[i] = d
+            else:
+                keep.append(d)
+                todo.append(i)
+        st = self._raw_put(what, [keys[i] for i in todo], [d[1] for d in keep], [d[2] for d in keep], None,
+                           upsert, descs=[(d[3], d[4]) for d in keep])
+        for j, i in enumerate(todo):
+            out[i] = st[j]
+        return out
+
+    def put_tensor(self, key, tensor):
+        """Stores a torch tensor with its dtype and shape.  0 or a code."""
+        return self._put_tensors("put_tensor", [key], [tensor], False)[0]
+
+    def upsert_tensor(self, key, tensor):
+        return self._put_tensors("upsert_tensor", [key], [tensor], True)[0]
+
+    def batch_put_tensor(self, keys, tensors_list):
+        return self._put_tensors("batch_put_tensor", keys, tensors_list, False)
+
+    def batch_upsert_tensor(self, keys, tensors_list):
+        return self._put_tensors("batch_upsert_tensor", keys, tensors_list, True)
+
+    def get_tensor(self, key):
+        """The tensor (CPU, its stored dtype and shape), or None."""
+        return self.batch_get_tensor([key])[0]
+
+    def batch_get_tensor(self, keys):
+        if not self._live("batch_get_tensor"):
+            return [None] * len(keys)
+        if not keys:
+            return []
+        out = []
+        for s, owner, ptr, n, desc in self._alloc_get("batch_get_tensor", keys):
+            if s != 0 or desc.dtype not in _ECS_TO_MC:
+                out.append(None)
+                continue
+            shape = tuple(desc.shape[: desc.ndim])
+            if owner is not None:
+                owner.ptr = 0  # wrap_c_buffer takes the block over
+                out.append(_t.wrap_c_buffer(ptr, desc.dtype, shape, "torch"))
+            else:
+                out.append(_torch_view(0, desc.dtype, shape, 0))
+        return out
+
+    def _tensors_from(self, what, keys, buffer_ptrs, sizes, upsert):
+        n = len(keys)
+        if len(buffer_ptrs) != n or len(sizes) != n:
+            log.error("%s: mismatched list lengths", what)
+            return [INVALID_PARAMS] * n
+        out, todo, descs = [None] * n, [], []
+        for i in range(n):
+            try:
+                if not isinstance(buffer_ptrs[i], int) or buffer_ptrs[i] <= 0:
+                    raise ValueError("bad buffer pointer")
+                code, shape, nbytes = _decode_header(buffer_ptrs[i], sizes[i])
+            except ValueError as e:
+                log.error("%s %r: %s", what, keys[i], e)
+                out[i] = INVALID_PARAMS
+                continue
+            todo.append(i)
+            descs.append((code, shape, nbytes))
+        st = self._raw_put(what, [keys[i] for i in todo], [buffer_ptrs[i] + _HDR for i in todo],
+                           [d[2] for d in descs], None, upsert, descs=[(d[0], d[1]) for d in descs])
+        for j, i in enumerate(todo):
+            out[i] = st[j]
+        return out
+
+    def put_tensor_from(self, key, buffer_ptr, size):
+        """Stores a tensor from a [metadata][data] buffer (the layout
+        get_tensor_into writes): the data is stored straight from it."""
+        return self._tensors_from("put_tensor_from", [key], [buffer_ptr], [size], False)[0]
+
+    def upsert_tensor_from(self, key, buffer_ptr, size):
+        return self._tensors_from("upsert_tensor_from", [key], [buffer_ptr], [size], True)[0]
+
+    def batch_put_tensor_from(self, keys, buffer_ptrs, sizes):
+        return self._tensors_from("batch_put_tensor_from", keys, buffer_ptrs, sizes, False)
+
+    def batch_upsert_tensor_from(self, keys, buffer_ptrs, sizes):
+        return self._tensors_from("batch_upsert_tensor_from", keys, buffer_ptrs, sizes, True)
+
+    def get_tensor_into(self, key, buffer_ptr, size):
+        """Reads a tensor into a caller buffer as [304-byte metadata][data]
+        and returns a tensor over the data part (no copy), or None."""
+        return self.batch_get_tensor_into([key], [buffer_ptr], [size])[0]
+
+    def batch_get_tensor_into(self, keys, buffer_ptrs, sizes):
+        n = len(keys)
+        if len(buffer_ptrs) != n or len(sizes) != n:
+            log.error("batch_get_tensor_into: mismatched list lengths")
+            return [None] * n
+        ok = [isinstance(s, int) and s >= _HDR and isinstance(p, int) and p > 0 for p, s in zip(buffer_ptrs, sizes)]
+        for i in range(n):
+            if not ok[i]:
+                log.error("batch_get_tensor_into %r: buffer of %r bytes cannot hold the %d-byte metadata",
+                          keys[i], sizes[i], _HDR)
+        idx = [i for i in range(n) if ok[i]]
+        res, bufs = self._raw_get("batch_get_tensor_into", [keys[i] for i in idx],
+                                  [buffer_ptrs[i] + _HDR for i in idx], [sizes[i] - _HDR for i in idx])
+        out = [None] * n
+        for j, i in enumerate(idx):
+            if res[j] < 0:
+                continue
+            d = bufs[j].desc
+            if d.dtype not in _ECS_TO_MC:
+                continue
+            shape = tuple(d.shape[: d.ndim])
+            hdr = _encode_header(d.dtype, shape, res[j])
+            ctypes.memmove(buffer_ptrs[i], hdr, _HDR)
+            out[i] = _torch_view(buffer_ptrs[i] + _HDR, d.dtype, shape, res[j])
+        return out
+
+
+def _err_text(code, detail):
+    from .errors import err_name, strerror
+
+    return "%s (%s)%s" % (strerror(code), err_name(code), ": " + detail if detail else "")
