@@ -272,6 +272,40 @@ def test_remove_and_remove_all(mc, key):
     assert s.batch_is_exist(ks) == [0, 0, 0]
 
 
+def test_remove_by_regex(mc, key):
+    s = mc.store
+    tag = "%s-rx-%d-%d" % (mc.kind, os.getpid(), time.monotonic_ns())  # no regex metacharacters
+    ks = [tag + "-a1", tag + "-a2", "z" + tag + "-b1"]
+    for k in ks:
+        assert s.put(k, b"v") == 0
+    assert s.remove_by_regex(tag + "-a") == 2  # a search, not a full match
+    # (no exists check in between: in Mooncake one renews the object's lease,
+    # and a leased object is not removed)
+    assert s.remove_by_regex("^z" + tag) == 1
+    assert s.batch_is_exist(ks) == [0, 0, 0]
+    assert s.remove_by_regex("([") == -600
+
+
+def test_multi_buffers_and_metadata(mc, key):
+    s, k, miss = mc.store, key(), key("miss")
+    src = np.arange(32, dtype=np.uint8)
+    d1, d2 = np.zeros(8, np.uint8), np.zeros(8, np.uint8)
+    p = src.ctypes.data
+    assert s.put_from_with_metadata(k, p, p + 16, 8, 4) == 0
+    assert s.get(k) == bytes(range(16, 20)) + bytes(range(8))
+    r = s.batch_get_into_multi_buffers([k, miss], [[d1.ctypes.data, d2.ctypes.data], [d1.ctypes.data]],
+                                       [[5, 7], [4]])
+    assert r == [12, -704]
+    assert list(d1) == [16, 17, 18, 19, 0, 0, 0, 0] and list(d2) == [1, 2, 3, 4, 5, 6, 7, 0]
+    assert s.batch_get_into_multi_buffers([k], [[d1.ctypes.data, d2.ctypes.data]], [[5, 5]]) == [-600]
+    assert s.batch_get_into_multi_buffers([k], [[d1.ctypes.data]], [[5, 5]]) == [-600]
+    assert s.batch_get_into_multi_buffers([k, miss], [[d1.ctypes.data]], [[5]]) == [-600, -600]
+    k2 = key()
+    assert s.batch_put_from_multi_buffers([k2], [[p, p + 8]], [[2, 3]]) == [0]
+    assert s.get(k2) == bytes([0, 1, 8, 9, 10])
+    assert s.batch_put_from_multi_buffers([k2, k], [[p]], [[2]]) == [-600, -600]
+
+
 def test_reput_and_upserts(mc, key):
     s, k = mc.store, key()
     assert s.put(k, b"first") == 0

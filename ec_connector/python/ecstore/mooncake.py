@@ -31,6 +31,7 @@ import enum
 import functools
 import logging
 import os
+import re
 import socket
 import struct
 
@@ -779,23 +780,82 @@ class MooncakeDistributedStore:
         """Removes every object of this store's namespace; returns how many,
         or a code.  Finds them through Redis (a SCAN of the object records),
         so it needs a metadata_server."""
-        if not self._live("remove_all"):
+        return self._remove_matching("remove_all", lambda k: True)
+
+    def remove_by_regex(self, regex_pattern, force=False):
+        """Removes the objects of this namespace whose key contains a match
+        of regex_pattern (a search, as Mooncake's); returns how many, or
+        INVALID_PARAMS for a bad pattern.  Lists keys through Redis, as
+        remove_all."""
+        try:
+            rx = re.compile(regex_pattern)
+        except re.error as e:
+            log.error("remove_by_regex: bad pattern %r: %s", regex_pattern, e)
+            return INVALID_PARAMS
+        return self._remove_matching("remove_by_regex", lambda k: rx.search(k.decode(errors="replace")))
+
+    def _remove_matching(self, what, keep):
+        if not self._live(what):
             return INTERNAL_ERROR
         if not self._redis_url:
-            log.error("remove_all: needs the Redis metadata server to list the objects")
+            log.error("%s: needs the Redis metadata server to list the objects", what)
             return INVALID_PARAMS
         prefix = ("ecs:%s:obj:" % self._ns).encode()
         try:
             names = _redis_scan(self._redis_url, prefix + b"*", self._timeout_s)
         except (OSError, ValueError) as e:
-            log.error("remove_all: listing objects in Redis: %s", e)
+            log.error("%s: listing objects in Redis: %s", what, e)
             return RPC_FAIL
         keys = [k[len(prefix):] for k in names if k.startswith(prefix) and len(k) > len(prefix)]
+        keys = [k for k in keys if keep(k)]
         removed = 0
         for i in range(0, len(keys), 1024):
             st = self.batch_remove(keys[i:i + 1024])
             removed += sum(1 for s in st if s == 0)
         return removed
+
+    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size, config=None):
+        """Stores metadata_size bytes at metadata_buffer_ptr followed by size
+        bytes at buffer_ptr as one object (joined here with one copy)."""
+        return self.batch_put_from_multi_buffers([key], [[metadata_buffer_ptr, buffer_ptr]],
+                                                 [[metadata_size, size]], config)[0]
+
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=False):
+        """Reads each object and spreads its bytes over its buffers in order;
+        per key the bytes read, OBJECT_NOT_FOUND, or INVALID_PARAMS when the
+        buffers together are too small (nothing written).  One copy here:
+        the object is fetched whole, then scattered."""
+        n = len(keys)
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+            log.error("batch_get_into_multi_buffers: mismatched list lengths")
+            return [INVALID_PARAMS] * n
+        if not self._live("batch_get_into_multi_buffers"):
+            return [INTERNAL_ERROR] * n
+        out = [None] * n
+        for i in range(n):
+            if len(all_buffer_ptrs[i]) != len(all_sizes[i]) or any(
+                    (not isinstance(z, int)) or z < 0 for z in all_sizes[i]):
+                out[i] = INVALID_PARAMS
+        todo = [i for i in range(n) if out[i] is None]
+        got = self._alloc_get("batch_get_into_multi_buffers", [keys[i] for i in todo]) if todo else []
+        for (s, owner, ptr, nb, _), i in zip(got, todo):
+            if s != 0:
+                out[i] = mooncake_code(s)
+                continue
+            if sum(all_sizes[i]) < nb:
+                log.error("batch_get_into_multi_buffers %r: %d bytes do not fit in %d", keys[i], nb,
+                          sum(all_sizes[i]))
+                out[i] = INVALID_PARAMS
+                continue
+            off = 0
+            for p, z in zip(all_buffer_ptrs[i], all_sizes[i]):
+                take = min(z, nb - off)
+                if take <= 0:
+                    break
+                ctypes.memmove(p, ptr + off, take)
+                off += take
+            out[i] = nb
+        return out
 
     def put_from(self, key, buffer_ptr, size, config=None):
         """Stores size bytes at buffer_ptr.  0 or a code."""
