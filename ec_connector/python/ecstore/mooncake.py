@@ -397,6 +397,7 @@ class MooncakeDistributedStore:
         self._ns = "default"
         self._timeout_s = 10.0
         self._regions = {}  # register_buffer: start -> size (for get_into_ranges bounds)
+        self.last_error = ""  # why the last setup() failed
 
     # ---- life cycle ----------------------------------------------------------
 
