@@ -61,13 +61,13 @@ class _Env:
 def mooncake_env():
     binary = _mooncake_master_binary()
     rpc, http, metrics = free_port(), free_port(), free_port()
-    # Leases of 100 ms instead of 10 s: Mooncake refuses to remove an object
+    # Leases of 500 ms instead of 10 s: Mooncake refuses to remove an object
     # read within its lease (OBJECT_HAS_LEASE), and ecstore has no such read
     # lease to wait for.  (1 ms is too short: a read that outlives its lease
     # fails with LEASE_EXPIRED.)
     argv = [binary, "--rpc_port=%d" % rpc, "--rpc_address=127.0.0.1", "--enable_http_metadata_server=true",
             "--http_metadata_server_host=127.0.0.1", "--http_metadata_server_port=%d" % http,
-            "--metrics_port=%d" % metrics, "--enable_metric_reporting=false", "--default_kv_lease_ttl=100"]
+            "--metrics_port=%d" % metrics, "--enable_metric_reporting=false", "--default_kv_lease_ttl=500"]
     try:
         master = Proc(argv, "mooncake-master", rpc)
         wait_port(master.proc, http, master.log)
@@ -257,7 +257,7 @@ def test_get_buffer(mc, key):
 
 def test_remove_and_remove_all(mc, key):
     s = mc.store
-    time.sleep(0.15)  # past Mooncake's 100 ms read leases of earlier tests
+    time.sleep(0.6)  # past Mooncake's 500 ms read leases of earlier tests
     assert s.remove_all() >= 0
     ks = [key() for _ in range(3)]
     for k in ks:
@@ -612,7 +612,7 @@ def test_lmcache_call_shapes(mc, key):
     assert h.size() == chunk.numel()
     assert torch.equal(torch.frombuffer(h, dtype=torch.uint8), chunk)
     del h
-    time.sleep(0.15)  # Mooncake's 100 ms read lease
+    time.sleep(0.6)  # Mooncake's 500 ms read lease
     assert s.remove(k) == 0
     assert s.is_exist(k) == 0
     assert s.close() == 0
