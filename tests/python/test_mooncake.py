@@ -616,3 +616,44 @@ def test_lmcache_call_shapes(mc, key):
     assert s.remove(k) == 0
     assert s.is_exist(k) == 0
     assert s.close() == 0
+
+
+# ---- the signatures ---------------------------------------------------------------
+
+
+def _mooncake_params(doc):
+    """[(name, has_default)] from the first pybind11 signature line of doc."""
+    line = doc.strip().splitlines()[0]
+    inner = line[line.index("(") + 1:line.rindex(")")]
+    out = []
+    for part in inner.split(", "):
+        name = part.split(":")[0].split("=")[0].strip()
+        if name != "self":
+            out.append((name, "=" in part))
+    return out
+
+
+def test_signatures_match_mooncake(mooncake_env):
+    """Every method ecstore.mooncake provides takes Mooncake's parameters by
+    the same names, in the same order, with defaults in the same places
+    (pybind11's unnamed argN are positional-only there: only their count is
+    compared).  setup, with its two overloads, is tested by calls above."""
+    import inspect
+
+    import ecstore.mooncake as ours
+
+    theirs = mooncake_env.mod.MooncakeDistributedStore
+    checked = 0
+    for name in dir(theirs):
+        if name.startswith("_") or name == "setup" or not hasattr(ours.MooncakeDistributedStore, name):
+            continue
+        want = _mooncake_params(getattr(theirs, name).__doc__)
+        sig = inspect.signature(getattr(ours.MooncakeDistributedStore, name))
+        have = [(p.name if p.kind != p.VAR_POSITIONAL else "*" + p.name, p.default is not p.empty)
+                for p in list(sig.parameters.values())[1:]]
+        if all(n.startswith("arg") for n, _ in want):
+            assert len(have) == len(want), name
+        else:
+            assert have == want, "%s: Mooncake %s, ecstore %s" % (name, want, have)
+        checked += 1
+    assert checked >= 40

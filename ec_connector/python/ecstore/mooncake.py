@@ -707,12 +707,13 @@ class MooncakeDistributedStore:
     def upsert_batch(self, keys, values, config=None):
         return self._values("upsert_batch", keys, values, config, True)
 
-    def put_parts(self, key, *parts, config=None):
-        """Stores the concatenation of parts as one object (one copy here)."""
-        return self.put(key, b"".join(bytes(memoryview(p)) for p in parts), config)
+    def put_parts(self, key, *args, config=None):
+        """Stores the concatenation of the parts (args) as one object (one
+        copy here)."""
+        return self.put(key, b"".join(bytes(memoryview(p)) for p in args), config)
 
-    def upsert_parts(self, key, *parts, config=None):
-        return self.upsert(key, b"".join(bytes(memoryview(p)) for p in parts), config)
+    def upsert_parts(self, key, *args, config=None):
+        return self.upsert(key, b"".join(bytes(memoryview(p)) for p in args), config)
 
     def get(self, key):
         """The object's bytes, or b"" for a miss or an error."""
