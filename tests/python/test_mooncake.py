@@ -25,10 +25,9 @@ import time
 
 import numpy as np
 import pytest
+import torch  # Mooncake's tensor calls take torch tensors; a missing torch fails, never skips
 
 from conftest import Proc, free_port, start_redis, start_server, wait_port
-
-torch = pytest.importorskip("torch")
 
 NS = "pytest-mc"
 SEG = 64 << 20  # Mooncake's global segment (the memory this client contributes)
