@@ -522,6 +522,7 @@ static int put_request(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, const e
     ecs_put_item_t it = {.key = keys[idx[j]].data,
                          .key_len = (uint16_t)keys[idx[j]].len,
                          .codec = codec,
+                         .flags = c->put_flags,
                          .desc = t->desc,
                          .nbytes = slen,
                          .raw_nbytes = t->nbytes,
@@ -613,10 +614,8 @@ static void put_mark(void *arg, size_t i, int rc) {
   ((put_arg_t *)arg)->status[i] = rc;
 }
 
-int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
-                  int *status) {
-  if (!c || (n && (!keys || !tensors || !status)))
-    return ECS_EINVAL;
+static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
+                     int *status) {
   c->errmsg[0] = '\0';
   int *skip = calloc(n ? n : 1, sizeof *skip);
   if (!skip)
@@ -628,6 +627,26 @@ int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *te
   put_arg_t a = {keys, tensors, status};
   int ret = ecs__cli_each_share(c, keys, skip, n, ecs__cli_deadline(c), put_share, put_mark, &a);
   free(skip);
+  return ret;
+}
+
+int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
+                  int *status) {
+  if (!c || (n && (!keys || !tensors || !status)))
+    return ECS_EINVAL;
+  c->put_flags = 0;
+  return put_batch(c, keys, tensors, n, status);
+}
+
+/* The same path as a put with one flag on every item; the server does the
+ * replacing (store/objstore.h, reserve_replace). */
+int ecs_upsert_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
+                     int *status) {
+  if (!c || (n && (!keys || !tensors || !status)))
+    return ECS_EINVAL;
+  c->put_flags = ECS_PUT_F_UPSERT;
+  int ret = put_batch(c, keys, tensors, n, status);
+  c->put_flags = 0;
   return ret;
 }
 

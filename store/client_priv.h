@@ -69,6 +69,7 @@ struct ecs_client {
   size_t nsrv;
   ecs_cli_want_t want;       /* transport asked for */
   int codec;                 /* request codec for TCP puts (store/codec.h), or ECS_CODEC_NONE */
+  uint8_t put_flags;         /* ECS_PUT_F_* for the put in progress (ecs_upsert_batch sets UPSERT) */
   struct ecs_rdma_ctx *rdma; /* RDMA device context (transport rdma), or NULL */
   ecs_cli_reg_t *regs;       /* registered buffers */
   size_t nregs, regs_cap;    /* count and capacity */

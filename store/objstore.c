@@ -4,7 +4,9 @@
  *
  * Where an object lives, by state:
  *   PENDING    hash table only (a second reserve of its key sees EBUSY;
- *              eviction never sees it, so a writer's block is never taken)
+ *              eviction never sees it, so a writer's block is never taken);
+ *              a replacing one shares its key with the COMMITTED object it
+ *              replaces at commit, so a key has at most one of each
  *   COMMITTED  hash table and FIFO (appended at the tail at commit)
  *   DOOMED     neither; on the doomed list (reusing the FIFO links) only so
  *              that destroy() can free it; freed at its last release
@@ -98,11 +100,22 @@ static ecs_obj_t **bucket_of(ecs_objstore_t *os, const void *key, size_t len) {
   return &os->buckets[key_hash(key, len) & (os->nbuckets - 1)];
 }
 
-static ecs_obj_t *table_find(ecs_objstore_t *os, const void *key, uint16_t len) {
-  for (ecs_obj_t *o = *bucket_of(os, key, len); o; o = o->hnext)
-    if (o->key_len == len && memcmp(o->key, key, len) == 0)
+/* The object of a key in the given state (0: any, committed first). */
+static ecs_obj_t *table_find_state(ecs_objstore_t *os, const void *key, uint16_t len, int state) {
+  ecs_obj_t *other = NULL;
+  for (ecs_obj_t *o = *bucket_of(os, key, len); o; o = o->hnext) {
+    if (o->key_len != len || memcmp(o->key, key, len) != 0)
+      continue;
+    if (state ? o->state == state : o->state == ECS_OBJ_COMMITTED)
       return o;
-  return NULL;
+    if (!state)
+      other = o;
+  }
+  return other;
+}
+
+static ecs_obj_t *table_find(ecs_objstore_t *os, const void *key, uint16_t len) {
+  return table_find_state(os, key, len, 0);
 }
 
 /* Doubles the table.  When the new array cannot be had the old one stays:
@@ -204,6 +217,8 @@ static uint64_t drop(ecs_objstore_t *os, ecs_obj_t *o, ecs_drop_reason_t why) {
   os->st.bytes_live -= o->nbytes;
   if (why == ECS_DROP_EVICTED)
     os->st.evictions++;
+  else if (why == ECS_DROP_REPLACED)
+    os->st.replaces++;
   else
     os->st.removes++;
   o->state = ECS_OBJ_DOOMED;
@@ -314,14 +329,15 @@ ecs_obj_t *ecs_objstore_find(ecs_objstore_t *os, const void *key, uint16_t key_l
 
 /* The struct is allocated before any eviction so that running out of host
  * memory never costs an object its place in the pool. */
-int ecs_objstore_reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
-                         ecs_obj_t **out) {
+static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes, int replace,
+                   ecs_obj_t **out) {
   *out = NULL;
   if (ecs_key_check(key, key_len) != ECS_OK)
     return ECS_EKEY;
-  ecs_obj_t *old = table_find(os, key, key_len);
-  if (old)
-    return old->state == ECS_OBJ_PENDING ? ECS_EBUSY : ECS_ECONFLICT;
+  if (table_find_state(os, key, key_len, ECS_OBJ_PENDING))
+    return ECS_EBUSY;
+  if (!replace && table_find_state(os, key, key_len, ECS_OBJ_COMMITTED))
+    return ECS_ECONFLICT;
   if (nbytes > os->max_alloc)
     return ECS_ETOOBIG;
   ecs_obj_t *o = calloc(1, sizeof *o);
@@ -339,6 +355,7 @@ int ecs_objstore_reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, 
   memcpy(o->key, key, key_len);
   o->key_len = key_len;
   o->state = ECS_OBJ_PENDING;
+  o->replace = replace ? 1 : 0;
   o->refs = 1;
   o->nbytes = nbytes;
   table_insert(os, o);
@@ -347,8 +364,28 @@ int ecs_objstore_reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, 
   return ECS_OK;
 }
 
+int ecs_objstore_reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
+                         ecs_obj_t **out) {
+  return reserve(os, key, key_len, nbytes, 0, out);
+}
+
+int ecs_objstore_reserve_replace(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
+                                 ecs_obj_t **out) {
+  return reserve(os, key, key_len, nbytes, 1, out);
+}
+
+/* A replacing commit drops the old version first, in the same call: there
+ * is no moment at which neither (or both) can be acquired.  The old one may
+ * already be gone (removed or evicted meanwhile); then this is a plain
+ * commit. */
 void ecs_objstore_commit(ecs_objstore_t *os, ecs_obj_t *obj) {
   assert(obj->state == ECS_OBJ_PENDING && obj->refs >= 1);
+  if (obj->replace) {
+    ecs_obj_t *old = table_find_state(os, obj->key, obj->key_len, ECS_OBJ_COMMITTED);
+    if (old)
+      drop(os, old, ECS_DROP_REPLACED);
+    obj->replace = 0;
+  }
   obj->state = ECS_OBJ_COMMITTED;
   obj->seq = os->next_seq++;
   if (!obj->commit_ms) /* a caller may stamp a whole batch with one time */
@@ -368,7 +405,7 @@ void ecs_objstore_abort(ecs_objstore_t *os, ecs_obj_t *obj) {
 }
 
 ecs_obj_t *ecs_objstore_acquire(ecs_objstore_t *os, const void *key, uint16_t key_len) {
-  ecs_obj_t *o = ecs_objstore_find(os, key, key_len);
+  ecs_obj_t *o = ecs_objstore_find(os, key, key_len); /* the committed one first */
   if (!o || o->state != ECS_OBJ_COMMITTED)
     return NULL;
   o->refs++;

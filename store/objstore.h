@@ -12,6 +12,11 @@
  *   commit()   -> COMMITTED: gets the next commit sequence number, joins the
  *                 FIFO tail, visible to acquire(); the writer's ref drops.
  *   abort()    -> the pending object and its block are freed.
+ *   reserve_replace() -> like reserve(), but a COMMITTED object of the key
+ *                 may exist: it stays visible to acquire() while the new
+ *                 one is PENDING, and commit() swaps them in one step (the
+ *                 old one is dropped with ECS_DROP_REPLACED; its readers
+ *                 finish on its bytes, freed at their last release).
  *   acquire()/release() bracket every read (a GET being sent, a lease):
  *                 a referenced object is never freed.
  *   remove()/eviction -> the object leaves the index and the FIFO at once
@@ -42,6 +47,7 @@ typedef struct ecs_obj {
   uint16_t key_len;         /* 1..ECS_MAX_KEY */
   uint8_t state;            /* an ecs_obj_state_t */
   uint8_t codec;            /* ECS_CODEC_* of the stored bytes */
+  uint8_t replace;          /* pending from reserve_replace(): commit drops the committed twin */
   uint32_t refs;            /* holders: the writer while pending, readers */
   uint64_t off;             /* pool offset (meaningless when nbytes == 0) */
   uint64_t nbytes;          /* stored bytes == the pool allocation size */
@@ -57,7 +63,8 @@ typedef struct ecs_obj {
 
 typedef enum ecs_drop_reason {
   ECS_DROP_EVICTED = 1, /* FIFO eviction (on demand or background) */
-  ECS_DROP_REMOVED = 2  /* remove() */
+  ECS_DROP_REMOVED = 2, /* remove() */
+  ECS_DROP_REPLACED = 3 /* a reserve_replace() of its key committed */
 } ecs_drop_reason_t;
 
 /* Called once per object that leaves the index (not for abort()). */
@@ -78,6 +85,7 @@ typedef struct ecs_objstore_stats {
   uint64_t doomed;     /* dropped but still referenced */
   uint64_t evictions;  /* objects evicted since create */
   uint64_t removes;    /* objects removed since create */
+  uint64_t replaces;   /* objects replaced by reserve_replace() commits */
   uint64_t bytes_live; /* stored bytes of committed objects */
 } ecs_objstore_stats_t;
 
@@ -89,7 +97,8 @@ int ecs_objstore_create(ecs_pool_t *pool, const ecs_objstore_opts_t *o, ecs_objs
 /* Frees every object and block (callbacks are not called); accepts NULL. */
 void ecs_objstore_destroy(ecs_objstore_t *os);
 
-/* Looks a key up: a COMMITTED or PENDING object, or NULL.  No ref taken. */
+/* Looks a key up: the COMMITTED object, else a PENDING one, or NULL (a key
+ * being replaced has both; the committed one is returned).  No ref taken. */
 ecs_obj_t *ecs_objstore_find(ecs_objstore_t *os, const void *key, uint16_t key_len);
 
 /* Reserves nbytes for a new key.  Errors: ECS_EKEY (bad key), ECS_EBUSY
@@ -99,6 +108,11 @@ ecs_obj_t *ecs_objstore_find(ecs_objstore_t *os, const void *key, uint16_t key_l
  * On success *out is PENDING with refs == 1. */
 int ecs_objstore_reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
                          ecs_obj_t **out);
+
+/* reserve() for an upsert: a committed object of the key does not stop it
+ * (it is replaced at commit); a pending one still gives ECS_EBUSY. */
+int ecs_objstore_reserve_replace(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
+                                 ecs_obj_t **out);
 
 /* Commits a pending object (fill codec, raw_nbytes, checksum, desc first).
  * Drops the writer's reference. */

@@ -303,7 +303,8 @@ void ecs_proto_put_item_write(ecs_wbuf_t *w, const ecs_put_item_t *it) {
   ecs_wbuf_u8(w, it->codec);
   ecs_wbuf_u8(w, it->desc.dtype);
   ecs_wbuf_u8(w, it->desc.ndim);
-  wbuf_zeros(w, 3);
+  ecs_wbuf_u8(w, it->flags);
+  wbuf_zeros(w, 2);
   ecs_wbuf_u64(w, it->nbytes);
   ecs_wbuf_u64(w, it->raw_nbytes);
   ecs_wbuf_u64(w, it->checksum);
@@ -317,7 +318,8 @@ int ecs_proto_put_item_read(ecs_rbuf_t *r, ecs_put_item_t *it) {
   it->codec = ecs_rbuf_u8(r);
   it->desc.dtype = ecs_rbuf_u8(r);
   it->desc.ndim = ecs_rbuf_u8(r);
-  (void)rbuf_take(r, 3); /* reserved */
+  it->flags = ecs_rbuf_u8(r);
+  (void)rbuf_take(r, 2); /* reserved */
   it->nbytes = ecs_rbuf_u64(r);
   it->raw_nbytes = ecs_rbuf_u64(r);
   it->checksum = ecs_rbuf_u64(r);
@@ -327,6 +329,8 @@ int ecs_proto_put_item_read(ecs_rbuf_t *r, ecs_put_item_t *it) {
     return rbuf_fail(r);
   if (ecs_key_check(it->key, it->key_len) != ECS_OK)
     return ECS_EKEY;
+  if (it->flags & ~ECS_PUT_F_KNOWN)
+    return ECS_EINVAL; /* a flag from a newer client: fail the item, not silently ignore it */
   return tensor_check(it->codec, &it->desc, it->nbytes, it->raw_nbytes);
 }
 

@@ -108,12 +108,19 @@ const uint8_t *ecs_rbuf_bytes(ecs_rbuf_t *r, size_t n);
 /* Codec ids (store/codec.h; 0 is raw bytes). */
 #define ECS_CODEC_NONE 0
 
+/* PUT item flags (one byte on the wire).  UPSERT: a key that holds other
+ * content is replaced by this item, atomically, instead of ECS_ECONFLICT.
+ * Other bits are reserved: an item with one set fails with ECS_EINVAL. */
+#define ECS_PUT_F_UPSERT 0x01u
+#define ECS_PUT_F_KNOWN ECS_PUT_F_UPSERT
+
 /* PUT request item.  The item's payload (nbytes) follows in the data
  * section, in item order. */
 typedef struct ecs_put_item {
   const uint8_t *key;     /* points into the record buffer when decoded */
   uint16_t key_len;       /* 1..ECS_MAX_KEY */
   uint8_t codec;          /* ECS_CODEC_* of the payload */
+  uint8_t flags;          /* ECS_PUT_F_* */
   ecs_tensor_desc_t desc; /* dtype, ndim, shape of the raw tensor */
   uint64_t nbytes;        /* payload bytes (as stored) */
   uint64_t raw_nbytes;    /* tensor bytes once decoded (== nbytes when raw) */

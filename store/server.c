@@ -197,9 +197,12 @@ static void rec_from_obj(const ecs_server_t *s, const ecs_obj_t *obj, ecs_meta_r
 
 static void on_drop(void *ctx, const ecs_obj_t *obj, ecs_drop_reason_t why) {
   ecs_server_t *s = ctx;
-  ECS_LOG_D("%s object (%llu bytes)", why == ECS_DROP_EVICTED ? "evicted" : "removed",
+  ECS_LOG_D("%s object (%llu bytes)",
+            why == ECS_DROP_EVICTED ? "evicted" : why == ECS_DROP_REPLACED ? "replaced" : "removed",
             (unsigned long long)obj->nbytes);
-  if (s->meta)
+  /* A replaced object's record is overwritten by its successor's, queued
+   * right after this commit: deleting it would only open a gap. */
+  if (s->meta && why != ECS_DROP_REPLACED)
     ecs_meta_queue_del(s->meta, obj->key, obj->key_len);
 }
 
@@ -612,14 +615,18 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
     put_slot_t *sl = &c->slots[i];
     if (sl->status != ECS_OK)
       continue;
+    int upsert = (sl->item.flags & ECS_PUT_F_UPSERT) != 0;
     ecs_obj_t *o = ecs_objstore_find(s->os, sl->item.key, sl->item.key_len);
     if (o && o->state == ECS_OBJ_COMMITTED && same_content(o, &sl->item))
       o = drop_if_corrupt(s, o);
-    if (o && o->state == ECS_OBJ_COMMITTED) {
+    /* An upsert of other content goes on to replace it; of the same content
+     * it is as idempotent as a put. */
+    if (o && o->state == ECS_OBJ_COMMITTED && (!upsert || same_content(o, &sl->item))) {
       sl->status = same_content(o, &sl->item) ? ECS_OK : ECS_ECONFLICT;
       continue;
     }
-    int rc = ecs_objstore_reserve(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes, &sl->obj);
+    int rc = upsert ? ecs_objstore_reserve_replace(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes, &sl->obj)
+                    : ecs_objstore_reserve(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes, &sl->obj);
     if (rc == ECS_EBUSY)
       sl->status = SLOT_DUP_PENDING; /* settled after the batch commits */
     else
@@ -668,8 +675,10 @@ static void handle_put_end(ecs_server_t *s, conn_t *c) {
     ecs_obj_t *o = ecs_objstore_find(s->os, sl->item.key, sl->item.key_len);
     if (!o || o->state != ECS_OBJ_COMMITTED)
       sl->status = ECS_EBUSY;
-    else
-      sl->status = same_content(o, &sl->item) ? ECS_OK : ECS_ECONFLICT;
+    else if (same_content(o, &sl->item))
+      sl->status = ECS_OK;
+    else /* an upsert lost to a concurrent writer of the key: busy, not a conflict */
+      sl->status = (sl->item.flags & ECS_PUT_F_UPSERT) ? ECS_EBUSY : ECS_ECONFLICT;
   }
   /* Records reach Redis before the reply, so a client that saw OK can find
    * the object through Redis at once (exists_batch). */
@@ -864,14 +873,16 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
     }
     ecs_reserve_reply_t rr = {.status = rc};
     if (rc == ECS_OK) {
+      int upsert = (it.flags & ECS_PUT_F_UPSERT) != 0;
       ecs_obj_t *o = ecs_objstore_find(s->os, it.key, it.key_len);
       if (o && o->state == ECS_OBJ_COMMITTED && same_content(o, &it))
         o = drop_if_corrupt(s, o);
-      if (o && o->state == ECS_OBJ_COMMITTED) {
+      if (o && o->state == ECS_OBJ_COMMITTED && (!upsert || same_content(o, &it))) {
         /* already stored: same content is fine (resv_id 0), else a conflict */
         rr.status = same_content(o, &it) ? ECS_OK : ECS_ECONFLICT;
       } else {
-        rr.status = ecs_objstore_reserve(s->os, it.key, it.key_len, it.nbytes, &o);
+        rr.status = upsert ? ecs_objstore_reserve_replace(s->os, it.key, it.key_len, it.nbytes, &o)
+                           : ecs_objstore_reserve(s->os, it.key, it.key_len, it.nbytes, &o);
         if (rr.status == ECS_OK) {
           o->codec = it.codec;
           o->raw_nbytes = it.raw_nbytes;

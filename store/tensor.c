@@ -43,6 +43,12 @@ static const struct {
     [ECS_DTYPE_U8] = {"u8", "uint8", 1},
     [ECS_DTYPE_I32] = {"i32", "int32", 4},
     [ECS_DTYPE_I64] = {"i64", "int64", 8},
+    [ECS_DTYPE_F64] = {"f64", "float64", 8},
+    [ECS_DTYPE_I16] = {"i16", "int16", 2},
+    [ECS_DTYPE_U16] = {"u16", "uint16", 2},
+    [ECS_DTYPE_U32] = {"u32", "uint32", 4},
+    [ECS_DTYPE_U64] = {"u64", "uint64", 8},
+    [ECS_DTYPE_BOOL] = {"bool", "bool", 1},
 };
 
 static int dtype_known(int dtype) {

@@ -50,8 +50,13 @@ static void on_drop(void *ctx, const ecs_obj_t *obj, ecs_drop_reason_t why) {
   e->seq = obj->seq;
   e->nbytes = obj->nbytes;
   e->state = obj->state;
-  /* The object and its bytes are still there during the callback. */
-  assert_null(ecs_objstore_find(f->os, obj->key, obj->key_len));
+  /* The object and its bytes are still there during the callback; the key
+   * is gone from the index, except for the replacement being committed. */
+  ecs_obj_t *now = ecs_objstore_find(f->os, obj->key, obj->key_len);
+  if (why == ECS_DROP_REPLACED)
+    assert_true(now && now != obj && now->state == ECS_OBJ_PENDING);
+  else /* NULL, or a replacement still being written */
+    assert_true(now == NULL || (now != obj && now->state == ECS_OBJ_PENDING));
   if (obj->nbytes) {
     const uint8_t *p = ecs_objstore_data(f->os, obj);
     assert_int_equal(p[0], (uint8_t)obj->key[0]);
@@ -266,6 +271,111 @@ static void test_abort_frees(void **state) {
   /* The same key can be reserved again and committed. */
   assert_int_equal(put(f, "a", 100), ECS_OK);
   assert_int_equal(ecs_pool_validate(f->pool), ECS_OK);
+}
+
+/* ---- replace (upsert) ----------------------------------------------------- */
+
+/* Reserves a replacement of key, stamps it with mark, commits. */
+static int put_replace(fx_t *f, const char *key, uint64_t nbytes, uint8_t mark) {
+  ecs_obj_t *o = NULL;
+  int rc = ecs_objstore_reserve_replace(f->os, key, (uint16_t)strlen(key), nbytes, &o);
+  if (rc != ECS_OK)
+    return rc;
+  if (nbytes) {
+    uint8_t *p = ecs_objstore_data(f->os, o);
+    p[0] = p[nbytes - 1] = mark;
+  }
+  o->raw_nbytes = nbytes;
+  ecs_objstore_commit(f->os, o);
+  return ECS_OK;
+}
+
+/* The old version stays readable while the new one is written, the swap is
+ * one step, and a reader of the old version keeps its bytes until it
+ * releases them. */
+static void test_replace_while_read(void **state) {
+  fx_t *f = *state;
+  assert_int_equal(put(f, "u", 3 * 4096), ECS_OK);
+  ecs_obj_t *reader = get(f, "u");
+  assert_non_null(reader);
+  ecs_obj_t *n = NULL, *n2 = NULL;
+  assert_int_equal(ecs_objstore_reserve_replace(f->os, "u", 1, 4096, &n), ECS_OK);
+  assert_int_equal(n->state, ECS_OBJ_PENDING);
+  /* Pending: readers still see the old version; other writers are busy. */
+  ecs_obj_t *r2 = get(f, "u");
+  assert_ptr_equal(r2, reader);
+  ecs_objstore_release(f->os, r2);
+  assert_ptr_equal(ecs_objstore_find(f->os, "u", 1), reader);
+  assert_int_equal(ecs_objstore_reserve_replace(f->os, "u", 1, 4096, &n2), ECS_EBUSY);
+  assert_int_equal(ecs_objstore_reserve(f->os, "u", 1, 4096, &n2), ECS_EBUSY);
+  assert_null(n2);
+  uint8_t *p = ecs_objstore_data(f->os, n);
+  p[0] = p[4095] = 'U';
+  n->raw_nbytes = 4096;
+  ecs_objstore_commit(f->os, n);
+  /* One REPLACED event for the old version; the new one is what a get finds. */
+  assert_int_equal(f->nev, 1);
+  assert_int_equal(f->ev[0].why, ECS_DROP_REPLACED);
+  assert_int_equal(f->ev[0].nbytes, 3 * 4096);
+  ecs_objstore_stats_t st = stats(f);
+  assert_int_equal(st.objects, 1);
+  assert_int_equal(st.replaces, 1);
+  assert_int_equal(st.removes, 0);
+  assert_int_equal(st.doomed, 1);
+  assert_int_equal(st.bytes_live, 4096);
+  ecs_obj_t *cur = get(f, "u");
+  assert_ptr_equal(cur, n);
+  assert_int_equal(((uint8_t *)ecs_objstore_data(f->os, cur))[0], 'U');
+  ecs_objstore_release(f->os, cur);
+  /* The reader of the old version still reads the old bytes. */
+  assert_int_equal(reader->state, ECS_OBJ_DOOMED);
+  const uint8_t *old = ecs_objstore_data(f->os, reader);
+  assert_int_equal(old[0], 'u');
+  assert_int_equal(old[3 * 4096 - 1], 'u');
+  assert_int_equal(in_use(f->pool), f->base_in_use + 4 * 4096);
+  ecs_objstore_release(f->os, reader);
+  assert_int_equal(stats(f).doomed, 0);
+  assert_int_equal(in_use(f->pool), f->base_in_use + 4096);
+  assert_int_equal(ecs_pool_validate(f->pool), ECS_OK);
+}
+
+static void test_replace_edges(void **state) {
+  fx_t *f = *state;
+  ecs_obj_t *n = NULL;
+  /* A replace of an absent key is an insert. */
+  assert_int_equal(put_replace(f, "a", 4096, 'a'), ECS_OK);
+  assert_int_equal(f->nev, 0);
+  assert_int_equal(stats(f).objects, 1);
+  /* Abort leaves the old version in place. */
+  assert_int_equal(ecs_objstore_reserve_replace(f->os, "a", 1, 8192, &n), ECS_OK);
+  ecs_objstore_abort(f->os, n);
+  ecs_obj_t *o = get(f, "a");
+  assert_non_null(o);
+  assert_int_equal(o->nbytes, 4096);
+  ecs_objstore_release(f->os, o);
+  assert_int_equal(f->nev, 0);
+  /* The old version removed while the new one is pending: a plain commit. */
+  assert_int_equal(ecs_objstore_reserve_replace(f->os, "a", 1, 100, &n), ECS_OK);
+  assert_int_equal(ecs_objstore_remove(f->os, "a", 1), ECS_OK);
+  assert_null(get(f, "a"));
+  ((uint8_t *)ecs_objstore_data(f->os, n))[0] = 'a';
+  ecs_objstore_commit(f->os, n);
+  assert_int_equal(f->nev, 1);
+  assert_int_equal(f->ev[0].why, ECS_DROP_REMOVED);
+  o = get(f, "a");
+  assert_non_null(o);
+  assert_int_equal(o->nbytes, 100);
+  ecs_objstore_release(f->os, o);
+  /* Zero-byte versions, both ways; a plain reserve of a committed key is
+   * still a conflict. */
+  assert_int_equal(put_replace(f, "a", 0, 0), ECS_OK);
+  assert_int_equal(put_replace(f, "a", 4096, 'a'), ECS_OK);
+  assert_int_equal(ecs_objstore_reserve(f->os, "a", 1, 4096, &n), ECS_ECONFLICT);
+  assert_int_equal(stats(f).replaces, 2);
+  assert_int_equal(stats(f).objects, 1);
+  assert_int_equal(ecs_objstore_reserve_replace(f->os, "a", 0, 1, &n), ECS_EKEY);
+  assert_int_equal(ecs_objstore_reserve_replace(f->os, "b", 1, POOL_SIZE + 1, &n), ECS_ETOOBIG);
+  assert_int_equal(in_use(f->pool), f->base_in_use + 4096);
 }
 
 /* ---- eviction ------------------------------------------------------------- */
@@ -895,6 +1005,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_lifecycle, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_key_conflicts, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_abort_frees, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_replace_while_read, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_replace_edges, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_fifo_eviction_order, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_foreach_order, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_referenced_not_evicted, fx_setup, fx_teardown),

@@ -31,6 +31,12 @@ static void test_dtype_sizes_and_names(void **state) {
       {ECS_DTYPE_U8, 1, "u8", "uint8"},
       {ECS_DTYPE_I32, 4, "i32", "int32"},
       {ECS_DTYPE_I64, 8, "i64", "int64"},
+      {ECS_DTYPE_F64, 8, "f64", "float64"},
+      {ECS_DTYPE_I16, 2, "i16", "int16"},
+      {ECS_DTYPE_U16, 2, "u16", "uint16"},
+      {ECS_DTYPE_U32, 4, "u32", "uint32"},
+      {ECS_DTYPE_U64, 8, "u64", "uint64"},
+      {ECS_DTYPE_BOOL, 1, "bool", "bool"},
   };
   assert_int_equal(sizeof rows / sizeof rows[0], ECS_DTYPE__COUNT - 1);
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -46,6 +52,8 @@ static void test_dtype_sizes_and_names(void **state) {
   /* Wire values are stable. */
   assert_int_equal(ECS_DTYPE_F32, 1);
   assert_int_equal(ECS_DTYPE_I64, 9);
+  assert_int_equal(ECS_DTYPE_F64, 10);
+  assert_int_equal(ECS_DTYPE_BOOL, 15);
 }
 
 static void test_dtype_unknown(void **state) {
@@ -57,7 +65,7 @@ static void test_dtype_unknown(void **state) {
     assert_string_equal(ecs_dtype_name(bad[i]), "invalid");
   }
   ecs_dtype_t d = ECS_DTYPE_F16;
-  static const char *names[] = {"", "F32", "f32 ", "float", "invalid", "float8", "f8e4m3fnuz", "bool"};
+  static const char *names[] = {"", "F32", "f32 ", "float", "invalid", "float8", "f8e4m3fnuz", "BOOL"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     assert_int_equal(ecs_dtype_parse(names[i], &d), ECS_EDTYPE);
   assert_int_equal(d, ECS_DTYPE_F16); /* untouched on failure */

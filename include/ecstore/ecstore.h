@@ -122,6 +122,19 @@ ECS_API const char *ecs_client_errmsg(const ecs_client_t *c);
 ECS_API int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
                           int *status);
 
+/* As ecs_put_batch, but a key that holds different content is replaced
+ * (insert or update) instead of ECS_ECONFLICT.  The new version becomes
+ * visible atomically when its bytes are in and checksummed: a get sees the
+ * old bytes or the new ones, never a miss or a mix; a reader holding the old
+ * version (a get being sent, a shm/RDMA lease or view) finishes on the old
+ * bytes, which are freed after it.  The Redis record is overwritten with the
+ * new version's.  status[i] as for a put, plus ECS_EBUSY when another
+ * request is writing the same key at the moment (retry).  The same key twice
+ * in one batch: the first item is written, a repeat with other content gets
+ * ECS_ECONFLICT (shm/RDMA paths) or ECS_EBUSY (tcp). */
+ECS_API int ecs_upsert_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
+                             int *status);
+
 /* Fetches n objects into caller buffers: the bytes go from the socket
  * straight into bufs[i].data.  A buffer smaller than the object gives
  * ECS_EBUFSMALL with bufs[i].nbytes = the size needed (no bytes sent).  A

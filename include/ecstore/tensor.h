@@ -37,6 +37,12 @@ typedef enum ecs_dtype {
   ECS_DTYPE_U8 = 7,
   ECS_DTYPE_I32 = 8,
   ECS_DTYPE_I64 = 9,
+  ECS_DTYPE_F64 = 10,
+  ECS_DTYPE_I16 = 11,
+  ECS_DTYPE_U16 = 12,
+  ECS_DTYPE_U32 = 13,
+  ECS_DTYPE_U64 = 14,
+  ECS_DTYPE_BOOL = 15, /* one byte per element, 0 or 1 (torch.bool, numpy bool_) */
   ECS_DTYPE__COUNT
 } ecs_dtype_t;
 
@@ -49,11 +55,13 @@ typedef struct ecs_tensor_desc {
 /* Bytes per element (1, 2, 4 or 8), or 0 for an unknown dtype. */
 ECS_API size_t ecs_dtype_size(int dtype);
 
-/* "f32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8", "u8", "i32", "i64". */
+/* "f32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8", "u8", "i32", "i64",
+ * "f64", "i16", "u16", "u32", "u64", "bool". */
 ECS_API const char *ecs_dtype_name(int dtype);
 
 /* Parses a name above (also "float32", "float16", "bfloat16", "int8",
- * "uint8", "int32", "int64", "float8_e4m3fn", "float8_e5m2").  Returns
+ * "uint8", "int32", "int64", "float8_e4m3fn", "float8_e5m2", "float64",
+ * "int16", "uint16", "uint32", "uint64"; "bool" has no long name).  Returns
  * ECS_OK or ECS_EDTYPE. */
 ECS_API int ecs_dtype_parse(const char *name, ecs_dtype_t *out);
 

@@ -124,7 +124,7 @@ def test_save_errors_raise_and_queue_nothing(cluster, uniq):
         with pytest.raises(ecstore.InvalidArgumentError):
             c.save("x" * 300, np.zeros(4, np.uint8))
         with pytest.raises(ecstore.InvalidArgumentError, match="no ecstore dtype"):
-            c.save(uniq(), np.zeros(4, np.float64))
+            c.save(uniq(), np.zeros(4, np.complex64))  # float64 is a dtype now (Mooncake has it)
         assert c.save_pending() == 0
         assert c.stats()["saves"] == 0
 

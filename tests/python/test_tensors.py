@@ -85,14 +85,18 @@ def test_float8_as_uint8_bits(store, uniq, name):
     assert torch.equal(t.view(torch.uint8), torch.from_numpy(bits))
 
 
-def test_numpy_uint16_without_dtype_is_refused(store, uniq):
-    with pytest.raises(ecstore.InvalidArgumentError, match="dtype='bf16'") as e:
-        store.put_tensor(uniq(), np.zeros(4, dtype=np.uint16))
-    assert e.value.name == "EDTYPE"
+@pytest.mark.parametrize("name", ["float64", "int16", "uint16", "uint32", "uint64", "bool"])
+def test_numpy_dtypes_added_for_mooncake(store, uniq, name):
+    # A plain uint16 array is u16 now (bf16 bits still need dtype="bf16").
+    a = (np.arange(12) % 3).astype(name).reshape(3, 4)
+    k = uniq()
+    store.put_tensor(k, a)
+    got = store.get_tensor(k, framework="numpy")
+    assert got.dtype == a.dtype and got.shape == a.shape and np.array_equal(got, a)
 
 
-@pytest.mark.parametrize("bad", [np.zeros(3, np.float64), np.zeros(3, np.int16), np.zeros(3, bool)],
-                         ids=["float64", "int16", "bool"])
+@pytest.mark.parametrize("bad", [np.zeros(3, np.complex64), np.zeros(3, np.float128), np.zeros(3, "U2")],
+                         ids=["complex64", "float128", "str"])
 def test_unsupported_numpy_dtypes(store, uniq, bad):
     with pytest.raises(ecstore.InvalidArgumentError, match="no ecstore dtype"):
         store.put_tensor(uniq(), bad)

@@ -40,6 +40,12 @@ DTYPE_I8 = 6
 DTYPE_U8 = 7
 DTYPE_I32 = 8
 DTYPE_I64 = 9
+DTYPE_F64 = 10
+DTYPE_I16 = 11
+DTYPE_U16 = 12
+DTYPE_U32 = 13
+DTYPE_U64 = 14
+DTYPE_BOOL = 15
 
 c_int_p = ctypes.POINTER(ctypes.c_int)
 
@@ -231,6 +237,7 @@ _OPTIONAL_PROTOS = {
     "ecs_client_transport": (ctypes.c_char_p, [_P]),
     "ecs_register_buffer": (ctypes.c_int, [_P, ctypes.c_void_p, _S]),
     "ecs_unregister_buffer": (ctypes.c_int, [_P, ctypes.c_void_p]),
+    "ecs_upsert_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), ctypes.POINTER(Tensor), _S, c_int_p]),
     # the pinned pool (include/ecstore/pool.h), for ecstore.pinned
     "ecs_pool_opts_init": (None, [ctypes.POINTER(PoolOpts)]),
     "ecs_pool_create": (ctypes.c_int, [ctypes.POINTER(PoolOpts), ctypes.POINTER(_P)]),

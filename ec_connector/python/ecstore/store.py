@@ -249,11 +249,13 @@ class Store:
 
     # ---- Mooncake-style raw calls ------------------------------------
 
-    def batch_put_from(self, keys, ptrs, sizes):
+    def batch_put_from(self, keys, ptrs, sizes, upsert=False):
         """Stores sizes[i] bytes at address ptrs[i] under keys[i] (as a 1-D
         u8 tensor).  Returns one status per item: 0, or a negative code
         (ECONFLICT: the key holds other bytes; ENOSPC/ETOOBIG; EKEY).  A
-        whole-call failure raises, with the statuses in ``e.statuses``."""
+        whole-call failure raises, with the statuses in ``e.statuses``.
+        upsert=True replaces what a key holds instead of ECONFLICT
+        (ecs_upsert_batch; EBUSY while another request writes the key)."""
         n = _check_lengths("batch_put_from", keys, ptrs, sizes)
         if n == 0:
             return []
@@ -266,11 +268,16 @@ class Store:
             t.desc.dtype = _lib.DTYPE_U8
             t.desc.ndim = 1
             t.desc.shape[0] = sizes[i]
-        return self._put(karr, tarr, n)
+        return self._put(karr, tarr, n, upsert)
 
-    def _put(self, karr, tarr, n):
+    def _put(self, karr, tarr, n, upsert=False):
         st = (ctypes.c_int * n)()
-        rc, detail = self._call(self._lib.ecs_put_batch, karr, tarr, n, st)
+        fn = self._lib.ecs_put_batch
+        if upsert:
+            fn = getattr(self._lib, "ecs_upsert_batch", None)
+            if fn is None:
+                raise make_error(codes.ENOTSUP, "this libecstore has no ecs_upsert_batch")
+        rc, detail = self._call(fn, karr, tarr, n, st)
         out = list(st)
         check(rc, detail, out)
         return out
@@ -414,7 +421,7 @@ class Store:
 
     # ---- tensors -------------------------------------------------------
 
-    def batch_put_tensors(self, keys, tensors, dtypes=None):
+    def batch_put_tensors(self, keys, tensors, dtypes=None, upsert=False):
         """Stores numpy arrays / torch CPU tensors (contiguous) with their
         dtype and shape, straight from their memory.  dtypes (optional, one
         per item, None for "as is") relabels same-size elements, e.g. "bf16"
@@ -439,11 +446,12 @@ class Store:
             for d, v in enumerate(shape):
                 t.desc.shape[d] = v
         # tensors (the caller's list) keeps every array alive during the call.
-        return self._put(karr, tarr, n)
+        return self._put(karr, tarr, n, upsert)
 
-    def put_tensor(self, key, tensor, dtype=None):
-        """Stores one tensor; raises on any error (ConflictError, ...)."""
-        st = self.batch_put_tensors([key], [tensor], None if dtype is None else [dtype])[0]
+    def put_tensor(self, key, tensor, dtype=None, upsert=False):
+        """Stores one tensor; raises on any error (ConflictError, ...).
+        upsert=True replaces what the key holds."""
+        st = self.batch_put_tensors([key], [tensor], None if dtype is None else [dtype], upsert)[0]
         check(st, "put %r" % (key,))
 
     def batch_get_tensors(self, keys, outs=None, framework="torch", pin_memory=False, with_status=False):

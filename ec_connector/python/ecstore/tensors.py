@@ -19,15 +19,21 @@ i8         int8                 int8
 u8         uint8                uint8
 i32        int32                int32
 i64        int64                int64
+f64        float64              float64
+i16        int16                int16
+u16        uint16               uint16 where torch has it, else int16 bits
+u32        uint32               uint32 where torch has it, else int32 bits
+u64        uint64               uint64 where torch has it, else int64 bits
+bool       bool                 bool
 =========  ===================  =======================================
 
 numpy has no bfloat16 and no float8: a numpy get of a bf16 object gives a
 ``uint16`` array of the raw bits (``torch.from_numpy(a.view('int16'))
 .view(torch.bfloat16)`` turns it into a torch bf16 tensor), and a numpy put
-of such bits must say ``dtype="bf16"``, since a plain uint16 array has no
-ecstore dtype and is refused (EDTYPE).  The same holds for the float8 types
-with uint8 carriers (torch 1.13, Debian 12's, has no float8 either).
-Other dtypes (float64, int16, bool, complex, ...) are refused with EDTYPE.
+of such bits must say ``dtype="bf16"``: a plain uint16 array is stored as
+``u16``.  The same holds for the float8 types with uint8 carriers (torch
+1.13, Debian 12's, has no float8 either).  Other dtypes (complex, float128,
+strings, objects, ...) are refused with EDTYPE.
 """
 
 import ctypes
@@ -48,16 +54,32 @@ _TABLE = {
     _lib.DTYPE_U8: ("uint8", "uint8", None),
     _lib.DTYPE_I32: ("int32", "int32", None),
     _lib.DTYPE_I64: ("int64", "int64", None),
+    _lib.DTYPE_F64: ("float64", "float64", None),
+    _lib.DTYPE_I16: ("int16", "int16", None),
+    _lib.DTYPE_U16: ("uint16", "uint16", "int16"),
+    _lib.DTYPE_U32: ("uint32", "uint32", "int32"),
+    _lib.DTYPE_U64: ("uint64", "uint64", "int64"),
+    _lib.DTYPE_BOOL: ("bool", "bool", None),
 }
+
+# A get into torch goes through numpy; torch.from_numpy knows no uint16 (nor
+# uint32/uint64 before torch 2.3): those travel as the signed type of the same
+# size and are viewed as the stored dtype afterwards.
+_TORCH_CARRIER = {_lib.DTYPE_BF16: "int16", _lib.DTYPE_U16: "int16", _lib.DTYPE_U32: "int32",
+                  _lib.DTYPE_U64: "int64"}
 
 # numpy dtype name -> code, for arrays put without an explicit dtype.
 _NUMPY_IN = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16, "int8": _lib.DTYPE_I8,
-             "uint8": _lib.DTYPE_U8, "int32": _lib.DTYPE_I32, "int64": _lib.DTYPE_I64}
+             "uint8": _lib.DTYPE_U8, "int32": _lib.DTYPE_I32, "int64": _lib.DTYPE_I64,
+             "float64": _lib.DTYPE_F64, "int16": _lib.DTYPE_I16, "uint16": _lib.DTYPE_U16,
+             "uint32": _lib.DTYPE_U32, "uint64": _lib.DTYPE_U64, "bool": _lib.DTYPE_BOOL}
 
 # torch dtype name -> code, for tensors put without an explicit dtype.
 _TORCH_IN = {"float32": _lib.DTYPE_F32, "float16": _lib.DTYPE_F16, "bfloat16": _lib.DTYPE_BF16,
              "float8_e4m3fn": _lib.DTYPE_F8E4M3, "float8_e5m2": _lib.DTYPE_F8E5M2, "int8": _lib.DTYPE_I8,
-             "uint8": _lib.DTYPE_U8, "int32": _lib.DTYPE_I32, "int64": _lib.DTYPE_I64}
+             "uint8": _lib.DTYPE_U8, "int32": _lib.DTYPE_I32, "int64": _lib.DTYPE_I64,
+             "float64": _lib.DTYPE_F64, "int16": _lib.DTYPE_I16, "uint16": _lib.DTYPE_U16,
+             "uint32": _lib.DTYPE_U32, "uint64": _lib.DTYPE_U64, "bool": _lib.DTYPE_BOOL}
 
 
 def _err(code, detail):
@@ -149,11 +171,8 @@ def describe(obj, dtype=None):
             raise _err(codes.EDTYPE, "dtype %s has %d-byte elements but the %s has %d-byte %s elements"
                        % (dtype_name(code), dtype_size(code), "tensor" if is_torch(obj) else "array", itemsize, name))
     elif natural is None:
-        hint = ""
-        if name == "uint16":
-            hint = " (if these are bfloat16 bits, pass dtype='bf16')"
-        raise _err(codes.EDTYPE, "%s has no ecstore dtype%s; supported: f32 f16 bf16 f8e4m3 f8e5m2 i8 u8 i32 i64"
-                   % (name, hint))
+        raise _err(codes.EDTYPE, "%s has no ecstore dtype; supported: f32 f16 bf16 f8e4m3 f8e5m2 i8 u8 i32 i64 "
+                   "f64 i16 u16 u32 u64 bool" % name)
     else:
         code = natural
     if len(shape) > _lib.ECS_MAX_DIMS:
@@ -239,8 +258,7 @@ def wrap_c_buffer(ptr, code, shape, framework):
         import torch
 
         tdt = torch_dtype(code)
-        # torch.from_numpy knows no uint16: bf16 travels through int16 bits.
-        carrier = np.dtype("int16") if code == _lib.DTYPE_BF16 else numpy_dtype(code)
+        carrier = np.dtype(_TORCH_CARRIER[code]) if code in _TORCH_CARRIER else numpy_dtype(code)
         arr = np.asarray(_CBuffer(ptr, carrier.str, shape))
         t = torch.from_numpy(arr)
         return t if t.dtype == tdt else t.view(tdt)

@@ -1,0 +1,347 @@
+"""The parts of ecstore.mooncake that are not the store class: Mooncake's
+error-code values and their mapping from ecstore's, ReplicateConfig and its
+enums, the BufferHandle of get_buffer, Mooncake's 304-byte tensor metadata
+(encode and checked decode), and the Redis listing behind remove_all.
+Import them from ecstore.mooncake, which re-exports the public ones.
+"""
+
+import ctypes
+import enum
+import functools
+import logging
+import socket
+import struct
+
+from . import _lib
+from . import codes as _c
+from . import tensors as _t
+
+log = logging.getLogger("ecstore.mooncake")
+# ---- Mooncake's ErrorCode values (its types.h), as its binding returns them
+
+OK = 0
+INTERNAL_ERROR = -1
+BUFFER_OVERFLOW = -10
+NO_AVAILABLE_HANDLE = -200
+INVALID_KEY = -400
+INVALID_PARAMS = -600
+INVALID_READ = -701
+INVALID_REPLICA = -702
+REPLICA_IS_NOT_READY = -703
+OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
+OBJECT_HAS_LEASE = -706
+LEASE_EXPIRED = -707
+TRANSFER_FAIL = -800
+RPC_FAIL = -900
+RPC_TIMEOUT = -901
+
+# ecstore code -> Mooncake code.  Chosen so that an integration's handling
+# stays right: a miss is Mooncake's miss, "no room" its allocation failure,
+# a bad buffer or argument its INVALID_PARAMS (what it returns for a buffer
+# too small), and every failure that happens before or after complete I/O
+# one of the codes vLLM's Mooncake clients treat as safe to retry.
+_CODE = {
+    _c.ENOTFOUND: OBJECT_NOT_FOUND,
+    _c.EBUFSMALL: INVALID_PARAMS,
+    _c.EINVAL: INVALID_PARAMS,
+    _c.EKEY: INVALID_PARAMS,
+    _c.EDTYPE: INVALID_PARAMS,
+    _c.EOVERFLOW: INVALID_PARAMS,
+    _c.ENOTSUP: INVALID_PARAMS,
+    _c.ECONFLICT: OBJECT_ALREADY_EXISTS,
+    _c.ENOSPC: NO_AVAILABLE_HANDLE,
+    _c.ETOOBIG: NO_AVAILABLE_HANDLE,
+    _c.EBUSY: REPLICA_IS_NOT_READY,
+    _c.ETIMEDOUT: RPC_TIMEOUT,
+    _c.ECONN: RPC_FAIL,
+    _c.ENOTCONN: RPC_FAIL,
+    _c.EREDIS: RPC_FAIL,
+    _c.EAUTH: RPC_FAIL,
+    _c.ECHECKSUM: INVALID_READ,
+    _c.ECORRUPT: INVALID_READ,
+    _c.ESTALE: INVALID_READ,
+}
+
+
+def mooncake_code(ecs_code):
+    """The Mooncake ErrorCode for an ecstore code (0 stays 0)."""
+    if ecs_code == 0:
+        return OK
+    return _CODE.get(ecs_code, INTERNAL_ERROR)
+
+
+# ---- ReplicateConfig and its enums ------------------------------------------
+
+
+class SoftPinAction(enum.IntEnum):
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+class ObjectDataType(enum.IntEnum):
+    UNKNOWN = 0
+    KVCACHE = 1
+    TENSOR = 2
+    WEIGHT = 3
+    SAMPLE = 4
+    ACTIVATION = 5
+    GRADIENT = 6
+    OPTIMIZER_STATE = 7
+    METADATA = 8
+    GENERAL = 9
+
+
+class ReplicateConfig:
+    """Mooncake's placement options, with its field names and defaults.
+    ecstore keeps one copy, on the server the key hashes to: a config asking
+    for more (replica_num > 1, other-tier replicas, soft or hard pins,
+    preferred segments or same-node placement) makes the call return
+    INVALID_PARAMS rather than succeed without honouring it.  data_type is a
+    label and is accepted."""
+
+    def __init__(self):
+        self.replica_num = 1
+        self.nof_replica_num = 0
+        self.dfs_replica_num = 0
+        self.soft_pin_action = SoftPinAction.PRESERVE
+        self.soft_pin_ttl_ms = None
+        self.with_hard_pin = False
+        self.preferred_segment = ""
+        self.preferred_segments = []
+        self.preferred_nof_segments = []
+        self.prefer_alloc_in_same_node = False
+        self.data_type = ObjectDataType.UNKNOWN
+        self.group_ids = []
+
+    def __repr__(self):
+        return "ReplicateConfig(replica_num=%r, soft_pin_action=%r, with_hard_pin=%r)" % (
+            self.replica_num, self.soft_pin_action, self.with_hard_pin)
+
+
+def _config_refusal(config):
+    """Why ecstore cannot honour config (a ReplicateConfig of ours or of
+    Mooncake's), or None."""
+    if config is None:
+        return None
+    g = functools.partial(getattr, config)
+    if g("replica_num", 1) != 1:
+        return "replica_num=%r: ecstore keeps one copy of an object" % g("replica_num", 1)
+    if g("nof_replica_num", 0) or g("dfs_replica_num", 0):
+        return "replicas on other tiers (nof/dfs) are not supported"
+    if int(g("soft_pin_action", 0)) == int(SoftPinAction.ENABLE) or g("soft_pin_ttl_ms", None):
+        return "soft pins are not supported (objects leave in FIFO order)"
+    if g("with_hard_pin", False):
+        return "hard pins are not supported (objects leave in FIFO order)"
+    if g("preferred_segment", "") or g("preferred_segments", []) or g("preferred_nof_segments", []):
+        return "preferred segments are not supported (keys are placed by hashing over the servers)"
+    if g("prefer_alloc_in_same_node", False):
+        return "prefer_alloc_in_same_node is not supported (keys are placed by hashing over the servers)"
+    return None
+
+
+# ---- buffers ------------------------------------------------------------------
+
+
+class _Owned:
+    """A block from ecs_get_batch_alloc, freed with the last object using it."""
+
+    __slots__ = ("ptr", "_free")
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+        self._free = _lib.lib().ecs_free  # bound now: at exit module globals may be gone
+
+    def __del__(self):
+        if self.ptr:
+            self._free(self.ptr)
+            self.ptr = None
+
+
+def _handle_methods(cls_name):
+    def ptr(self):
+        """The address of the bytes (valid while this handle lives)."""
+        return self._addr
+
+    def size(self):
+        """The byte count."""
+        return self._n
+
+    return {"ptr": ptr, "size": size, "__slots__": ("_owner", "_addr", "_n"), "__module__": __name__,
+            "__qualname__": cls_name}
+
+
+@functools.lru_cache(maxsize=64)
+def _handle_class(n):
+    # A ctypes array gives the buffer protocol (format "<b", signed bytes as
+    # Mooncake's handle has) without a copy; one small class per size.
+    return type("BufferHandle", (ctypes.c_byte * n,), _handle_methods("BufferHandle"))
+
+
+_EMPTY = (ctypes.c_byte * 1)()
+
+
+def _buffer_handle(owner, ptr, n):
+    h = _handle_class(n).from_address(ptr if n else ctypes.addressof(_EMPTY))
+    h._owner, h._addr, h._n = owner, ptr, n
+    return h
+
+
+def _addr_of(value):
+    """(address, nbytes, keepalive) of a contiguous buffer-protocol object."""
+    try:
+        mv = memoryview(value)
+    except TypeError:
+        raise TypeError("value must support the buffer protocol (bytes, bytearray, memoryview, ...), not %s"
+                        % type(value).__name__) from None
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())  # Mooncake copies such a buffer too
+    n = mv.nbytes
+    if n == 0:
+        return 0, 0, mv
+    if mv.readonly:
+        # ctypes cannot take the address of a read-only buffer directly;
+        # numpy can, without a copy.
+        import numpy as np
+
+        arr = np.frombuffer(mv.cast("B"), dtype=np.uint8)
+        return arr.ctypes.data, n, (mv, arr)
+    c = (ctypes.c_char * n).from_buffer(mv.cast("B"))
+    return ctypes.addressof(c), n, (mv, c)
+
+
+# ---- Mooncake's tensor metadata (the [header][data] layout of *_tensor_into/from)
+#
+# 304 bytes, little-endian: magic "NOOM" (u32 0x4D4F4F4E), u16 version 1,
+# u16 header size 304, i32 dtype, i32 ndim, i64 0, i64 data offset (304),
+# i64 data bytes, i64 shape[8] (-1 past ndim), i64 shape[8] again, and 17
+# zero i64 words (Mooncake's parallelism fields; no split here).  Observed
+# from mooncake-transfer-engine 0.3.13.post1 (tests/python/test_mooncake.py
+# checks both directions against it).
+
+_MAGIC = 0x4D4F4F4E
+_HDR = 304
+_HDR_HEAD = struct.Struct("<IHHiiqqq")  # 40 bytes
+_MAX_DIMS = 8
+
+# Mooncake dtype number -> ecstore dtype code.
+_MC_DTYPES = {
+    0: _lib.DTYPE_F32, 1: _lib.DTYPE_F64, 2: _lib.DTYPE_I8, 3: _lib.DTYPE_U8, 4: _lib.DTYPE_I16,
+    5: _lib.DTYPE_U16, 6: _lib.DTYPE_I32, 7: _lib.DTYPE_U32, 8: _lib.DTYPE_I64, 9: _lib.DTYPE_U64,
+    10: _lib.DTYPE_BOOL, 11: _lib.DTYPE_F16, 12: _lib.DTYPE_BF16, 13: _lib.DTYPE_F8E4M3,
+    14: _lib.DTYPE_F8E5M2,
+}
+_ECS_TO_MC = {v: k for k, v in _MC_DTYPES.items()}
+
+# The torch dtypes Mooncake's put_tensor takes (others: INVALID_PARAMS).
+_TORCH_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "uint16", "int32",
+                "uint32", "int64", "uint64", "bool", "float8_e4m3fn", "float8_e5m2")
+
+
+def _encode_header(code, shape, nbytes):
+    dims = list(shape) + [-1] * (_MAX_DIMS - len(shape))
+    out = bytearray(_HDR)
+    _HDR_HEAD.pack_into(out, 0, _MAGIC, 1, _HDR, _ECS_TO_MC[code], len(shape), 0, _HDR, nbytes)
+    struct.pack_into("<8q", out, 40, *dims)
+    struct.pack_into("<8q", out, 104, *dims)
+    return bytes(out)
+
+
+def _decode_header(ptr, size):
+    """(ecstore dtype code, shape, data bytes) of a [header][data] buffer of
+    size bytes, every field checked against size; raises ValueError."""
+    if size < _HDR:
+        raise ValueError("buffer of %d bytes is smaller than the %d-byte tensor metadata" % (size, _HDR))
+    raw = ctypes.string_at(ptr, _HDR)
+    magic, version, hsize, mdt, ndim, _, off, nbytes = _HDR_HEAD.unpack_from(raw, 0)
+    if magic != _MAGIC or version != 1 or hsize != _HDR or off != _HDR:
+        raise ValueError("not Mooncake tensor metadata (magic %#x version %d size %d offset %d)"
+                         % (magic, version, hsize, off))
+    if mdt not in _MC_DTYPES:
+        raise ValueError("unknown Mooncake dtype %d" % mdt)
+    if not 0 <= ndim <= _MAX_DIMS:
+        raise ValueError("ndim %d out of 0..%d" % (ndim, _MAX_DIMS))
+    shape = struct.unpack_from("<8q", raw, 40)[:ndim]
+    if any(d < 0 for d in shape):
+        raise ValueError("negative dimension in %r" % (shape,))
+    code = _MC_DTYPES[mdt]
+    want = _t.dtype_size(code)
+    for d in shape:
+        want *= d
+    if nbytes != want or nbytes > size - _HDR or nbytes != size - _HDR:
+        raise ValueError("metadata says %d data bytes, shape %r needs %d, the buffer holds %d"
+                         % (nbytes, shape, want, size - _HDR))
+    return code, tuple(shape), nbytes
+
+
+def _torch_view(ptr, code, shape, nbytes):
+    """A torch tensor over nbytes at ptr (not owned: the caller's buffer)."""
+    import numpy as np
+    import torch
+
+    if nbytes == 0:
+        return torch.empty(shape, dtype=_t.torch_dtype(code))
+    arr = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr))
+    return torch.from_numpy(arr).view(_t.torch_dtype(code)).view(shape)
+
+
+# ---- Redis, for remove_all ------------------------------------------------------
+
+
+def _redis_scan(url, pattern, timeout):
+    """Every key matching pattern (bytes), with SCAN over a plain socket: no
+    Redis package is needed for this one call."""
+    rest = url.split("://", 1)[1] if "://" in url else url
+    db = 0
+    if "/" in rest:
+        rest, dbs = rest.split("/", 1)
+        db = int(dbs or 0)
+    if "@" in rest:
+        raise ValueError("Redis AUTH is not supported")
+    host, _, port = rest.rpartition(":")
+    sock = socket.create_connection((host or "127.0.0.1", int(port or 6379)), timeout=timeout)
+    f = sock.makefile("rb")
+
+    def cmd(*args):
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        sock.sendall(out)
+        return read()
+
+    def read():
+        line = f.readline()
+        if not line.endswith(b"\r\n"):
+            raise ConnectionError("Redis closed the connection")
+        t, body = line[:1], line[1:-2]
+        if t == b"-":
+            raise ConnectionError(body.decode(errors="replace"))
+        if t in (b"+", b":"):
+            return body
+        if t == b"$":
+            n = int(body)
+            if n < 0:
+                return None
+            data = f.read(n + 2)
+            return data[:-2]
+        if t == b"*":
+            n = int(body)
+            if n < 0 or n > 1 << 20:
+                raise ConnectionError("Redis reply of %d elements" % n)
+            return [read() for _ in range(n)]
+        raise ConnectionError("unexpected Redis reply %r" % line[:40])
+
+    try:
+        if db:
+            cmd("SELECT", db)
+        keys, cursor = [], b"0"
+        while True:
+            cursor, batch = cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+            keys.extend(batch)
+            if cursor == b"0":
+                return keys
+    finally:
+        f.close()
+        sock.close()

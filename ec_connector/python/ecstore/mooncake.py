@@ -1,0 +1,841 @@
+"""Mooncake Store's Python API over ecstore: switch with one import.
+
+    # from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+    from ecstore.mooncake import MooncakeDistributedStore, ReplicateConfig
+
+    store = MooncakeDistributedStore()
+    store.setup("10.0.0.5", "redis://10.0.0.9:6379", 0, 0, "tcp", "", "10.0.0.5:7700")
+    store.batch_put_from(keys, ptrs, sizes)        # [0, ...] or Mooncake error codes
+    store.batch_get_into(keys, ptrs, sizes)        # [bytes read, ...] or codes (-704: a miss)
+
+The class has the method names, argument names (positional and keyword),
+return values and error-code values of ``mooncake.store`` as released in
+mooncake-transfer-engine 0.3.13.post1 (the version the tests run against),
+for everything that does not need Mooncake-only machinery.  Calls return 0,
+byte counts, objects or Mooncake's negative ``ErrorCode`` values; they do
+not raise for store errors (a wrong argument *type* raises TypeError, as
+pybind11 does in Mooncake).  Each failure is logged on the
+``ecstore.mooncake`` logger with the C library's detail, as Mooncake logs
+through glog.
+
+How ``setup`` maps onto ecstore, and every difference from Mooncake with its
+reason, are in docs/mooncake.md.  In short: ``metadata_server`` is the Redis
+URL (``P2PHANDSHAKE`` or "" for none), ``master_server_addr`` the ecstore
+server list, ``protocol`` the transport (tcp, rdma; also ecstore's shm and
+auto), ``tenant_id`` the namespace; the segment and buffer sizes have no
+meaning here (the pool is the server's) and are accepted.
+"""
+
+import ctypes
+import logging
+import os
+import re
+
+from . import _lib
+from . import codes as _c
+from . import tensors as _t
+from .errors import EcstoreError
+from .store import Store, _keys
+from ._mooncake_base import (  # noqa: F401 - the public names are re-exported
+    BUFFER_OVERFLOW,
+    INTERNAL_ERROR,
+    INVALID_KEY,
+    INVALID_PARAMS,
+    INVALID_READ,
+    INVALID_REPLICA,
+    LEASE_EXPIRED,
+    NO_AVAILABLE_HANDLE,
+    OBJECT_ALREADY_EXISTS,
+    OBJECT_HAS_LEASE,
+    OBJECT_NOT_FOUND,
+    OK,
+    ObjectDataType,
+    REPLICA_IS_NOT_READY,
+    RPC_FAIL,
+    RPC_TIMEOUT,
+    ReplicateConfig,
+    SoftPinAction,
+    TRANSFER_FAIL,
+    mooncake_code,
+    _ECS_TO_MC,
+    _HDR,
+    _MAX_DIMS,
+    _Owned,
+    _TORCH_NAMES,
+    _addr_of,
+    _buffer_handle,
+    _config_refusal,
+    _decode_header,
+    _encode_header,
+    _redis_scan,
+    _torch_view,
+)
+
+log = logging.getLogger("ecstore.mooncake")
+
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ObjectDataType", "mooncake_code",
+           "OK", "INTERNAL_ERROR", "BUFFER_OVERFLOW", "NO_AVAILABLE_HANDLE", "INVALID_KEY", "INVALID_PARAMS",
+           "INVALID_READ", "INVALID_REPLICA", "REPLICA_IS_NOT_READY", "OBJECT_NOT_FOUND", "OBJECT_ALREADY_EXISTS",
+           "OBJECT_HAS_LEASE", "LEASE_EXPIRED", "TRANSFER_FAIL", "RPC_FAIL", "RPC_TIMEOUT"]
+
+# ---- the store -------------------------------------------------------------------
+
+_SETUP_ARGS = ("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size", "protocol",
+               "rdma_devices", "master_server_addr")
+_SETUP_DEFAULTS = {"engine": None, "enable_ssd_offload": False, "ssd_offload_path": "", "tenant_id": "default",
+                   "enable_client_http_server": False, "client_http_port": 9300}
+# setup(config) keys beyond the positional ones: Mooncake's, then ecstore's own.
+_DICT_EXTRA = {"ipc_socket_path"}
+_ECSTORE_KEYS = {"namespace", "auth_token", "timeout_ms", "connect_timeout_ms", "verify_checksum", "compression",
+                 "rdma_port", "rdma_gid_index", "shm_read_only"}
+_PROTOCOLS = {"tcp": "tcp", "rdma": "rdma", "shm": "shm", "auto": "auto"}
+
+
+class MooncakeDistributedStore:
+    """``mooncake.store.MooncakeDistributedStore`` over ecstore (see the
+    module doc and docs/mooncake.md)."""
+
+    def __init__(self):
+        self._store = None
+        self._hostname = ""
+        self._redis_url = None
+        self._ns = "default"
+        self._timeout_s = 10.0
+        self._regions = {}  # register_buffer: start -> size (for get_into_ranges bounds)
+        self.last_error = ""  # why the last setup() failed
+
+    # ---- life cycle ----------------------------------------------------------
+
+    def setup(self, *args, **kwargs):
+        """setup(local_hostname, metadata_server, global_segment_size,
+        local_buffer_size, protocol, rdma_devices, master_server_addr,
+        engine=None, enable_ssd_offload=False, ssd_offload_path='',
+        tenant_id='default', enable_client_http_server=False,
+        client_http_port=9300) or setup(config: dict).  Returns 0, or -1
+        (Mooncake's value) with the reason logged and in ``last_error``.
+        ``device_name`` is taken as another name of ``rdma_devices``."""
+        try:
+            params = self._parse_setup(args, kwargs)
+        except TypeError:
+            raise
+        except ValueError as e:
+            return self._setup_failed(str(e))
+        if self._store is not None:
+            self.close()
+        try:
+            self._store = Store(params)
+        except EcstoreError as e:
+            self._store = None
+            return self._setup_failed(str(e))
+        return 0
+
+    def _setup_failed(self, why):
+        self.last_error = why
+        log.error("setup failed: %s", why)
+        return INTERNAL_ERROR
+
+    def _parse_setup(self, args, kwargs):
+        if "device_name" in kwargs:  # the older name of rdma_devices
+            if "rdma_devices" in kwargs:
+                raise TypeError("setup(): rdma_devices and device_name both given")
+            kwargs["rdma_devices"] = kwargs.pop("device_name")
+        if (len(args) == 1 and not kwargs and isinstance(args[0], dict)) or (not args and set(kwargs) == {"config"}):
+            cfg = dict(args[0] if args else kwargs["config"])
+            for k in ("local_hostname", "metadata_server"):
+                if k not in cfg:
+                    raise ValueError("config dict lacks the required key %r" % k)
+            p = {"global_segment_size": 16 << 20, "local_buffer_size": 16 << 20, "protocol": "tcp",
+                 "rdma_devices": "", "master_server_addr": ""}
+            p.update(_SETUP_DEFAULTS)
+            if "device_name" in cfg:
+                cfg.setdefault("rdma_devices", cfg.pop("device_name"))
+            for k, v in cfg.items():
+                if k in p or k in _SETUP_ARGS or k in _DICT_EXTRA or k in _ECSTORE_KEYS:
+                    p[k] = v
+                else:
+                    log.warning("setup: config key %r has no meaning in ecstore; ignored", k)
+        else:
+            names = _SETUP_ARGS + tuple(_SETUP_DEFAULTS)
+            if len(args) > len(names):
+                raise TypeError("setup() takes at most %d positional arguments" % len(names))
+            p = dict(_SETUP_DEFAULTS)
+            p.update(zip(names, args))
+            for k, v in kwargs.items():
+                if k not in names:
+                    raise TypeError("setup() got an unexpected keyword argument %r" % k)
+                if k in dict(zip(names, args)):
+                    raise TypeError("setup() got multiple values for argument %r" % k)
+                p[k] = v
+            missing = [n for n in _SETUP_ARGS if n not in p]
+            if missing:
+                raise TypeError("setup() missing required arguments: %s" % ", ".join(missing))
+        return self._map_setup(p)
+
+    def _map_setup(self, p):
+        for k in ("local_hostname", "metadata_server", "protocol", "rdma_devices", "master_server_addr"):
+            if not isinstance(p.get(k, ""), str):
+                raise TypeError("setup(): %s must be a str" % k)
+        for k in ("global_segment_size", "local_buffer_size"):
+            v = p[k]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError("%s must be an integer >= 0, got %r" % (k, v))
+        if p.get("engine") is not None:
+            raise ValueError("engine: ecstore cannot share a Mooncake TransferEngine")
+        if p.get("enable_ssd_offload"):
+            raise ValueError("enable_ssd_offload: ecstore keeps objects in the server's memory pool only")
+        if p.get("enable_client_http_server"):
+            raise ValueError("enable_client_http_server: ecstore's metrics are the server's Prometheus endpoint")
+        proto = p["protocol"].lower()
+        if proto not in _PROTOCOLS:
+            raise ValueError("protocol %r: ecstore speaks tcp, rdma (and its own shm, auto)" % p["protocol"])
+        meta = p["metadata_server"].strip()
+        if meta in ("", "P2PHANDSHAKE"):
+            redis_url = None  # existence checks then ask the servers
+        elif meta.startswith(("http://", "https://", "etcd://")) or "://" in meta and not meta.startswith("redis://"):
+            raise ValueError("metadata_server %r: ecstore's metadata server is Redis (redis://host:port), "
+                             "or P2PHANDSHAKE for none" % meta)
+        else:
+            redis_url = meta if meta.startswith("redis://") else "redis://" + meta
+        servers = p["master_server_addr"].strip() or os.environ.get("ECSTORE_SERVERS", "")
+        if not servers or servers.startswith("etcd://"):
+            raise ValueError("master_server_addr %r: give the ecstore servers as host:port[,host:port...]"
+                             % p["master_server_addr"])
+        ns = p.get("namespace")
+        if ns is None:
+            tenant = p.get("tenant_id", "default")
+            ns = tenant if tenant != "default" else os.environ.get("ECSTORE_NS", "default")
+        cfg = {"servers": servers, "redis_url": redis_url, "namespace": ns, "transport": _PROTOCOLS[proto]}
+        devices = [d for d in p.get("rdma_devices", "").split(",") if d.strip()]
+        if proto == "rdma":
+            if len(devices) > 1:
+                raise ValueError("rdma_devices %r: ecstore's client uses one device" % p["rdma_devices"])
+            if devices:
+                cfg["rdma_device"] = devices[0].strip()
+        for k in _ECSTORE_KEYS - {"namespace"}:
+            if k in p:
+                cfg[k] = p[k]
+        self._hostname = p["local_hostname"]
+        self._redis_url = redis_url
+        self._ns = ns
+        self._timeout_s = cfg.get("timeout_ms", 10000) / 1000.0
+        return cfg
+
+    def init_all(self, protocol, device_name, mount_segment_size):
+        """Mooncake's legacy init: needs its own master; not supported."""
+        log.error("init_all: not supported by ecstore; call setup()")
+        return INVALID_PARAMS
+
+    def close(self):
+        """Closes the connections; returns 0.  setup() may be called again."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        self._regions = {}
+        return 0
+
+    def get_hostname(self):
+        """The local_hostname given to setup() (Mooncake appends its transfer
+        engine's port; ecstore has no such port)."""
+        return self._hostname
+
+    def health_check(self):
+        """0 healthy, 1 not set up or closed, 2 a server unreachable."""
+        if self._store is None:
+            return 1
+        try:
+            self._store.ping()
+        except EcstoreError:
+            return 2
+        return 0
+
+    # ---- plumbing --------------------------------------------------------------
+
+    def _live(self, what):
+        if self._store is None:
+            log.error("%s: store not set up (or closed)", what)
+            return False
+        return True
+
+    def _fail(self, what, e, n):
+        """Per-item Mooncake codes after a whole-call EcstoreError."""
+        log.error("%s: %s", what, e)
+        whole = mooncake_code(e.code)
+        st = e.statuses if e.statuses is not None and len(e.statuses) == n else None
+        if st is None:
+            return [whole] * n
+        return [mooncake_code(s) for s in st]
+
+    def _raw_put(self, what, keys, ptrs, sizes, config, upsert, descs=None):
+        """Puts (or upserts) n raw regions; returns Mooncake codes."""
+        n = len(keys)
+        if not self._live(what):
+            return [INTERNAL_ERROR] * n
+        if len(ptrs) != n or len(sizes) != n or (descs is not None and len(descs) != n):
+            log.error("%s: %d keys but %d pointers and %d sizes", what, n, len(ptrs), len(sizes))
+            return [INVALID_PARAMS] * n
+        why = _config_refusal(config)
+        if why:
+            log.error("%s: %s", what, why)
+            return [INVALID_PARAMS] * n
+        if n == 0:
+            return []
+        out = [None] * n
+        todo = []
+        for i in range(n):
+            if not isinstance(sizes[i], int) or not isinstance(ptrs[i], int):
+                raise TypeError("%s: pointers and sizes are ints" % what)
+            if (descs is None and sizes[i] <= 0) or sizes[i] < 0 or (sizes[i] > 0 and ptrs[i] <= 0):
+                log.error("%s: item %d: bad buffer (ptr %#x, size %d)", what, i, ptrs[i], sizes[i])
+                out[i] = INVALID_PARAMS
+            elif not isinstance(keys[i], (str, bytes)) or not keys[i]:
+                log.error("%s: item %d: a key is a non-empty str", what, i)
+                out[i] = INVALID_PARAMS
+            else:
+                todo.append(i)
+        if todo:
+            m = len(todo)
+            karr = _keys([keys[i] for i in todo])
+            tarr = (_lib.Tensor * m)()
+            for j, i in enumerate(todo):
+                t = tarr[j]
+                t.data = ptrs[i] or ctypes.addressof(t)
+                t.nbytes = sizes[i]
+                if descs is None:
+                    t.desc.dtype, t.desc.ndim, t.desc.shape[0] = _lib.DTYPE_U8, 1, sizes[i]
+                else:
+                    code, shape = descs[i]
+                    t.desc.dtype, t.desc.ndim = code, len(shape)
+                    for d, v in enumerate(shape):
+                        t.desc.shape[d] = v
+            st = (ctypes.c_int * m)()
+            fn = getattr(self._store._lib, "ecs_upsert_batch", None) if upsert else self._store._lib.ecs_put_batch
+            if fn is None:
+                log.error("%s: this libecstore has no ecs_upsert_batch (older than upserts)", what)
+                for i in todo:
+                    out[i] = INVALID_PARAMS
+                return out
+            try:
+                rc, detail = self._store._call(fn, karr, tarr, m, st)
+            except EcstoreError as e:  # closed meanwhile
+                rc, detail = e.code, str(e)
+            for j, i in enumerate(todo):
+                s = st[j] if st[j] != 0 or rc == 0 else rc
+                if s:
+                    log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
+                out[i] = mooncake_code(s)
+        return out
+
+    def _raw_get(self, what, keys, ptrs, sizes, quiet=()):
+        """Reads objects into caller buffers; returns Mooncake results and
+        the GetBuf array (for descriptions)."""
+        n = len(keys)
+        if not self._live(what):
+            return [INTERNAL_ERROR] * n, None
+        if len(ptrs) != n or len(sizes) != n:
+            log.error("%s: %d keys but %d pointers and %d sizes", what, n, len(ptrs), len(sizes))
+            return [INVALID_PARAMS] * n, None
+        if n == 0:
+            return [], None
+        bufs = (_lib.GetBuf * n)()
+        for i in range(n):
+            if not isinstance(sizes[i], int) or not isinstance(ptrs[i], int):
+                raise TypeError("%s: pointers and sizes are ints" % what)
+            bufs[i].data = ptrs[i] if sizes[i] > 0 else None
+            bufs[i].capacity = max(sizes[i], 0)
+        try:
+            karr = _keys(keys)
+        except TypeError as e:
+            log.error("%s: %s", what, e)
+            return [INVALID_PARAMS] * n, None
+        try:
+            rc, detail = self._store._call(self._store._lib.ecs_get_batch, karr, bufs, n)
+        except EcstoreError as e:
+            rc, detail = e.code, str(e)
+        out = []
+        for i, b in enumerate(bufs):
+            s = b.status if (b.status != 0 or rc == 0) else rc
+            if s == 0:
+                out.append(b.nbytes)
+            else:
+                if s != _c.ENOTFOUND and s not in quiet:
+                    log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
+                out.append(mooncake_code(s))
+        return out, bufs
+
+    def _alloc_get(self, what, keys):
+        """[(status, owner, ptr, nbytes, desc)] with ecs_get_batch_alloc."""
+        n = len(keys)
+        bufs = (_lib.GetBuf * n)()
+        karr = _keys(keys)
+        try:
+            rc, detail = self._store._call(self._store._lib.ecs_get_batch_alloc, karr, bufs, n)
+        except EcstoreError as e:
+            rc, detail = e.code, str(e)
+        res = []
+        for i, b in enumerate(bufs):
+            owner = _Owned(b.data) if b.status == 0 and b.data else None
+            s = b.status if (b.status != 0 or rc == 0) else rc
+            if s and s != _c.ENOTFOUND:
+                log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
+            res.append((s, owner, b.data or 0, b.nbytes if s == 0 else 0, b.desc))
+        return res
+
+    # ---- bytes -------------------------------------------------------------------
+
+    def put(self, key, value, config=None):
+        """Stores the bytes of a buffer-protocol value.  0 or a code."""
+        ptr, n, keep = _addr_of(value)
+        rc = self._raw_put("put", [key], [ptr], [n], config, False)[0]
+        del keep
+        return rc
+
+    def upsert(self, key, value, config=None):
+        """put, replacing what the key holds (insert or update)."""
+        ptr, n, keep = _addr_of(value)
+        rc = self._raw_put("upsert", [key], [ptr], [n], config, True)[0]
+        del keep
+        return rc
+
+    def _values(self, what, keys, values, config, upsert):
+        if len(keys) != len(values):
+            log.error("%s: %d keys but %d values", what, len(keys), len(values))
+            return INVALID_PARAMS
+        held = [_addr_of(v) for v in values]
+        st = self._raw_put(what, keys, [h[0] for h in held], [h[1] for h in held], config, upsert)
+        bad = [s for s in st if s != 0]
+        return bad[0] if bad else 0
+
+    def put_batch(self, keys, values, config=None):
+        """Stores several values; returns 0 or the first item's error code."""
+        return self._values("put_batch", keys, values, config, False)
+
+    def upsert_batch(self, keys, values, config=None):
+        return self._values("upsert_batch", keys, values, config, True)
+
+    def put_parts(self, key, *args, config=None):
+        """Stores the concatenation of the parts (args) as one object (one
+        copy here)."""
+        return self.put(key, b"".join(bytes(memoryview(p)) for p in args), config)
+
+    def upsert_parts(self, key, *args, config=None):
+        return self.upsert(key, b"".join(bytes(memoryview(p)) for p in args), config)
+
+    def get(self, key):
+        """The object's bytes, or b"" for a miss or an error."""
+        if not self._live("get"):
+            return b""
+        s, owner, ptr, n, _ = self._alloc_get("get", [key])[0]
+        return ctypes.string_at(ptr, n) if s == 0 and n else b""
+
+    def get_batch(self, keys):
+        """[bytes] per key (b"" for a miss or an error)."""
+        if not self._live("get_batch"):
+            return [b""] * len(keys)
+        if not keys:
+            return []
+        return [ctypes.string_at(p, n) if s == 0 and n else b"" for s, o, p, n, _ in self._alloc_get("get_batch", keys)]
+
+    def get_buffer(self, key):
+        """A BufferHandle (buffer protocol, ptr(), size()) over the object's
+        bytes, or None."""
+        return self.batch_get_buffer([key])[0]
+
+    def batch_get_buffer(self, keys):
+        if not self._live("batch_get_buffer"):
+            return [None] * len(keys)
+        if not keys:
+            return []
+        return [_buffer_handle(o, p, n) if s == 0 else None for s, o, p, n, _ in self._alloc_get("batch_get_buffer", keys)]
+
+    def get_size(self, key):
+        """The object's byte count, or a code (OBJECT_NOT_FOUND)."""
+        res, bufs = self._raw_get("get_size", [key], [0], [0], quiet=(_c.EBUFSMALL,))
+        if bufs is not None and bufs[0].status == _c.EBUFSMALL:
+            return bufs[0].nbytes
+        return res[0]
+
+    def is_exist(self, key):
+        """1, 0, or a negative code."""
+        return self.batch_is_exist([key])[0]
+
+    def batch_is_exist(self, keys):
+        if not self._live("batch_is_exist"):
+            return [INTERNAL_ERROR] * len(keys)
+        try:
+            return self._store.batch_is_exist(keys)
+        except (EcstoreError, TypeError) as e:
+            log.error("batch_is_exist: %s", e)
+            return [mooncake_code(getattr(e, "code", _c.EINVAL))] * len(keys)
+
+    def remove(self, key, force=False):
+        """0 or OBJECT_NOT_FOUND.  force has nothing to skip here (ecstore
+        leases never block a remove)."""
+        return self.batch_remove([key], force)[0]
+
+    def batch_remove(self, keys, force=False):
+        if not self._live("batch_remove"):
+            return [INTERNAL_ERROR] * len(keys)
+        try:
+            return [mooncake_code(s) for s in self._store.batch_remove(keys)]
+        except EcstoreError as e:
+            return self._fail("batch_remove", e, len(keys))
+        except TypeError as e:
+            log.error("batch_remove: %s", e)
+            return [INVALID_PARAMS] * len(keys)
+
+    def remove_all(self, force=False):
+        """Removes every object of this store's namespace; returns how many,
+        or a code.  Finds them through Redis (a SCAN of the object records),
+        so it needs a metadata_server."""
+        return self._remove_matching("remove_all", lambda k: True)
+
+    def remove_by_regex(self, regex_pattern, force=False):
+        """Removes the objects of this namespace whose key contains a match
+        of regex_pattern (a search, as Mooncake's); returns how many, or
+        INVALID_PARAMS for a bad pattern.  Lists keys through Redis, as
+        remove_all."""
+        try:
+            rx = re.compile(regex_pattern)
+        except re.error as e:
+            log.error("remove_by_regex: bad pattern %r: %s", regex_pattern, e)
+            return INVALID_PARAMS
+        return self._remove_matching("remove_by_regex", lambda k: rx.search(k.decode(errors="replace")))
+
+    def _remove_matching(self, what, keep):
+        if not self._live(what):
+            return INTERNAL_ERROR
+        if not self._redis_url:
+            log.error("%s: needs the Redis metadata server to list the objects", what)
+            return INVALID_PARAMS
+        prefix = ("ecs:%s:obj:" % self._ns).encode()
+        try:
+            names = _redis_scan(self._redis_url, prefix + b"*", self._timeout_s)
+        except (OSError, ValueError) as e:
+            log.error("%s: listing objects in Redis: %s", what, e)
+            return RPC_FAIL
+        keys = [k[len(prefix):] for k in names if k.startswith(prefix) and len(k) > len(prefix)]
+        keys = [k for k in keys if keep(k)]
+        removed = 0
+        for i in range(0, len(keys), 1024):
+            st = self.batch_remove(keys[i:i + 1024])
+            removed += sum(1 for s in st if s == 0)
+        return removed
+
+    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size, config=None):
+        """Stores metadata_size bytes at metadata_buffer_ptr followed by size
+        bytes at buffer_ptr as one object (joined here with one copy)."""
+        return self.batch_put_from_multi_buffers([key], [[metadata_buffer_ptr, buffer_ptr]],
+                                                 [[metadata_size, size]], config)[0]
+
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=False):
+        """Reads each object and spreads its bytes over its buffers in order;
+        per key the bytes read, OBJECT_NOT_FOUND, or INVALID_PARAMS when the
+        buffers together are too small (nothing written).  One copy here:
+        the object is fetched whole, then scattered."""
+        n = len(keys)
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+            log.error("batch_get_into_multi_buffers: mismatched list lengths")
+            return [INVALID_PARAMS] * n
+        if not self._live("batch_get_into_multi_buffers"):
+            return [INTERNAL_ERROR] * n
+        out = [None] * n
+        for i in range(n):
+            if len(all_buffer_ptrs[i]) != len(all_sizes[i]) or any(
+                    (not isinstance(z, int)) or z < 0 for z in all_sizes[i]):
+                out[i] = INVALID_PARAMS
+        todo = [i for i in range(n) if out[i] is None]
+        got = self._alloc_get("batch_get_into_multi_buffers", [keys[i] for i in todo]) if todo else []
+        for (s, owner, ptr, nb, _), i in zip(got, todo):
+            if s != 0:
+                out[i] = mooncake_code(s)
+                continue
+            if sum(all_sizes[i]) < nb:
+                log.error("batch_get_into_multi_buffers %r: %d bytes do not fit in %d", keys[i], nb,
+                          sum(all_sizes[i]))
+                out[i] = INVALID_PARAMS
+                continue
+            off = 0
+            for p, z in zip(all_buffer_ptrs[i], all_sizes[i]):
+                take = min(z, nb - off)
+                if take <= 0:
+                    break
+                ctypes.memmove(p, ptr + off, take)
+                off += take
+            out[i] = nb
+        return out
+
+    def put_from(self, key, buffer_ptr, size, config=None):
+        """Stores size bytes at buffer_ptr.  0 or a code."""
+        return self._raw_put("put_from", [key], [buffer_ptr], [size], config, False)[0]
+
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        return self._raw_put("upsert_from", [key], [buffer_ptr], [size], config, True)[0]
+
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        """Per item 0 or a code (mismatched list lengths: INVALID_PARAMS for
+        every item)."""
+        return self._raw_put("batch_put_from", keys, buffer_ptrs, sizes, config, False)
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        return self._raw_put("batch_upsert_from", keys, buffer_ptrs, sizes, config, True)
+
+    def get_into(self, key, buffer_ptr, size):
+        """Reads the object into the buffer: its byte count, or a code
+        (INVALID_PARAMS when the buffer is too small: nothing written)."""
+        return self._raw_get("get_into", [key], [buffer_ptr], [size])[0][0]
+
+    def batch_get_into(self, keys, buffer_ptrs, sizes):
+        return self._raw_get("batch_get_into", keys, buffer_ptrs, sizes)[0]
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Stores, per key, the concatenation of several regions (gathered
+        here with one copy: an ecstore object is one region)."""
+        n = len(keys)
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+            log.error("batch_put_from_multi_buffers: mismatched list lengths")
+            return [INVALID_PARAMS] * n
+        bufs, out = [], [None] * n
+        for i in range(n):
+            if len(all_buffer_ptrs[i]) != len(all_sizes[i]) or any(
+                    (not isinstance(s, int)) or s < 0 for s in all_sizes[i]):
+                out[i] = INVALID_PARAMS
+                bufs.append(b"")
+                continue
+            bufs.append(b"".join(ctypes.string_at(p, s) for p, s in zip(all_buffer_ptrs[i], all_sizes[i])))
+        todo = [i for i in range(n) if out[i] is None]
+        held = [_addr_of(bufs[i]) for i in todo]
+        st = self._raw_put("batch_put_from_multi_buffers", [keys[i] for i in todo], [h[0] for h in held],
+                           [h[1] for h in held], config, False)
+        for j, i in enumerate(todo):
+            out[i] = st[j]
+        return out
+
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
+        """For buffer i, key j, range k: copies all_sizes[i][j][k] bytes from
+        offset all_src_offsets[i][j][k] of the object to buffer_ptrs[i] +
+        all_dst_offsets[i][j][k].  Every destination range must lie inside a
+        region given to register_buffer (as Mooncake requires).  Returns
+        the bytes copied or a code per range, in the arguments' shape.
+        Each object is fetched whole once, then its ranges are copied."""
+        nb = len(buffer_ptrs)
+        for lst in (all_keys, all_dst_offsets, all_src_offsets, all_sizes):
+            for x in lst:
+                for y in x:
+                    if isinstance(y, (list, tuple)) and any((not isinstance(v, int)) or v < 0 for v in y):
+                        raise TypeError("get_into_ranges(): offsets and sizes are non-negative ints")
+        if not (len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes) == nb):
+            log.error("get_into_ranges: top-level size mismatch")
+            return [[[INVALID_PARAMS]] for _ in range(nb)]
+        if not self._live("get_into_ranges"):
+            return [[[INTERNAL_ERROR] for _ in ks] for ks in all_keys]
+        out = []
+        wanted = sorted({k for ks in all_keys for k in ks}, key=str)
+        got = dict(zip(wanted, self._alloc_get("get_into_ranges", wanted))) if wanted else {}
+        for i in range(nb):
+            ks = all_keys[i]
+            row = []
+            if not (len(all_dst_offsets[i]) == len(all_src_offsets[i]) == len(all_sizes[i]) == len(ks)):
+                out.append([[INVALID_PARAMS] for _ in ks])
+                continue
+            for j, k in enumerate(ks):
+                dst, src, sz = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
+                if not (len(dst) == len(src) == len(sz)):
+                    row.append([INVALID_PARAMS])
+                    continue
+                s, owner, ptr, n, _ = got[k]
+                cell = []
+                for d, o, z in zip(dst, src, sz):
+                    if s != 0:
+                        cell.append(mooncake_code(s))
+                    elif o + z > n or not self._inside(buffer_ptrs[i] + d, z):
+                        cell.append(INVALID_PARAMS)
+                    else:
+                        if z:
+                            ctypes.memmove(buffer_ptrs[i] + d, ptr + o, z)
+                        cell.append(z)
+                row.append(cell)
+            out.append(row)
+        return out
+
+    def _inside(self, addr, n):
+        for p, s in self._regions.items():
+            if p <= addr and addr + n <= p + s:
+                return True
+        return False
+
+    def register_buffer(self, buffer_ptr, size):
+        """Registers a region (with the NIC over RDMA; recorded otherwise).
+        0 or INVALID_PARAMS."""
+        if not self._live("register_buffer"):
+            return INTERNAL_ERROR
+        try:
+            self._store.register_buffer(buffer_ptr, size)
+        except EcstoreError as e:
+            log.error("register_buffer: %s", e)
+            return mooncake_code(e.code)
+        self._regions[buffer_ptr] = size
+        return 0
+
+    def unregister_buffer(self, buffer_ptr):
+        """0, or INVALID_PARAMS when no region starts there."""
+        if not self._live("unregister_buffer"):
+            return INTERNAL_ERROR
+        try:
+            self._store.unregister_buffer(buffer_ptr)
+        except EcstoreError as e:
+            log.error("unregister_buffer: %s", e)
+            return INVALID_PARAMS
+        self._regions.pop(buffer_ptr, None)
+        return 0
+
+    # ---- tensors -----------------------------------------------------------------
+
+    def _describe(self, what, tensor):
+        """(tensor kept alive, ptr, nbytes, code, shape) or an error code."""
+        import torch
+
+        if not isinstance(tensor, torch.Tensor):
+            log.error("%s: not a PyTorch tensor (%s)", what, type(tensor).__name__)
+            return INVALID_PARAMS
+        name = str(tensor.dtype).replace("torch.", "")
+        if name not in _TORCH_NAMES:
+            log.error("%s: unsupported tensor dtype %s", what, tensor.dtype)
+            return INVALID_PARAMS
+        if tensor.dim() > _MAX_DIMS:
+            log.error("%s: tensor has more than %d dimensions: %d", what, _MAX_DIMS, tensor.dim())
+            return INVALID_PARAMS
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()
+        code = _t.parse_dtype(name)
+        return tensor, tensor.data_ptr(), tensor.numel() * tensor.element_size(), code, tuple(tensor.shape)
+
+    def _put_tensors(self, what, keys, tensors, upsert):
+        n = len(keys)
+        if len(tensors) != n:
+            log.error("%s: %d keys but %d tensors", what, n, len(tensors))
+            return [INVALID_PARAMS] * n
+        out = [None] * n
+        keep, todo = [], []
+        for i, t in enumerate(tensors):
+            d = self._describe(what, t)
+            if isinstance(d, int):
+                out[i] = d
+            else:
+                keep.append(d)
+                todo.append(i)
+        st = self._raw_put(what, [keys[i] for i in todo], [d[1] for d in keep], [d[2] for d in keep], None,
+                           upsert, descs=[(d[3], d[4]) for d in keep])
+        for j, i in enumerate(todo):
+            out[i] = st[j]
+        return out
+
+    def put_tensor(self, key, tensor):
+        """Stores a torch tensor with its dtype and shape.  0 or a code."""
+        return self._put_tensors("put_tensor", [key], [tensor], False)[0]
+
+    def upsert_tensor(self, key, tensor):
+        return self._put_tensors("upsert_tensor", [key], [tensor], True)[0]
+
+    def batch_put_tensor(self, keys, tensors_list):
+        return self._put_tensors("batch_put_tensor", keys, tensors_list, False)
+
+    def batch_upsert_tensor(self, keys, tensors_list):
+        return self._put_tensors("batch_upsert_tensor", keys, tensors_list, True)
+
+    def get_tensor(self, key):
+        """The tensor (CPU, its stored dtype and shape), or None."""
+        return self.batch_get_tensor([key])[0]
+
+    def batch_get_tensor(self, keys):
+        if not self._live("batch_get_tensor"):
+            return [None] * len(keys)
+        if not keys:
+            return []
+        out = []
+        for s, owner, ptr, n, desc in self._alloc_get("batch_get_tensor", keys):
+            if s != 0 or desc.dtype not in _ECS_TO_MC:
+                out.append(None)
+                continue
+            shape = tuple(desc.shape[: desc.ndim])
+            if owner is not None:
+                owner.ptr = 0  # wrap_c_buffer takes the block over
+                out.append(_t.wrap_c_buffer(ptr, desc.dtype, shape, "torch"))
+            else:
+                out.append(_torch_view(0, desc.dtype, shape, 0))
+        return out
+
+    def _tensors_from(self, what, keys, buffer_ptrs, sizes, upsert):
+        n = len(keys)
+        if len(buffer_ptrs) != n or len(sizes) != n:
+            log.error("%s: mismatched list lengths", what)
+            return [INVALID_PARAMS] * n
+        out, todo, descs = [None] * n, [], []
+        for i in range(n):
+            try:
+                if not isinstance(buffer_ptrs[i], int) or buffer_ptrs[i] <= 0:
+                    raise ValueError("bad buffer pointer")
+                code, shape, nbytes = _decode_header(buffer_ptrs[i], sizes[i])
+            except ValueError as e:
+                log.error("%s %r: %s", what, keys[i], e)
+                out[i] = INVALID_PARAMS
+                continue
+            todo.append(i)
+            descs.append((code, shape, nbytes))
+        st = self._raw_put(what, [keys[i] for i in todo], [buffer_ptrs[i] + _HDR for i in todo],
+                           [d[2] for d in descs], None, upsert, descs=[(d[0], d[1]) for d in descs])
+        for j, i in enumerate(todo):
+            out[i] = st[j]
+        return out
+
+    def put_tensor_from(self, key, buffer_ptr, size):
+        """Stores a tensor from a [metadata][data] buffer (the layout
+        get_tensor_into writes): the data is stored straight from it."""
+        return self._tensors_from("put_tensor_from", [key], [buffer_ptr], [size], False)[0]
+
+    def upsert_tensor_from(self, key, buffer_ptr, size):
+        return self._tensors_from("upsert_tensor_from", [key], [buffer_ptr], [size], True)[0]
+
+    def batch_put_tensor_from(self, keys, buffer_ptrs, sizes):
+        return self._tensors_from("batch_put_tensor_from", keys, buffer_ptrs, sizes, False)
+
+    def batch_upsert_tensor_from(self, keys, buffer_ptrs, sizes):
+        return self._tensors_from("batch_upsert_tensor_from", keys, buffer_ptrs, sizes, True)
+
+    def get_tensor_into(self, key, buffer_ptr, size):
+        """Reads a tensor into a caller buffer as [304-byte metadata][data]
+        and returns a tensor over the data part (no copy), or None."""
+        return self.batch_get_tensor_into([key], [buffer_ptr], [size])[0]
+
+    def batch_get_tensor_into(self, keys, buffer_ptrs, sizes):
+        n = len(keys)
+        if len(buffer_ptrs) != n or len(sizes) != n:
+            log.error("batch_get_tensor_into: mismatched list lengths")
+            return [None] * n
+        ok = [isinstance(s, int) and s >= _HDR and isinstance(p, int) and p > 0 for p, s in zip(buffer_ptrs, sizes)]
+        for i in range(n):
+            if not ok[i]:
+                log.error("batch_get_tensor_into %r: buffer of %r bytes cannot hold the %d-byte metadata",
+                          keys[i], sizes[i], _HDR)
+        idx = [i for i in range(n) if ok[i]]
+        res, bufs = self._raw_get("batch_get_tensor_into", [keys[i] for i in idx],
+                                  [buffer_ptrs[i] + _HDR for i in idx], [sizes[i] - _HDR for i in idx])
+        out = [None] * n
+        for j, i in enumerate(idx):
+            if res[j] < 0:
+                continue
+            d = bufs[j].desc
+            if d.dtype not in _ECS_TO_MC:
+                continue
+            shape = tuple(d.shape[: d.ndim])
+            hdr = _encode_header(d.dtype, shape, res[j])
+            ctypes.memmove(buffer_ptrs[i], hdr, _HDR)
+            out[i] = _torch_view(buffer_ptrs[i] + _HDR, d.dtype, shape, res[j])
+        return out
+
+
+def _err_text(code, detail):
+    from .errors import err_name, strerror
+
+    return "%s (%s)%s" % (strerror(code), err_name(code), ": " + detail if detail else "")
