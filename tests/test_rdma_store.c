@@ -1,7 +1,7 @@
 /*
  * The store over RDMA, end to end: the real server loop (in a thread) and
  * the real client library, talking TCP for control, with the verbs calls
- * of both going to the in-process emulation (store/verbs_emu.h) through
+ * of both going to the in-process emulation (tests/support/verbs_emu.h) through
  * the ops override.  What a device would do with the bytes, the emulation
  * does with memcpy, including injected error completions.
  */
@@ -23,7 +23,7 @@
 #include "store/net.h"
 #include "store/rdma.h"
 #include "store/server.h"
-#include "store/verbs_emu.h"
+#include "support/verbs_emu.h"
 
 #define MIB (1024u * 1024u)
 
