@@ -27,6 +27,7 @@
 #include "store/net.h"
 #include "store/proto.h"
 #include "support/raw.h"
+#include "support/fixture.h"
 #include "support/ts.h"
 
 #define MIB (1024u * 1024u)
@@ -34,44 +35,30 @@
 #define DROP_MIN_MS (IO_TIMEOUT_MS - 50) /* the server ticks every 100 ms; never early */
 #define DROP_BOUND_MS 6000               /* generous, and 50x below the wrong unit */
 
-typedef struct env {
-  ecs_ts_proc_t redis, server;
-  char servers[64];
-  ecs_client_t *c; /* a well-behaved client */
-} env_t;
+/* Redis, the server and e->c, one well-behaved client (no e->cr: the
+ * tests count the server's connections). */
+typedef ecs_ts_env_t env_t;
 
 static int setup(void **state) {
   env_t *e = calloc(1, sizeof *e);
   static const char *const extra[] = {"--io-timeout-ms", "300", NULL};
-  if (!e || ecs_ts_redis_start(&e->redis) || ecs_ts_server_start(&e->server, e->redis.port, extra))
-    goto fail;
-  snprintf(e->servers, sizeof e->servers, "127.0.0.1:%d", e->server.port);
+  if (!e || ecs_ts_env_start(e, extra)) {
+    free(e);
+    return -1;
+  }
   ecs_client_config_t cfg;
-  ecs_client_config_init(&cfg);
-  cfg.servers = e->servers;
-  cfg.ns = "test";
-  cfg.transport = "tcp";
-  cfg.timeout_ms = 5000;
-  if (ecs_client_connect(&cfg, &e->c, NULL, 0) != ECS_OK)
-    goto fail;
+  ecs_ts_client_config(&cfg, e->servers, "tcp");
+  if (!(e->c = ecs_ts_connect(&cfg))) {
+    ecs_ts_env_stop(e);
+    free(e);
+    return -1;
+  }
   *state = e;
   return 0;
-fail:
-  if (e) {
-    ecs_ts_stop(&e->server, 5000);
-    ecs_ts_stop(&e->redis, 5000);
-  }
-  free(e);
-  return -1;
 }
 
 static int teardown(void **state) {
-  env_t *e = *state;
-  ecs_client_close(e->c);
-  int st = ecs_ts_stop(&e->server, 5000);
-  ecs_ts_stop(&e->redis, 5000);
-  free(e);
-  return st == 0 ? 0 : -1;
+  return ecs_ts_group_close(state);
 }
 
 static ecs_server_stat_t stat0(ecs_client_t *c) {
