@@ -252,10 +252,15 @@ size_t ecs_client_server_count(const ecs_client_t *c) {
   return c->nsrv;
 }
 
-/* One server's share of a batch (idx: indices into the caller's arrays),
- * and how to mark an item that a whole-share failure took down. */
-typedef int (*share_fn)(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline);
-typedef void (*mark_fn)(void *arg, size_t i, int rc);
+/* A kind of batch call (put, get, view, exists/remove): what it does with
+ * one server's share of the items (idx: indices into the caller's arrays),
+ * and how it reads and sets one item's status there.  arg is the call's
+ * own struct of the caller's arrays. */
+typedef struct batch_kind {
+  int (*share)(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline);
+  int (*status)(void *arg, size_t i);        /* item i's status: only OK items are sent */
+  void (*fail)(void *arg, size_t i, int rc); /* an item a whole-share failure took down */
+} batch_kind_t;
 
 /* The server an object lives on. */
 static size_t route(const ecs_client_t *c, const ecs_key_t *k) {
@@ -266,11 +271,11 @@ static size_t route(const ecs_client_t *c, const ecs_key_t *k) {
 
 /* Items of a batch that go to server si, as indices into the caller's
  * arrays.  idx must hold n entries. */
-static size_t pick(const ecs_client_t *c, const ecs_key_t *keys, const int *skip, size_t n, size_t si,
-                   size_t *idx) {
+static size_t pick(const ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind,
+                   void *arg, size_t si, size_t *idx) {
   size_t m = 0;
   for (size_t i = 0; i < n; i++)
-    if ((!skip || !skip[i]) && route(c, &keys[i]) == si)
+    if (kind->status(arg, i) == ECS_OK && route(c, &keys[i]) == si)
       idx[m++] = i;
   return m;
 }
@@ -279,32 +284,33 @@ static int key_ok(const ecs_key_t *k) {
   return k->data && ecs_key_check(k->data, k->len) == ECS_OK;
 }
 
-/* Runs a batch server by server: fn gets each server's share of the items
- * that skip[] does not exclude (indices into the caller's arrays, at most
+/* Runs a batch whose items have their first status (the checks made here)
+ * server by server, within one deadline: kind->share gets each server's
+ * share of the items still OK (indices into the caller's arrays, at most
  * ECS_PROTO_MAX_ITEMS at a time).  A connection that turns out stale (the
  * server restarted since the last call) is re-opened and the share sent
  * once more: every request is idempotent (a removal retried after it took
- * effect reports ENOTFOUND).  When a share fails as a whole, mark() gives
+ * effect reports ENOTFOUND).  When a share fails as a whole, fail() gives
  * its items, and the server's remaining ones, that error; the first such
  * error is returned.  Other servers still run. */
-static int each_share(ecs_client_t *c, const ecs_key_t *keys, const int *skip, size_t n, uint64_t deadline,
-                      share_fn fn, mark_fn mark, void *arg) {
+static int run_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg) {
+  uint64_t deadline = ecs__cli_deadline(c);
   size_t *idx = malloc((n ? n : 1) * sizeof *idx);
   if (!idx)
     return ECS_ENOMEM;
   int ret = ECS_OK;
   for (size_t si = 0; si < c->nsrv; si++) {
-    size_t m = pick(c, keys, skip, n, si, idx);
+    size_t m = pick(c, keys, n, kind, arg, si, idx);
     for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
       size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
       srv_t *sv = &c->srv[si];
       int reused = sv->fd >= 0;
-      int rc = fn(c, sv, idx + off, k, arg, deadline);
+      int rc = kind->share(c, sv, idx + off, k, arg, deadline);
       if (rc == ECS_ECONN && reused)
-        rc = fn(c, sv, idx + off, k, arg, deadline);
+        rc = kind->share(c, sv, idx + off, k, arg, deadline);
       if (rc) {
         for (size_t j = off; j < m; j++)
-          mark(arg, idx[j], rc);
+          kind->fail(arg, idx[j], rc);
         if (ret == ECS_OK)
           ret = rc;
         break;
@@ -344,26 +350,25 @@ static int put_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, voi
   return rc ? rc : s->ops->put(c, s, a->keys, a->ts, idx, m, a->status, deadline);
 }
 
-static void put_mark(void *arg, size_t i, int rc) {
+static int put_status(void *arg, size_t i) {
+  return ((put_arg_t *)arg)->status[i];
+}
+
+static void put_fail(void *arg, size_t i, int rc) {
   ((put_arg_t *)arg)->status[i] = rc;
 }
+
+static const batch_kind_t put_kind = {put_share, put_status, put_fail};
 
 int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
                   int *status) {
   if (!c || (n && (!keys || !tensors || !status)))
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
-  int *skip = calloc(n ? n : 1, sizeof *skip);
-  if (!skip)
-    return ECS_ENOMEM;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++)
     status[i] = put_validate(&keys[i], &tensors[i]);
-    skip[i] = status[i] != ECS_OK;
-  }
   put_arg_t a = {keys, tensors, status};
-  int ret = each_share(c, keys, skip, n, ecs__cli_deadline(c), put_share, put_mark, &a);
-  free(skip);
-  return ret;
+  return run_batch(c, keys, n, &put_kind, &a);
 }
 
 /* ------------------------------------------------------------------ */
@@ -381,7 +386,11 @@ static int get_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, voi
   return rc ? rc : s->ops->get(c, s, a->keys, a->bufs, idx, m, a->alloc, deadline);
 }
 
-static void get_mark(void *arg, size_t i, int rc) {
+static int get_status(void *arg, size_t i) {
+  return ((get_arg_t *)arg)->bufs[i].status;
+}
+
+static void get_fail(void *arg, size_t i, int rc) {
   get_arg_t *a = arg;
   ecs_get_buf_t *b = &a->bufs[i];
   if (a->alloc) {
@@ -392,23 +401,21 @@ static void get_mark(void *arg, size_t i, int rc) {
   b->nbytes = 0;
 }
 
+static const batch_kind_t get_kind = {get_share, get_status, get_fail};
+
 static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n, int alloc) {
   if (!c || (n && (!keys || !bufs)))
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
-  int *skip = calloc(n ? n : 1, sizeof *skip);
-  if (!skip)
-    return ECS_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     if (alloc)
       bufs[i].data = NULL;
     bufs[i].nbytes = 0;
     memset(&bufs[i].desc, 0, sizeof bufs[i].desc);
     bufs[i].status = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
-    skip[i] = bufs[i].status != ECS_OK;
   }
   get_arg_t a = {keys, bufs, alloc};
-  int ret = each_share(c, keys, skip, n, ecs__cli_deadline(c), get_share, get_mark, &a);
+  int ret = run_batch(c, keys, n, &get_kind, &a);
   if (alloc) { /* only OK items keep a buffer */
     for (size_t i = 0; i < n; i++) {
       if (bufs[i].status != ECS_OK && bufs[i].data) {
@@ -417,7 +424,6 @@ static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs
       }
     }
   }
-  free(skip);
   return ret;
 }
 
@@ -450,26 +456,26 @@ static int view_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, vo
   return s->ops->view(c, s, a->keys, a->views, idx, m, deadline);
 }
 
-static void view_mark(void *arg, size_t i, int rc) {
+static int view_status(void *arg, size_t i) {
+  return ((view_arg_t *)arg)->views[i].status;
+}
+
+static void view_fail(void *arg, size_t i, int rc) {
   ((view_arg_t *)arg)->views[i].status = rc;
 }
+
+static const batch_kind_t view_kind = {view_share, view_status, view_fail};
 
 int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n) {
   if (!c || (n && (!keys || !views)))
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
-  int *skip = calloc(n ? n : 1, sizeof *skip);
-  if (!skip)
-    return ECS_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     memset(&views[i], 0, sizeof views[i]);
     views[i].status = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
-    skip[i] = views[i].status != ECS_OK;
   }
   view_arg_t a = {keys, views};
-  int ret = each_share(c, keys, skip, n, ecs__cli_deadline(c), view_share, view_mark, &a);
-  free(skip);
-  return ret;
+  return run_batch(c, keys, n, &view_kind, &a);
 }
 
 /* ------------------------------------------------------------------ */
@@ -487,15 +493,8 @@ static int keys_one_server(ecs_client_t *c, srv_t *s, uint8_t op, const ecs_key_
   rc = ecs__cli_call(c, s, op, (uint32_t)m, NULL, 0, 0, ECS_CALL_COUNT, NULL, &h, deadline);
   if (rc)
     return ecs__cli_fail(c, s, rc);
-  ecs_rbuf_t r;
-  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-  for (size_t j = 0; j < m; j++) {
-    int32_t st;
-    if (ecs_proto_status_read(&r, &st) != ECS_OK)
-      return ecs__cli_fail(c, s, ECS_EPROTO);
-    out[idx[j]] = st;
-  }
-  return ECS_OK;
+  rc = ecs__cli_read_statuses(c, &h, idx, m, out);
+  return rc ? ecs__cli_fail(c, s, rc) : ECS_OK;
 }
 
 typedef struct keys_arg {
@@ -509,23 +508,22 @@ static int keys_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, vo
   return keys_one_server(c, s, a->op, a->keys, idx, m, a->out, deadline);
 }
 
-static void keys_mark(void *arg, size_t i, int rc) {
+static int keys_status(void *arg, size_t i) {
+  return ((keys_arg_t *)arg)->out[i];
+}
+
+static void keys_fail(void *arg, size_t i, int rc) {
   ((keys_arg_t *)arg)->out[i] = rc;
 }
 
+static const batch_kind_t keys_kind = {keys_share, keys_status, keys_fail};
+
 static int keys_batch(ecs_client_t *c, uint8_t op, const ecs_key_t *keys, size_t n, int *out) {
   c->errmsg[0] = '\0';
-  int *skip = calloc(n ? n : 1, sizeof *skip);
-  if (!skip)
-    return ECS_ENOMEM;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++)
     out[i] = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
-    skip[i] = out[i] != ECS_OK;
-  }
   keys_arg_t a = {keys, op, out};
-  int ret = each_share(c, keys, skip, n, ecs__cli_deadline(c), keys_share, keys_mark, &a);
-  free(skip);
-  return ret;
+  return run_batch(c, keys, n, &keys_kind, &a);
 }
 
 int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status) {

@@ -122,6 +122,18 @@ int ecs__cli_call(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t count,
   return rc;
 }
 
+int ecs__cli_read_statuses(ecs_client_t *c, const ecs_hdr_t *h, const size_t *idx, size_t m, int *out) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->rmeta, h->meta_len);
+  for (size_t j = 0; j < m; j++) {
+    int32_t st;
+    if (ecs_proto_status_read(&r, &st) != ECS_OK)
+      return ECS_EPROTO;
+    out[idx[j]] = st;
+  }
+  return ECS_OK;
+}
+
 int ecs__cli_hello(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
   ecs_hello_t hl = {.token = (const uint8_t *)c->token_s,
                     .token_len = (uint16_t)(c->token_s ? strlen(c->token_s) : 0),

@@ -172,6 +172,9 @@ int ecs__cli_send(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint16_t flags,
 int ecs__cli_call(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t count, const struct iovec *data,
                   int ndata, uint64_t data_len, unsigned check, const char *what, ecs_hdr_t *h,
                   uint64_t deadline);
+/* Reads a reply's m status records (in c->rmeta) into out[idx[j]].
+ * ECS_OK, or ECS_EPROTO when the records are short or malformed. */
+int ecs__cli_read_statuses(ecs_client_t *c, const ecs_hdr_t *h, const size_t *idx, size_t m, int *out);
 /* HELLO on s->fd; fills node_id, epoch, max_data, shm_path. */
 int ecs__cli_hello(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
 /* Delivers one stored object at src into b (verify, copy or decompress,

@@ -109,15 +109,8 @@ static int put_request(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys,
   free(zbuf);
   if (rc)
     return ecs__cli_fail(c, s, rc);
-  ecs_rbuf_t r;
-  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-  for (size_t j = 0; j < m; j++) {
-    int32_t st;
-    if (ecs_proto_status_read(&r, &st) != ECS_OK)
-      return ecs__cli_fail(c, s, ECS_EPROTO);
-    status[idx[j]] = st;
-  }
-  return ECS_OK;
+  rc = ecs__cli_read_statuses(c, &h, idx, m, status);
+  return rc ? ecs__cli_fail(c, s, rc) : ECS_OK;
 }
 
 /* Over the socket a request carries at most the server's max_data payload

@@ -57,16 +57,6 @@ static int setup(void **state) {
   return 0;
 }
 
-static int teardown(void **state) {
-  return ecs_ts_group_close(state);
-}
-
-static ecs_server_stat_t stat0(ecs_client_t *c) {
-  ecs_server_stat_t st;
-  assert_int_equal(ecs_stat(c, 0, &st), ECS_OK);
-  return st;
-}
-
 static int raw_open(const env_t *e) {
   int fd = -1;
   assert_int_equal(ecs_ts_raw_open(e->server.port, "test", &fd), ECS_OK);
@@ -91,7 +81,7 @@ static void others_served(env_t *e, const char *key, uint32_t stalled_conns) {
   assert_int_equal(g.status, ECS_OK);
   assert_memory_equal(a, b, sizeof a);
   /* served while the stalled peer was still there, not after its drop */
-  assert_int_equal(stat0(e->c).connections, 1 + stalled_conns);
+  assert_int_equal(ecs_ts_stat0(e->c).connections, 1 + stalled_conns);
 }
 
 /* Waits for the server to drop fd, stalled since t_stall (monotonic ms);
@@ -138,7 +128,7 @@ static void test_stall_mid_records(void **state) {
  * and its bytes go back to the pool (STAT shows it). */
 static void test_stall_mid_put_payload(void **state) {
   env_t *e = *state;
-  ecs_server_stat_t before = stat0(e->c);
+  ecs_server_stat_t before = ecs_ts_stat0(e->c);
   int fd = raw_open(e);
   ecs_wbuf_t w;
   ecs_wbuf_init(&w);
@@ -160,16 +150,16 @@ static void test_stall_mid_put_payload(void **state) {
   /* reserved while in flight (STAT is answered after the records were
    * read: the server reads a request's bytes in order, and this client's
    * STAT comes on another connection, after our send returned) */
-  ecs_server_stat_t mid = stat0(e->c);
+  ecs_server_stat_t mid = ecs_ts_stat0(e->c);
   for (int i = 0; i < 100 && mid.bytes_in_use < before.bytes_in_use + n; i++) {
     usleep(10000);
-    mid = stat0(e->c);
+    mid = ecs_ts_stat0(e->c);
   }
   assert_true(mid.bytes_in_use >= before.bytes_in_use + n);
   others_served(e, "served-during-payload-stall", 1);
-  uint64_t served = stat0(e->c).bytes_in_use - mid.bytes_in_use; /* the others' object */
+  uint64_t served = ecs_ts_stat0(e->c).bytes_in_use - mid.bytes_in_use; /* the others' object */
   expect_dropped(fd, t0);
-  ecs_server_stat_t after = stat0(e->c);
+  ecs_server_stat_t after = ecs_ts_stat0(e->c);
   assert_int_equal(after.bytes_in_use, before.bytes_in_use + served);
   assert_int_equal(after.objects, before.objects + 1);
   ecs_key_t k = {"stalled-put", 11};
@@ -197,9 +187,9 @@ static void test_unread_get_reply(void **state) {
   assert_int_equal(ecs_put_batch(e->c, &k, &t, 1, &st), ECS_OK);
   assert_int_equal(st, ECS_OK);
   free(big);
-  ecs_server_stat_t before = stat0(e->c);
+  ecs_server_stat_t before = ecs_ts_stat0(e->c);
   int fd = raw_open(e);
-  assert_int_equal(stat0(e->c).connections, before.connections + 1);
+  assert_int_equal(ecs_ts_stat0(e->c).connections, before.connections + 1);
   ecs_wbuf_t w;
   ecs_wbuf_init(&w);
   ecs_get_item_t gi = {.key = (const uint8_t *)"never-read", .key_len = 10, .capacity = n};
@@ -211,10 +201,10 @@ static void test_unread_get_reply(void **state) {
   ecs_wbuf_free(&w);
   uint64_t t0 = ecs_now_ms();
   others_served(e, "served-during-unread-reply", 1);
-  ecs_server_stat_t now = stat0(e->c);
+  ecs_server_stat_t now = ecs_ts_stat0(e->c);
   while (now.connections > before.connections && ecs_now_ms() - t0 < DROP_BOUND_MS) {
     usleep(10000);
-    now = stat0(e->c);
+    now = ecs_ts_stat0(e->c);
   }
   uint64_t ms = ecs_now_ms() - t0;
   if (now.connections > before.connections)
@@ -224,7 +214,7 @@ static void test_unread_get_reply(void **state) {
   uint64_t used = now.bytes_in_use;
   assert_int_equal(ecs_remove_batch(e->c, &k, 1, &st), ECS_OK);
   assert_int_equal(st, ECS_OK);
-  assert_int_equal(stat0(e->c).bytes_in_use, used - n);
+  assert_int_equal(ecs_ts_stat0(e->c).bytes_in_use, used - n);
   close(fd);
 }
 
@@ -236,5 +226,5 @@ int main(void) {
       cmocka_unit_test(test_stall_mid_put_payload),
       cmocka_unit_test(test_unread_get_reply),
   };
-  return cmocka_run_group_tests_name("deadlines", tests, setup, teardown);
+  return cmocka_run_group_tests_name("deadlines", tests, setup, ecs_ts_group_close);
 }

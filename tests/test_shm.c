@@ -42,18 +42,12 @@ static int put1(ecs_client_t *c, const char *key, const void *data, uint64_t n) 
   return ecs_ts_put1(c, key, data, n, ECS_DTYPE_U8);
 }
 
-static ecs_server_stat_t stat0(ecs_client_t *c) {
-  ecs_server_stat_t st;
-  assert_int_equal(ecs_stat(c, 0, &st), ECS_OK);
-  return st;
-}
-
 /* Waits (bounded) until the server's pool usage is back to bytes. */
 static uint64_t wait_usage(ecs_client_t *c, uint64_t bytes) {
-  ecs_server_stat_t st = stat0(c);
+  ecs_server_stat_t st = ecs_ts_stat0(c);
   for (int i = 0; i < 150 && st.bytes_in_use != bytes; i++) {
     usleep(20000);
-    st = stat0(c);
+    st = ecs_ts_stat0(c);
   }
   return st.bytes_in_use;
 }
@@ -90,12 +84,12 @@ static void test_views_zero_copy(void **state) {
   }
   assert_int_equal(v[N].status, ECS_ENOTFOUND);
   /* a viewed object survives removal until its view is released */
-  ecs_server_stat_t before = stat0(c);
+  ecs_server_stat_t before = ecs_ts_stat0(c);
   int st;
   assert_int_equal(ecs_remove_batch(c, &keys[0], 1, &st), ECS_OK);
   assert_int_equal(st, ECS_OK);
   assert_memory_equal(v[0].data, data[0], sizeof data[0]);
-  assert_int_equal(stat0(c).bytes_in_use, before.bytes_in_use);
+  assert_int_equal(ecs_ts_stat0(c).bytes_in_use, before.bytes_in_use);
   assert_int_equal(ecs_view_release(c, v, N + 1), ECS_OK);
   assert_true(wait_usage(c, before.bytes_in_use - 25 * 4096) == before.bytes_in_use - 25 * 4096);
   ecs_client_close(c);
@@ -176,7 +170,7 @@ static void test_leases_under_eviction(void **state) {
   free(obj);
   assert_int_equal(h.bad, 0);
   assert_true(h.checked > 0);
-  assert_true(stat0(w).evictions > 0);
+  assert_true(ecs_ts_stat0(w).evictions > 0);
   ecs_client_close(w);
   assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
@@ -252,7 +246,7 @@ static void test_client_killed_holding_pins(void **state) {
   assert_int_equal(ecs_ts_env_start(&e, NULL), 0);
   ecs_client_t *c = client(&e, "shm", 0);
   assert_non_null(c);
-  ecs_server_stat_t base = stat0(c);
+  ecs_server_stat_t base = ecs_ts_stat0(c);
   uint8_t *obj = malloc(MIB);
   ecs_ts_fill(obj, MIB, 1);
   assert_int_equal(put1(c, "leased-by-dead", obj, MIB), ECS_OK);
@@ -273,13 +267,13 @@ static void test_client_killed_holding_pins(void **state) {
   ecs_key_t k = {"leased-by-dead", 14};
   int st;
   assert_int_equal(ecs_remove_batch(c, &k, 1, &st), ECS_OK); /* doomed, still pinned */
-  assert_int_equal(stat0(c).bytes_in_use, base.bytes_in_use + 5 * MIB);
+  assert_int_equal(ecs_ts_stat0(c).bytes_in_use, base.bytes_in_use + 5 * MIB);
   kill(pid, SIGKILL);
   int ws;
   waitpid(pid, &ws, 0);
   /* the server notices the closed sockets and unpins everything */
   assert_int_equal(wait_usage(c, base.bytes_in_use), base.bytes_in_use);
-  assert_int_equal(stat0(c).objects, base.objects);
+  assert_int_equal(ecs_ts_stat0(c).objects, base.objects);
   ecs_client_close(c);
   assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
@@ -291,7 +285,7 @@ static void test_lease_expiry(void **state) {
   assert_int_equal(ecs_ts_env_start(&e, extra), 0);
   ecs_client_t *c = client(&e, "shm", 0);
   assert_non_null(c);
-  ecs_server_stat_t base = stat0(c);
+  ecs_server_stat_t base = ecs_ts_stat0(c);
   uint8_t *obj = calloc(1, MIB);
   assert_int_equal(put1(c, "forgotten", obj, MIB), ECS_OK);
   free(obj);

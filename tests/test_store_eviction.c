@@ -31,12 +31,6 @@
 
 #define MIB (1024u * 1024u)
 
-static ecs_server_stat_t stat0(ecs_client_t *c) {
-  ecs_server_stat_t st;
-  assert_int_equal(ecs_stat(c, 0, &st), ECS_OK);
-  return st;
-}
-
 typedef struct reader_arg {
   const char *servers;
   atomic_int stop;
@@ -120,7 +114,7 @@ static void test_fifo_eviction(void **state) {
   assert_true(first_present > 40); /* at most ~16 of 60 fit */
   for (int i = first_present; i < 60; i++)
     assert_true(present[i]);
-  ecs_server_stat_t st = stat0(e.c);
+  ecs_server_stat_t st = ecs_ts_stat0(e.c);
   assert_true(st.evictions >= 40);
   /* an object larger than the pool is refused clearly */
   uint8_t *big = calloc(1, 17 * MIB);
@@ -162,7 +156,7 @@ static void test_background_eviction(void **state) {
   free(obj);
   ecs_server_stat_t st;
   for (int i = 0; i < 100; i++) { /* the loop evicts within a tick or two */
-    st = stat0(e.c);
+    st = ecs_ts_stat0(e.c);
     if (st.bytes_in_use <= 4 * MIB)
       break;
     usleep(20000);

@@ -31,22 +31,6 @@
 
 #define MIB (1024u * 1024u)
 
-/* One server for the whole group, started with debug ops (corruption). */
-static int group_setup(void **state) {
-  static const char *const extra[] = {"--enable-debug-ops", NULL};
-  return ecs_ts_group_open(state, extra, 5000);
-}
-
-static int group_teardown(void **state) {
-  return ecs_ts_group_close(state);
-}
-
-static ecs_server_stat_t stat0(ecs_client_t *c) {
-  ecs_server_stat_t st;
-  assert_int_equal(ecs_stat(c, 0, &st), ECS_OK);
-  return st;
-}
-
 static void test_checksum_mismatch_detected(void **state) {
   ecs_ts_env_t *e = *state;
   uint8_t a[65536], out[65536];
@@ -131,33 +115,14 @@ static int raw_connect(int port) {
 }
 
 static void raw_send(int fd, const void *p, size_t n) {
-  struct iovec iov = {(void *)p, n};
-  assert_int_equal(ecs_net_writev_all(fd, &iov, 1, ecs_now_ms() + 2000), ECS_OK);
+  assert_int_equal(ecs_ts_raw_send(fd, p, n), ECS_OK);
 }
 
-static void raw_hello(int fd) {
-  ecs_wbuf_t w;
-  ecs_wbuf_init(&w);
-  ecs_hello_t h = {.ns = (const uint8_t *)"test", .ns_len = 4};
-  ecs_proto_hello_write(&w, &h);
-  ecs_hdr_t hd = {.magic = ECS_PROTO_MAGIC,
-                  .version = 1,
-                  .opcode = ECS_OP_HELLO,
-                  .req_id = 1,
-                  .meta_len = (uint32_t)w.len};
-  uint8_t hb[32];
-  ecs_proto_hdr_encode(&hd, hb);
-  raw_send(fd, hb, 32);
-  raw_send(fd, w.p, w.len);
-  ecs_wbuf_free(&w);
-  uint8_t rb[32];
-  assert_int_equal(ecs_net_read_all(fd, rb, 32, ecs_now_ms() + 2000), ECS_OK);
-  ecs_hdr_t rh;
-  assert_int_equal(ecs_proto_hdr_decode(rb, UINT64_MAX, &rh), ECS_OK);
-  assert_int_equal(rh.status, ECS_OK);
-  uint8_t skip[512];
-  assert_true(rh.meta_len <= sizeof skip);
-  assert_int_equal(ecs_net_read_all(fd, skip, rh.meta_len, ecs_now_ms() + 2000), ECS_OK);
+/* A raw connection that has said HELLO (namespace "test"). */
+static int raw_open(int port) {
+  int fd = -1;
+  assert_int_equal(ecs_ts_raw_open(port, "test", &fd), ECS_OK);
+  return fd;
 }
 
 /* After garbage, the server answers with an error reply and/or closes. */
@@ -222,23 +187,20 @@ static void test_malformed_frames(void **state) {
       {ECS_OP_GET, 0, 0, 1024}, /* a data section on a GET */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    fd = raw_connect(port);
-    raw_hello(fd);
+    fd = raw_open(port);
     send_hdr(fd, ECS_PROTO_MAGIC, bad[i].op, bad[i].count, bad[i].meta, bad[i].data);
     expect_error_or_close(fd);
     close(fd);
   }
   /* records that lie about lengths: a key length past the end */
-  fd = raw_connect(port);
-  raw_hello(fd);
+  fd = raw_open(port);
   uint8_t rec[8] = {0xff, 0x00, 'a', 'b'}; /* key_len 255 but 2 bytes */
   send_hdr(fd, ECS_PROTO_MAGIC, ECS_OP_EXISTS, 1, 4, 0);
   raw_send(fd, rec, 4);
   expect_error_or_close(fd);
   close(fd);
   /* a PUT whose item sizes disagree with data_len */
-  fd = raw_connect(port);
-  raw_hello(fd);
+  fd = raw_open(port);
   ecs_wbuf_t w;
   ecs_wbuf_init(&w);
   ecs_put_item_t it = {.key = (const uint8_t *)"liar", .key_len = 4, .nbytes = 16, .raw_nbytes = 16};
@@ -268,9 +230,8 @@ static void test_malformed_frames(void **state) {
 
 static void test_disconnect_mid_put_leaks_nothing(void **state) {
   ecs_ts_env_t *e = *state;
-  ecs_server_stat_t before = stat0(e->c);
-  int fd = raw_connect(e->server.port);
-  raw_hello(fd);
+  ecs_server_stat_t before = ecs_ts_stat0(e->c);
+  int fd = raw_open(e->server.port);
   ecs_wbuf_t w;
   ecs_wbuf_init(&w);
   uint64_t n = 8 * MIB;
@@ -286,12 +247,12 @@ static void test_disconnect_mid_put_leaks_nothing(void **state) {
   raw_send(fd, chunk, MIB); /* 1 of 8 MiB, then vanish */
   free(chunk);
   /* the block is reserved while the put is in flight */
-  ecs_server_stat_t mid = stat0(e->c);
+  ecs_server_stat_t mid = ecs_ts_stat0(e->c);
   assert_true(mid.bytes_in_use >= before.bytes_in_use + n);
   close(fd);
   ecs_server_stat_t after;
   for (int i = 0; i < 100; i++) {
-    after = stat0(e->c);
+    after = ecs_ts_stat0(e->c);
     if (after.bytes_in_use == before.bytes_in_use)
       break;
     usleep(20000);
@@ -312,5 +273,7 @@ int main(void) {
       cmocka_unit_test(test_malformed_frames),
       cmocka_unit_test(test_disconnect_mid_put_leaks_nothing),
   };
-  return cmocka_run_group_tests_name("store_integrity", tests, group_setup, group_teardown) ? 1 : 0;
+  return cmocka_run_group_tests_name("store_integrity", tests, ecs_ts_group_open_debug, ecs_ts_group_close)
+             ? 1
+             : 0;
 }

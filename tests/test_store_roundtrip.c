@@ -32,22 +32,6 @@
 
 #define MIB (1024u * 1024u)
 
-/* One server for the whole group, started with debug ops (corruption). */
-static int group_setup(void **state) {
-  static const char *const extra[] = {"--enable-debug-ops", NULL};
-  return ecs_ts_group_open(state, extra, 5000);
-}
-
-static int group_teardown(void **state) {
-  return ecs_ts_group_close(state);
-}
-
-static ecs_server_stat_t stat0(ecs_client_t *c) {
-  ecs_server_stat_t st;
-  assert_int_equal(ecs_stat(c, 0, &st), ECS_OK);
-  return st;
-}
-
 static void test_every_dtype(void **state) {
   ecs_ts_env_t *e = *state;
   for (int dt = ECS_DTYPE_F32; dt < ECS_DTYPE__COUNT; dt++) {
@@ -274,7 +258,7 @@ static void test_compressed_objects(void **state) {
     cfg.compression = codecs[ci];
     ecs_client_t *z;
     assert_int_equal(ecs_client_connect(&cfg, &z, NULL, 0), ECS_OK);
-    ecs_server_stat_t before = stat0(e->c);
+    ecs_server_stat_t before = ecs_ts_stat0(e->c);
     char k1[32], k2[32];
     snprintf(k1, sizeof k1, "z-emb-%s", codecs[ci]);
     snprintf(k2, sizeof k2, "z-rnd-%s", codecs[ci]);
@@ -295,7 +279,7 @@ static void test_compressed_objects(void **state) {
     assert_int_equal(st[1], ECS_OK);
     assert_int_equal(ecs_put_batch(z, keys, t, 2, st), ECS_OK); /* idempotent when compressed */
     assert_int_equal(st[0], ECS_OK);
-    ecs_server_stat_t after = stat0(e->c);
+    ecs_server_stat_t after = ecs_ts_stat0(e->c);
     /* the embedding took less pool than its raw size (zstd/auto; lz4 barely helps bf16) */
     if (ci != 0)
       assert_true(after.bytes_in_use - before.bytes_in_use < 2 * n - n / 8);
@@ -341,7 +325,7 @@ static void test_compressed_objects(void **state) {
 static void test_stat_and_ping(void **state) {
   ecs_ts_env_t *e = *state;
   assert_int_equal(ecs_ping(e->c), ECS_OK);
-  ecs_server_stat_t st = stat0(e->c);
+  ecs_server_stat_t st = ecs_ts_stat0(e->c);
   assert_int_equal(st.pool_size, 64u * MIB);
   assert_true(st.objects > 0);
   assert_int_equal(st.redis_ok, 1);
@@ -359,5 +343,7 @@ int main(void) {
       cmocka_unit_test(test_compressed_objects),
       cmocka_unit_test(test_stat_and_ping),
   };
-  return cmocka_run_group_tests_name("store_roundtrip", tests, group_setup, group_teardown) ? 1 : 0;
+  return cmocka_run_group_tests_name("store_roundtrip", tests, ecs_ts_group_open_debug, ecs_ts_group_close)
+             ? 1
+             : 0;
 }

@@ -75,6 +75,21 @@ int ecs_ts_group_close(void **state) {
   return st == 0 ? 0 : -1;
 }
 
+int ecs_ts_group_open_debug(void **state) {
+  static const char *const extra[] = {"--enable-debug-ops", NULL};
+  return ecs_ts_group_open(state, extra, 5000);
+}
+
+ecs_server_stat_t ecs_ts_stat0(ecs_client_t *c) {
+  ecs_server_stat_t st;
+  int rc = ecs_stat(c, 0, &st);
+  if (rc != ECS_OK) {
+    fprintf(stderr, "STAT of server 0 failed: %s (%s)\n", ecs_strerror(rc), ecs_client_errmsg(c));
+    abort();
+  }
+  return st;
+}
+
 const char *ecs_ts_transport(void) {
   const char *t = getenv("ECS_TEST_TRANSPORT");
   return t && *t ? t : "tcp";

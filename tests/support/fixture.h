@@ -47,6 +47,13 @@ int ecs_ts_env_close(ecs_ts_env_t *e);
  * teardown fails the group when the server did not exit cleanly. */
 int ecs_ts_group_open(void **state, const char *const extra[], int timeout_ms);
 int ecs_ts_group_close(void **state);
+/* The group setup most store tests share: one server with debug ops
+ * (corruption on demand), clients over the transport under test. */
+int ecs_ts_group_open_debug(void **state);
+
+/* Server 0's counters.  STAT failing means the server is gone and the
+ * test cannot go on: it says so and aborts the test binary. */
+ecs_server_stat_t ecs_ts_stat0(ecs_client_t *c);
 
 /* The transport under test: ECS_TEST_TRANSPORT (tcp when unset); ctest
  * runs such a binary once per transport. */
