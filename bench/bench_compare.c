@@ -18,7 +18,7 @@
  * markdown table DIR/compare.md and CSV files in DIR; plots are drawn from
  * the CSV by bench/plot.gp (scripts/bench-compare.sh runs it all).
  *
- * It measures and reports; it never asserts a figure (tests/bench.cmake
+ * It measures and reports; it never asserts a figure (tests/bench_check.cmake
  * only checks that the table and CSV were written).
  */
 #include <dirent.h>

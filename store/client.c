@@ -1,29 +1,25 @@
 /*
- * libecstore client over TCP; see include/ecstore/ecstore.h.
+ * libecstore client: the batch driver; see include/ecstore/ecstore.h.
  *
- * A call splits its batch by server (key hash), and for each server sends
- * one request and reads one reply.  GET replies are read in two steps: the
- * header and the item records first, then the payload with one readv whose
- * iovecs point straight into the caller's buffers, so no payload byte is
- * copied in user space.  Every socket wait is bounded by the call's
- * deadline; a connection that timed out or broke mid-reply is closed (its
- * stream position is unknown) and re-opened by the next call.
+ * A call checks its items, splits the batch by server (key hash), and
+ * hands each server's share to the data path the server is on, through
+ * that path's operations table (store/client_priv.h): the driver never
+ * knows whether the bytes go over a socket, through shared memory or by
+ * RDMA.  It owns what every path has in common: connecting and choosing the
+ * path, the call's deadline, a per-item status for every item, and the
+ * requests that are the same on every path (exists, remove, stat, ping).
  */
 #include "ecstore/ecstore.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include <xxhash.h>
 
-#include "store/checksum.h"
 #include "store/client_internal.h"
 #include "store/client_priv.h"
 #include "store/codec.h"
@@ -32,13 +28,6 @@
 #include "store/proto.h"
 
 typedef ecs_cli_srv_t srv_t;
-
-void ecs__cli_err(ecs_client_t *c, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
-  va_end(ap);
-}
 
 const char *ecs_client_errmsg(const ecs_client_t *c) {
   return c ? c->errmsg : "";
@@ -57,117 +46,6 @@ void ecs_free(void *p) {
   free(p);
 }
 
-void ecs__cli_drop(srv_t *s) {
-  if (s->fd >= 0)
-    close(s->fd);
-  s->fd = -1;
-  s->path = ECS_PATH_TCP;
-  ecs__rdma_drop(s);
-  if (s->map) {
-    s->map->retired = 1;
-    ecs__shm_map_put(s->map);
-    s->map = NULL;
-  }
-}
-
-/* ------------------------------------------------------------------ */
-/* one request / reply                                                  */
-
-/* Sends header + c->w records + data iovecs. */
-int ecs__cli_send(ecs_client_t *c, srv_t *s, uint8_t op, uint16_t flags, uint32_t count,
-                  const struct iovec *data, int ndata, uint64_t data_len, uint32_t *req_id,
-                  uint64_t deadline) {
-  if (c->w.err)
-    return c->w.err;
-  ecs_hdr_t h = {.magic = ECS_PROTO_MAGIC,
-                 .version = ECS_PROTO_VERSION,
-                 .opcode = op,
-                 .flags = flags,
-                 .req_id = ++c->next_req,
-                 .count = count,
-                 .meta_len = (uint32_t)c->w.len,
-                 .data_len = data_len};
-  *req_id = h.req_id;
-  uint8_t hb[ECS_PROTO_HDR_SIZE];
-  ecs_proto_hdr_encode(&h, hb);
-  struct iovec iov[2 + ECS_CLI_IOV_CHUNK];
-  iov[0].iov_base = hb;
-  iov[0].iov_len = sizeof hb;
-  iov[1].iov_base = c->w.p;
-  iov[1].iov_len = c->w.len;
-  int cnt = 2;
-  int i = 0;
-  /* header, records and the first data chunk in one sendmsg; then the rest */
-  for (; i < ndata && cnt < 2 + ECS_CLI_IOV_CHUNK; i++)
-    iov[cnt++] = data[i];
-  int rc = ecs_net_writev_all(s->fd, iov, cnt, deadline);
-  while (rc == ECS_OK && i < ndata) {
-    cnt = 0;
-    for (; i < ndata && cnt < ECS_CLI_IOV_CHUNK; i++)
-      iov[cnt++] = data[i];
-    rc = ecs_net_writev_all(s->fd, iov, cnt, deadline);
-  }
-  return rc;
-}
-
-/* Reads a reply header and its records into c->rmeta. */
-int ecs__cli_recv(ecs_client_t *c, srv_t *s, uint8_t op, uint32_t req_id, ecs_hdr_t *h, uint64_t deadline) {
-  uint8_t hb[ECS_PROTO_HDR_SIZE];
-  int rc = ecs_net_read_all(s->fd, hb, sizeof hb, deadline);
-  if (rc)
-    return rc;
-  rc = ecs_proto_hdr_decode(hb, UINT64_MAX, h);
-  if (rc || !(h->flags & ECS_FLAG_REPLY) || h->opcode != op || h->req_id != req_id) {
-    ecs__cli_err(c, "%s: malformed reply", s->addr);
-    return ECS_EPROTO;
-  }
-  if (h->meta_len > c->rmeta_cap) {
-    uint8_t *m = realloc(c->rmeta, h->meta_len);
-    if (!m)
-      return ECS_ENOMEM;
-    c->rmeta = m;
-    c->rmeta_cap = h->meta_len;
-  }
-  return ecs_net_read_all(s->fd, c->rmeta, h->meta_len, deadline);
-}
-
-int ecs__cli_hello(ecs_client_t *c, srv_t *s, uint64_t deadline) {
-  ecs_hello_t hl = {.token = (const uint8_t *)c->token_s,
-                    .token_len = (uint16_t)(c->token_s ? strlen(c->token_s) : 0),
-                    .ns = (const uint8_t *)c->ns_s,
-                    .ns_len = (uint16_t)strlen(c->ns_s)};
-  ecs_wbuf_reset(&c->w);
-  ecs_proto_hello_write(&c->w, &hl);
-  uint32_t id;
-  int rc = ecs__cli_send(c, s, ECS_OP_HELLO, 0, 0, NULL, 0, 0, &id, deadline);
-  ecs_hdr_t h;
-  if (rc == ECS_OK)
-    rc = ecs__cli_recv(c, s, ECS_OP_HELLO, id, &h, deadline);
-  if (rc == ECS_OK && h.status != ECS_OK) {
-    rc = h.status;
-    if (rc == ECS_EINVAL)
-      ecs__cli_err(c, "%s refused the namespace '%s' (it serves another one)", s->addr, c->ns_s);
-    else if (rc == ECS_EAUTH)
-      ecs__cli_err(c, "%s refused the auth token", s->addr);
-    else
-      ecs__cli_err(c, "%s refused HELLO: %s", s->addr, ecs_strerror(rc));
-    return rc;
-  }
-  if (rc == ECS_OK) {
-    ecs_rbuf_t r;
-    ecs_hello_reply_t hr;
-    ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-    rc = ecs_proto_hello_reply_read(&r, &hr);
-    if (rc == ECS_OK) {
-      snprintf(s->node_id, sizeof s->node_id, "%s", hr.node_id);
-      s->epoch = hr.epoch;
-      s->max_data = hr.max_data;
-      snprintf(s->shm_path, sizeof s->shm_path, "%s", hr.shm_path);
-    }
-  }
-  return rc;
-}
-
 /* Why a connection could not be made, in the words a user acts on: the
  * system's reason ("connection refused") and what it usually means. */
 static void connect_err(ecs_client_t *c, const srv_t *s, int rc, int to_ms) {
@@ -184,7 +62,7 @@ static void connect_err(ecs_client_t *c, const srv_t *s, int rc, int to_ms) {
 }
 
 /* Makes sure server s is connected and greeted. */
-int ecs__cli_ensure(ecs_client_t *c, srv_t *s, uint64_t deadline) {
+static int ensure(ecs_client_t *c, srv_t *s, uint64_t deadline) {
   if (s->fd >= 0)
     return ECS_OK;
   uint64_t now = ecs_now_ms();
@@ -205,37 +83,20 @@ int ecs__cli_ensure(ecs_client_t *c, srv_t *s, uint64_t deadline) {
     ecs__cli_drop(s);
     return rc;
   }
-  if (c->want == ECS_WANT_TCP)
+  s->ops = &ecs__cli_tcp_ops;
+  if (!c->path->upgrade)
     return ECS_OK;
-  if (c->want == ECS_WANT_RDMA) {
-    rc = ecs__rdma_upgrade(c, s, deadline);
-    if (rc != ECS_OK && s->fd >= 0)
-      fprintf(stderr, "ecstore: %s; using tcp\n", c->errmsg);
-    c->errmsg[0] = '\0';
-    return s->fd >= 0 ? ECS_OK : (rc ? rc : ECS_ECONN);
-  }
-  /* shm when the server is on this host: its Unix socket answers as the
-   * same node and epoch */
-  if (!s->shm_path[0]) {
-    rc = ECS_ENOTSUP;
-    ecs__cli_err(c, "%s has shared memory turned off", s->addr);
-  } else {
-    rc = ecs__shm_upgrade(c, s, deadline);
-  }
-  if (rc != ECS_OK && c->want == ECS_WANT_SHM) {
+  rc = c->path->upgrade(c, s, deadline);
+  if (rc == ECS_OK)
+    return ECS_OK;
+  if (c->fallback == ECS_FALLBACK_NONE) {
     ecs__cli_drop(s);
     return rc;
   }
-  c->errmsg[0] = '\0'; /* auto: TCP it is */
-  return ECS_OK;
-}
-
-/* After a whole-request failure the stream position is unknown: drop. */
-int ecs__cli_fail(ecs_client_t *c, srv_t *s, int rc) {
-  if (!c->errmsg[0] || rc == ECS_ETIMEDOUT)
-    ecs__cli_err(c, "%s: %s", s->addr, ecs_strerror(rc));
-  ecs__cli_drop(s);
-  return rc;
+  if (c->fallback == ECS_FALLBACK_SAY && s->fd >= 0)
+    fprintf(stderr, "ecstore: %s; using tcp\n", c->errmsg);
+  c->errmsg[0] = '\0'; /* TCP it is */
+  return s->fd >= 0 ? ECS_OK : rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -312,19 +173,22 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     goto fail;
   const char *tr = c->cfg.transport && *c->cfg.transport ? c->cfg.transport : "auto";
   if (!strcmp(tr, "auto")) {
-    c->want = ECS_WANT_AUTO;
+    c->path = &ecs__cli_shm_ops;
+    c->fallback = ECS_FALLBACK_QUIET;
   } else if (!strcmp(tr, "tcp")) {
-    c->want = ECS_WANT_TCP;
+    c->path = &ecs__cli_tcp_ops;
   } else if (!strcmp(tr, "shm")) {
-    c->want = ECS_WANT_SHM;
+    c->path = &ecs__cli_shm_ops;
+    c->fallback = ECS_FALLBACK_NONE;
   } else if (!strcmp(tr, "rdma")) {
     /* Without a device: one line, then tcp: asking for rdma where there is
      * none is a deployment choice, not a reason to refuse to connect. */
     char rerr[256] = "";
-    c->want = ECS_WANT_RDMA;
+    c->path = &ecs__cli_rdma_ops;
+    c->fallback = ECS_FALLBACK_SAY;
     if (ecs__rdma_client_open(c, rerr, sizeof rerr) != ECS_OK) {
       fprintf(stderr, "ecstore: %s; using tcp\n", rerr[0] ? rerr : "rdma: unavailable");
-      c->want = ECS_WANT_TCP;
+      c->path = &ecs__cli_tcp_ops;
     }
   } else {
     snprintf(errbuf, errlen, "unknown transport '%s' (expected auto, tcp, shm or rdma)", tr);
@@ -339,7 +203,7 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
   }
   uint64_t deadline = ecs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms + (uint64_t)c->cfg.timeout_ms;
   for (size_t i = 0; i < c->nsrv; i++) {
-    rc = ecs__cli_ensure(c, &c->srv[i], deadline);
+    rc = ensure(c, &c->srv[i], deadline);
     if (rc) {
       snprintf(errbuf, errlen, "%s", c->errmsg);
       goto fail;
@@ -388,8 +252,18 @@ size_t ecs_client_server_count(const ecs_client_t *c) {
   return c->nsrv;
 }
 
+/* A kind of batch call (put, get, view, exists/remove): what it does with
+ * one server's share of the items (idx: indices into the caller's arrays),
+ * and how it reads and sets one item's status there.  arg is the call's
+ * own struct of the caller's arrays. */
+typedef struct batch_kind {
+  int (*share)(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline);
+  int (*status)(void *arg, size_t i);        /* item i's status: only OK items are sent */
+  void (*fail)(void *arg, size_t i, int rc); /* an item a whole-share failure took down */
+} batch_kind_t;
+
 /* The server an object lives on. */
-size_t ecs__cli_route(const ecs_client_t *c, const ecs_key_t *k) {
+static size_t route(const ecs_client_t *c, const ecs_key_t *k) {
   if (c->nsrv == 1)
     return 0;
   return (size_t)(XXH3_64bits(k->data, k->len) % c->nsrv);
@@ -397,11 +271,11 @@ size_t ecs__cli_route(const ecs_client_t *c, const ecs_key_t *k) {
 
 /* Items of a batch that go to server si, as indices into the caller's
  * arrays.  idx must hold n entries. */
-static size_t pick(const ecs_client_t *c, const ecs_key_t *keys, const int *skip, size_t n, size_t si,
-                   size_t *idx) {
+static size_t pick(const ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind,
+                   void *arg, size_t si, size_t *idx) {
   size_t m = 0;
   for (size_t i = 0; i < n; i++)
-    if ((!skip || !skip[i]) && ecs__cli_route(c, &keys[i]) == si)
+    if (kind->status(arg, i) == ECS_OK && route(c, &keys[i]) == si)
       idx[m++] = i;
   return m;
 }
@@ -410,32 +284,33 @@ static int key_ok(const ecs_key_t *k) {
   return k->data && ecs_key_check(k->data, k->len) == ECS_OK;
 }
 
-/* Runs a batch server by server: fn gets each server's share of the items
- * that skip[] does not exclude (indices into the caller's arrays, at most
+/* Runs a batch whose items have their first status (the checks made here)
+ * server by server, within one deadline: kind->share gets each server's
+ * share of the items still OK (indices into the caller's arrays, at most
  * ECS_PROTO_MAX_ITEMS at a time).  A connection that turns out stale (the
  * server restarted since the last call) is re-opened and the share sent
  * once more: every request is idempotent (a removal retried after it took
- * effect reports ENOTFOUND).  When a share fails as a whole, mark() gives
+ * effect reports ENOTFOUND).  When a share fails as a whole, fail() gives
  * its items, and the server's remaining ones, that error; the first such
  * error is returned.  Other servers still run. */
-int ecs__cli_each_share(ecs_client_t *c, const ecs_key_t *keys, const int *skip, size_t n, uint64_t deadline,
-                        ecs_cli_share_fn fn, ecs_cli_mark_fn mark, void *arg) {
+static int run_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg) {
+  uint64_t deadline = ecs__cli_deadline(c);
   size_t *idx = malloc((n ? n : 1) * sizeof *idx);
   if (!idx)
     return ECS_ENOMEM;
   int ret = ECS_OK;
   for (size_t si = 0; si < c->nsrv; si++) {
-    size_t m = pick(c, keys, skip, n, si, idx);
+    size_t m = pick(c, keys, n, kind, arg, si, idx);
     for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
       size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
       srv_t *sv = &c->srv[si];
       int reused = sv->fd >= 0;
-      int rc = fn(c, sv, idx + off, k, arg, deadline);
+      int rc = kind->share(c, sv, idx + off, k, arg, deadline);
       if (rc == ECS_ECONN && reused)
-        rc = fn(c, sv, idx + off, k, arg, deadline);
+        rc = kind->share(c, sv, idx + off, k, arg, deadline);
       if (rc) {
         for (size_t j = off; j < m; j++)
-          mark(arg, idx[j], rc);
+          kind->fail(arg, idx[j], rc);
         if (ret == ECS_OK)
           ret = rc;
         break;
@@ -463,142 +338,6 @@ static int put_validate(const ecs_key_t *k, const ecs_tensor_t *t) {
   return ECS_OK;
 }
 
-/* Compresses one tensor for the wire with the handle's codec.  Returns a
- * malloc'd buffer of *len bytes and sets *codec, or NULL when the bytes go
- * raw (small, incompressible, auto said no, or any codec error: raw is
- * always a correct fallback). */
-static void *compress_item(int codec, const ecs_tensor_t *t, size_t *len, uint8_t *used) {
-  if (t->nbytes < 4096)
-    return NULL; /* not worth a codec frame */
-  int req = codec;
-  if (codec & ECS_CODEC_AUTO) {
-    int ch = ecs_codec_choose(codec, t->desc.dtype, t->data, (size_t)t->nbytes, 0);
-    if (ch <= 0)
-      return NULL;
-    req = ch;
-  }
-  size_t cap = ecs_codec_bound(req, (size_t)t->nbytes);
-  void *buf = cap ? malloc(cap) : NULL;
-  size_t out = 0;
-  uint8_t u = ECS_CODEC_NONE;
-  if (!buf ||
-      ecs_codec_compress(req, t->desc.dtype, t->data, (size_t)t->nbytes, buf, cap, &out, &u, 0) != ECS_OK ||
-      u == ECS_CODEC_NONE || out >= t->nbytes) {
-    free(buf);
-    return NULL;
-  }
-  *len = out;
-  *used = u;
-  return buf;
-}
-
-/* One PUT request over the socket for items idx[0..m), whose payload the
- * caller keeps within s->max_data unless m is 1: a single item that is
- * still over it after compression gets ECS_ETOOBIG alone, unsent. */
-static int put_request(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                       const size_t *idx, size_t m, int *status, uint64_t deadline) {
-  int rc;
-  /* calloc: gcc, once it inlines ecs__cli_send (as hidden visibility
-   * lets it), cannot see that only the nd entries written are read */
-  struct iovec *data = calloc(m ? m : 1, sizeof *data);
-  void **zbuf = calloc(m ? m : 1, sizeof *zbuf);
-  if (!data || !zbuf) {
-    free(data);
-    free(zbuf);
-    return ECS_ENOMEM;
-  }
-  ecs_wbuf_reset(&c->w);
-  uint64_t total = 0;
-  int nd = 0;
-  for (size_t j = 0; j < m; j++) {
-    const ecs_tensor_t *t = &ts[idx[j]];
-    const void *stored = t->data;
-    size_t slen = (size_t)t->nbytes;
-    uint8_t codec = ECS_CODEC_NONE;
-    if (c->codec != ECS_CODEC_NONE)
-      zbuf[j] = compress_item(c->codec, t, &slen, &codec);
-    if (zbuf[j])
-      stored = zbuf[j];
-    ecs_put_item_t it = {.key = keys[idx[j]].data,
-                         .key_len = (uint16_t)keys[idx[j]].len,
-                         .codec = codec,
-                         .flags = c->put_flags,
-                         .desc = t->desc,
-                         .nbytes = slen,
-                         .raw_nbytes = t->nbytes,
-                         .checksum = ecs_checksum(stored, slen)};
-    ecs_proto_put_item_write(&c->w, &it);
-    if (slen) {
-      data[nd].iov_base = (void *)stored;
-      data[nd].iov_len = slen;
-      nd++;
-    }
-    total += slen;
-  }
-  if (total > s->max_data) { /* m is 1 here (put_one_server) */
-    for (size_t j = 0; j < m; j++) {
-      free(zbuf[j]);
-      status[idx[j]] = ECS_ETOOBIG;
-    }
-    free(data);
-    free(zbuf);
-    return ECS_OK;
-  }
-  uint32_t id;
-  rc = ecs__cli_send(c, s, ECS_OP_PUT, 0, (uint32_t)m, data, nd, total, &id, deadline);
-  free(data);
-  for (size_t j = 0; j < m; j++)
-    free(zbuf[j]);
-  free(zbuf);
-  ecs_hdr_t h;
-  if (rc == ECS_OK)
-    rc = ecs__cli_recv(c, s, ECS_OP_PUT, id, &h, deadline);
-  if (rc)
-    return ecs__cli_fail(c, s, rc);
-  if (h.status != ECS_OK || h.count != m || h.data_len != 0) {
-    rc = h.status != ECS_OK ? h.status : ECS_EPROTO;
-    ecs__cli_err(c, "%s: put refused: %s", s->addr, ecs_strerror(rc));
-    return ecs__cli_fail(c, s, rc);
-  }
-  ecs_rbuf_t r;
-  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-  for (size_t j = 0; j < m; j++) {
-    int32_t st;
-    if (ecs_proto_status_read(&r, &st) != ECS_OK)
-      return ecs__cli_fail(c, s, ECS_EPROTO);
-    status[idx[j]] = st;
-  }
-  return ECS_OK;
-}
-
-/* Over the socket a request carries at most the server's max_data payload
- * bytes, so the items are sent in runs that fit (a compressed item is never
- * larger than its raw bytes): an item too big for any request fails alone
- * with ECS_ETOOBIG and never takes its neighbours with it. */
-static int put_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                          const size_t *idx, size_t m, int *status, uint64_t deadline) {
-  int rc = ecs__cli_ensure(c, s, deadline);
-  if (rc)
-    return rc;
-  if (s->path == ECS_PATH_SHM && s->map && s->map->writable)
-    return ecs__shm_put(c, s, keys, ts, idx, m, status, deadline);
-  if (s->path == ECS_PATH_RDMA)
-    return ecs__rdma_put(c, s, keys, ts, idx, m, status, deadline);
-  for (size_t lo = 0; lo < m;) {
-    size_t hi = lo + 1;
-    uint64_t sum = ts[idx[lo]].nbytes;
-    while (sum <= s->max_data && hi < m && ts[idx[hi]].nbytes <= s->max_data - sum) {
-      sum += ts[idx[hi]].nbytes;
-      hi++;
-    }
-    rc = put_request(c, s, keys, ts, idx + lo, hi - lo, status, deadline);
-    if (rc)
-      return rc;
-    lo = hi;
-  }
-  return ECS_OK;
-}
-
 typedef struct put_arg {
   const ecs_key_t *keys;
   const ecs_tensor_t *ts;
@@ -607,27 +346,27 @@ typedef struct put_arg {
 
 static int put_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline) {
   put_arg_t *a = arg;
-  return put_one_server(c, s, a->keys, a->ts, idx, m, a->status, deadline);
+  int rc = ensure(c, s, deadline);
+  return rc ? rc : s->ops->put(c, s, a->keys, a->ts, idx, m, a->status, deadline);
 }
 
-static void put_mark(void *arg, size_t i, int rc) {
+static int put_status(void *arg, size_t i) {
+  return ((put_arg_t *)arg)->status[i];
+}
+
+static void put_fail(void *arg, size_t i, int rc) {
   ((put_arg_t *)arg)->status[i] = rc;
 }
+
+static const batch_kind_t put_kind = {put_share, put_status, put_fail};
 
 static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
                      int *status) {
   c->errmsg[0] = '\0';
-  int *skip = calloc(n ? n : 1, sizeof *skip);
-  if (!skip)
-    return ECS_ENOMEM;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++)
     status[i] = put_validate(&keys[i], &tensors[i]);
-    skip[i] = status[i] != ECS_OK;
-  }
   put_arg_t a = {keys, tensors, status};
-  int ret = ecs__cli_each_share(c, keys, skip, n, ecs__cli_deadline(c), put_share, put_mark, &a);
-  free(skip);
-  return ret;
+  return run_batch(c, keys, n, &put_kind, &a);
 }
 
 int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
@@ -653,236 +392,6 @@ int ecs_upsert_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
 /* ------------------------------------------------------------------ */
 /* get                                                                  */
 
-/* Reads a get's payloads into iov[0..niov) (whole items in reply order;
- * iov_item[i] is the reply index of iov[i]) in slices of about
- * ECS_SUM_SLICE bytes, and checksums each raw item's bytes right after
- * each slice lands, while they are still in cache: one trip through
- * memory instead of two, and the hashing overlaps the server's sending.
- * A mismatch marks the item ECS_ECHECKSUM.  Compressed items are checked
- * later, by ecs__cli_deliver; empty ones, which have no iovec, by the
- * caller. */
-static int recv_payloads(ecs_client_t *c, srv_t *s, const struct iovec *iov, int niov, const size_t *iov_item,
-                         const ecs_get_reply_t *reps, ecs_get_buf_t *bufs, const size_t *idx,
-                         uint64_t deadline) {
-  struct iovec v[ECS_CLI_IOV_CHUNK];
-  int vi[ECS_CLI_IOV_CHUNK];    /* which iov each slice piece is from */
-  size_t vo[ECS_CLI_IOV_CHUNK]; /* at what offset in it */
-  size_t vl[ECS_CLI_IOV_CHUNK]; /* how many bytes (readv_all consumes v) */
-  ecs_sum_t *sum = NULL;        /* for an item that spans slices */
-  int rc = ECS_OK, i = 0;
-  size_t off = 0;
-  while (rc == ECS_OK && i < niov) {
-    int k = 0;
-    size_t slice_bytes = 0;
-    while (i < niov && k < ECS_CLI_IOV_CHUNK && slice_bytes < ECS_SUM_SLICE) {
-      size_t take = iov[i].iov_len - off;
-      if (take > ECS_SUM_SLICE - slice_bytes)
-        take = ECS_SUM_SLICE - slice_bytes;
-      v[k].iov_base = (uint8_t *)iov[i].iov_base + off;
-      v[k].iov_len = take;
-      vi[k] = i;
-      vo[k] = off;
-      vl[k] = take;
-      k++;
-      slice_bytes += take;
-      off += take;
-      if (off == iov[i].iov_len) {
-        i++;
-        off = 0;
-      }
-    }
-    rc = ecs_net_readv_all(s->fd, v, k, deadline);
-    if (rc != ECS_OK || !c->cfg.verify_checksum)
-      continue;
-    for (int q = 0; q < k; q++) {
-      size_t j = iov_item[vi[q]];
-      if (reps[j].codec != ECS_CODEC_NONE)
-        continue;
-      const uint8_t *p = (const uint8_t *)iov[vi[q]].iov_base + vo[q];
-      int first = vo[q] == 0, last = vo[q] + vl[q] == iov[vi[q]].iov_len;
-      uint64_t got_sum;
-      if (first && last) {
-        got_sum = ecs_checksum(p, vl[q]);
-      } else if (sum || (sum = ecs_sum_new()) != NULL) {
-        if (first)
-          ecs_sum_reset(sum);
-        ecs_sum_update(sum, p, vl[q]);
-        if (!last)
-          continue;
-        got_sum = ecs_sum_digest(sum);
-      } else if (last) { /* no memory for a state: hash the whole item now */
-        got_sum = ecs_checksum(iov[vi[q]].iov_base, iov[vi[q]].iov_len);
-      } else {
-        continue;
-      }
-      if (got_sum != reps[j].checksum) {
-        bufs[idx[j]].status = ECS_ECHECKSUM;
-        bufs[idx[j]].nbytes = 0;
-      }
-    }
-  }
-  ecs_sum_free(sum);
-  return rc;
-}
-
-static int get_one_server(ecs_client_t *c, srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
-                          const size_t *idx, size_t m, int alloc, uint64_t deadline) {
-  int rc = ecs__cli_ensure(c, s, deadline);
-  if (rc)
-    return rc;
-  if (s->path == ECS_PATH_SHM)
-    return ecs__shm_get(c, s, keys, bufs, idx, m, alloc, deadline);
-  if (s->path == ECS_PATH_RDMA)
-    return ecs__rdma_get(c, s, keys, bufs, idx, m, alloc, deadline);
-  ecs_wbuf_reset(&c->w);
-  for (size_t j = 0; j < m; j++) {
-    ecs_get_item_t it = {.key = keys[idx[j]].data,
-                         .key_len = (uint16_t)keys[idx[j]].len,
-                         .capacity = alloc ? UINT64_MAX : (bufs[idx[j]].data ? bufs[idx[j]].capacity : 0)};
-    ecs_proto_get_item_write(&c->w, &it);
-  }
-  uint32_t id;
-  rc = ecs__cli_send(c, s, ECS_OP_GET, 0, (uint32_t)m, NULL, 0, 0, &id, deadline);
-  ecs_hdr_t h;
-  if (rc == ECS_OK)
-    rc = ecs__cli_recv(c, s, ECS_OP_GET, id, &h, deadline);
-  if (rc)
-    return ecs__cli_fail(c, s, rc);
-  if (h.status != ECS_OK || h.count != m) {
-    rc = h.status != ECS_OK ? h.status : ECS_EPROTO;
-    ecs__cli_err(c, "%s: get refused: %s", s->addr, ecs_strerror(rc));
-    return ecs__cli_fail(c, s, rc);
-  }
-  /* Records first: they say where each payload goes.  Raw payloads are
-   * read straight into the caller's buffers; compressed ones into one
-   * scratch buffer, then decompressed into the caller's. */
-  ecs_rbuf_t r;
-  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-  struct iovec *iov = malloc((m ? m : 1) * sizeof *iov);
-  ecs_get_reply_t *reps = malloc((m ? m : 1) * sizeof *reps);
-  uint64_t *zoff = malloc((m ? m : 1) * sizeof *zoff);
-  size_t *iov_item = malloc((m ? m : 1) * sizeof *iov_item); /* iov index -> reply index */
-  uint8_t *scratch = NULL;
-  if (!iov || !reps || !zoff || !iov_item) {
-    free(iov);
-    free(reps);
-    free(zoff);
-    free(iov_item);
-    return ecs__cli_fail(c, s, ECS_ENOMEM);
-  }
-  int niov = 0;
-  uint64_t total = 0, ztotal = 0;
-  rc = ECS_OK;
-  for (size_t j = 0; j < m && rc == ECS_OK; j++) {
-    ecs_get_buf_t *b = &bufs[idx[j]];
-    ecs_get_reply_t *rep = &reps[j];
-    if (ecs_proto_get_reply_read(&r, rep) != ECS_OK) {
-      rc = ECS_EPROTO;
-      break;
-    }
-    b->status = rep->status;
-    b->nbytes = rep->status == ECS_EBUFSMALL ? rep->raw_nbytes : rep->nbytes;
-    b->desc = rep->desc;
-    if (rep->status != ECS_OK)
-      continue;
-    total += rep->nbytes;
-    if (rep->codec != ECS_CODEC_NONE) {
-      zoff[j] = ztotal;
-      ztotal += rep->nbytes;
-      continue;
-    }
-    if (alloc) {
-      free(b->data); /* a retry's first attempt may have allocated it */
-      b->data = malloc(rep->nbytes ? (size_t)rep->nbytes : 1);
-      if (!b->data) {
-        rc = ECS_ENOMEM;
-        break;
-      }
-      b->capacity = rep->nbytes;
-    } else if (rep->nbytes > b->capacity) {
-      rc = ECS_EPROTO; /* the server sent more than we asked for */
-      break;
-    }
-    if (rep->nbytes) {
-      iov[niov].iov_base = b->data;
-      iov[niov].iov_len = (size_t)rep->nbytes;
-      iov_item[niov] = j;
-      niov++;
-    }
-  }
-  if (rc == ECS_OK && total != h.data_len)
-    rc = ECS_EPROTO;
-  if (rc == ECS_OK && ztotal) {
-    scratch = malloc((size_t)ztotal);
-    if (!scratch)
-      rc = ECS_ENOMEM;
-  }
-  /* the iovecs in reply order: raw items into their buffers, compressed
-   * ones into the scratch buffer */
-  if (rc == ECS_OK && ztotal) {
-    niov = 0;
-    for (size_t j = 0; j < m; j++) {
-      if (reps[j].status != ECS_OK || reps[j].nbytes == 0)
-        continue;
-      iov[niov].iov_base = reps[j].codec != ECS_CODEC_NONE ? scratch + zoff[j] : bufs[idx[j]].data;
-      iov[niov].iov_len = (size_t)reps[j].nbytes;
-      iov_item[niov] = j;
-      niov++;
-    }
-  }
-  if (rc == ECS_OK)
-    rc = recv_payloads(c, s, iov, niov, iov_item, reps, bufs, idx, deadline);
-  free(iov);
-  free(iov_item);
-  if (rc == ECS_OK) {
-    for (size_t j = 0; j < m; j++) {
-      ecs_get_buf_t *b = &bufs[idx[j]];
-      const ecs_get_reply_t *rep = &reps[j];
-      if (b->status != ECS_OK)
-        continue;
-      if (rep->codec != ECS_CODEC_NONE)
-        b->status = ecs__cli_deliver(c, b, scratch + zoff[j], rep->codec, rep->nbytes, rep->raw_nbytes,
-                                     rep->checksum, alloc);
-      else if (rep->nbytes == 0 && c->cfg.verify_checksum && ecs_checksum(NULL, 0) != rep->checksum)
-        b->status = ECS_ECHECKSUM; /* an empty item had no iovec to check */
-      if (b->status == ECS_ECHECKSUM || b->status == ECS_ECODEC)
-        b->nbytes = 0;
-    }
-  }
-  free(scratch);
-  free(reps);
-  free(zoff);
-  return rc ? ecs__cli_fail(c, s, rc) : ECS_OK;
-}
-
-/* Puts one stored object (at src, as the server keeps it) into the
- * caller's buffer: checksum first, then a copy or a decompression, with
- * the capacity checked against the raw size.  Returns the item's status. */
-int ecs__cli_deliver(ecs_client_t *c, ecs_get_buf_t *b, const void *src, uint8_t codec, uint64_t nbytes,
-                     uint64_t raw_nbytes, uint64_t checksum, int alloc) {
-  if (c->cfg.verify_checksum && ecs_checksum(src, (size_t)nbytes) != checksum)
-    return ECS_ECHECKSUM;
-  if (alloc) {
-    free(b->data); /* a retry's first attempt may have allocated it */
-    b->data = malloc(raw_nbytes ? (size_t)raw_nbytes : 1);
-    if (!b->data)
-      return ECS_ENOMEM;
-    b->capacity = raw_nbytes;
-  } else if (raw_nbytes > b->capacity || (raw_nbytes && !b->data)) {
-    b->nbytes = raw_nbytes; /* what is needed */
-    return ECS_EBUFSMALL;
-  }
-  if (codec == ECS_CODEC_NONE) {
-    if (raw_nbytes)
-      memcpy(b->data, src, (size_t)raw_nbytes);
-  } else if (ecs_codec_decompress(codec, b->desc.dtype, src, (size_t)nbytes, b->data, (size_t)raw_nbytes) !=
-             ECS_OK) {
-    return ECS_ECODEC;
-  }
-  b->nbytes = raw_nbytes;
-  return ECS_OK;
-}
-
 typedef struct get_arg {
   const ecs_key_t *keys;
   ecs_get_buf_t *bufs;
@@ -891,10 +400,15 @@ typedef struct get_arg {
 
 static int get_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline) {
   get_arg_t *a = arg;
-  return get_one_server(c, s, a->keys, a->bufs, idx, m, a->alloc, deadline);
+  int rc = ensure(c, s, deadline);
+  return rc ? rc : s->ops->get(c, s, a->keys, a->bufs, idx, m, a->alloc, deadline);
 }
 
-static void get_mark(void *arg, size_t i, int rc) {
+static int get_status(void *arg, size_t i) {
+  return ((get_arg_t *)arg)->bufs[i].status;
+}
+
+static void get_fail(void *arg, size_t i, int rc) {
   get_arg_t *a = arg;
   ecs_get_buf_t *b = &a->bufs[i];
   if (a->alloc) {
@@ -905,23 +419,21 @@ static void get_mark(void *arg, size_t i, int rc) {
   b->nbytes = 0;
 }
 
+static const batch_kind_t get_kind = {get_share, get_status, get_fail};
+
 static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n, int alloc) {
   if (!c || (n && (!keys || !bufs)))
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
-  int *skip = calloc(n ? n : 1, sizeof *skip);
-  if (!skip)
-    return ECS_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     if (alloc)
       bufs[i].data = NULL;
     bufs[i].nbytes = 0;
     memset(&bufs[i].desc, 0, sizeof bufs[i].desc);
     bufs[i].status = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
-    skip[i] = bufs[i].status != ECS_OK;
   }
   get_arg_t a = {keys, bufs, alloc};
-  int ret = ecs__cli_each_share(c, keys, skip, n, ecs__cli_deadline(c), get_share, get_mark, &a);
+  int ret = run_batch(c, keys, n, &get_kind, &a);
   if (alloc) { /* only OK items keep a buffer */
     for (size_t i = 0; i < n; i++) {
       if (bufs[i].status != ECS_OK && bufs[i].data) {
@@ -930,7 +442,6 @@ static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs
       }
     }
   }
-  free(skip);
   return ret;
 }
 
@@ -943,34 +454,65 @@ int ecs_get_batch_alloc(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *b
 }
 
 /* ------------------------------------------------------------------ */
+/* views                                                                */
+
+typedef struct view_arg {
+  const ecs_key_t *keys;
+  ecs_view_t *views;
+} view_arg_t;
+
+static int view_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline) {
+  view_arg_t *a = arg;
+  int rc = ensure(c, s, deadline);
+  if (rc)
+    return rc;
+  if (!s->ops->view) { /* the bytes are not mapped here */
+    for (size_t j = 0; j < m; j++)
+      a->views[idx[j]].status = ECS_ENOTSUP;
+    return ECS_OK;
+  }
+  return s->ops->view(c, s, a->keys, a->views, idx, m, deadline);
+}
+
+static int view_status(void *arg, size_t i) {
+  return ((view_arg_t *)arg)->views[i].status;
+}
+
+static void view_fail(void *arg, size_t i, int rc) {
+  ((view_arg_t *)arg)->views[i].status = rc;
+}
+
+static const batch_kind_t view_kind = {view_share, view_status, view_fail};
+
+int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n) {
+  if (!c || (n && (!keys || !views)))
+    return ECS_EINVAL;
+  c->errmsg[0] = '\0';
+  for (size_t i = 0; i < n; i++) {
+    memset(&views[i], 0, sizeof views[i]);
+    views[i].status = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
+  }
+  view_arg_t a = {keys, views};
+  return run_batch(c, keys, n, &view_kind, &a);
+}
+
+/* ------------------------------------------------------------------ */
 /* exists / remove: key items in, statuses out                          */
 
 static int keys_one_server(ecs_client_t *c, srv_t *s, uint8_t op, const ecs_key_t *keys, const size_t *idx,
                            size_t m, int *out, uint64_t deadline) {
-  int rc = ecs__cli_ensure(c, s, deadline);
+  int rc = ensure(c, s, deadline);
   if (rc)
     return rc;
   ecs_wbuf_reset(&c->w);
   for (size_t j = 0; j < m; j++)
     ecs_proto_key_write(&c->w, keys[idx[j]].data, (uint16_t)keys[idx[j]].len);
-  uint32_t id;
-  rc = ecs__cli_send(c, s, op, 0, (uint32_t)m, NULL, 0, 0, &id, deadline);
   ecs_hdr_t h;
-  if (rc == ECS_OK)
-    rc = ecs__cli_recv(c, s, op, id, &h, deadline);
+  rc = ecs__cli_call(c, s, op, (uint32_t)m, NULL, 0, 0, ECS_CALL_COUNT, NULL, &h, deadline);
   if (rc)
     return ecs__cli_fail(c, s, rc);
-  if (h.status != ECS_OK || h.count != m || h.data_len != 0)
-    return ecs__cli_fail(c, s, h.status != ECS_OK ? h.status : ECS_EPROTO);
-  ecs_rbuf_t r;
-  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-  for (size_t j = 0; j < m; j++) {
-    int32_t st;
-    if (ecs_proto_status_read(&r, &st) != ECS_OK)
-      return ecs__cli_fail(c, s, ECS_EPROTO);
-    out[idx[j]] = st;
-  }
-  return ECS_OK;
+  rc = ecs__cli_read_statuses(c, &h, idx, m, out);
+  return rc ? ecs__cli_fail(c, s, rc) : ECS_OK;
 }
 
 typedef struct keys_arg {
@@ -984,23 +526,22 @@ static int keys_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, vo
   return keys_one_server(c, s, a->op, a->keys, idx, m, a->out, deadline);
 }
 
-static void keys_mark(void *arg, size_t i, int rc) {
+static int keys_status(void *arg, size_t i) {
+  return ((keys_arg_t *)arg)->out[i];
+}
+
+static void keys_fail(void *arg, size_t i, int rc) {
   ((keys_arg_t *)arg)->out[i] = rc;
 }
 
+static const batch_kind_t keys_kind = {keys_share, keys_status, keys_fail};
+
 static int keys_batch(ecs_client_t *c, uint8_t op, const ecs_key_t *keys, size_t n, int *out) {
   c->errmsg[0] = '\0';
-  int *skip = calloc(n ? n : 1, sizeof *skip);
-  if (!skip)
-    return ECS_ENOMEM;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++)
     out[i] = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
-    skip[i] = out[i] != ECS_OK;
-  }
   keys_arg_t a = {keys, op, out};
-  int ret = ecs__cli_each_share(c, keys, skip, n, ecs__cli_deadline(c), keys_share, keys_mark, &a);
-  free(skip);
-  return ret;
+  return run_batch(c, keys, n, &keys_kind, &a);
 }
 
 int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status) {
@@ -1090,21 +631,16 @@ typedef void (*build_fn)(ecs_client_t *c, const void *arg, size_t len);
 
 static int simple_rpc_once(ecs_client_t *c, srv_t *s, uint8_t op, build_fn build, const void *arg, size_t len,
                            ecs_hdr_t *h, uint64_t deadline) {
-  int rc = ecs__cli_ensure(c, s, deadline);
+  int rc = ensure(c, s, deadline);
   if (rc)
     return rc;
   ecs_wbuf_reset(&c->w);
   if (build)
     build(c, arg, len);
-  uint32_t id;
-  rc = ecs__cli_send(c, s, op, 0, 0, NULL, 0, 0, &id, deadline);
-  if (rc == ECS_OK)
-    rc = ecs__cli_recv(c, s, op, id, h, deadline);
-  if (rc == ECS_OK && h->data_len != 0)
-    rc = ECS_EPROTO;
-  if (rc)
+  rc = ecs__cli_call(c, s, op, 0, NULL, 0, 0, 0, NULL, h, deadline);
+  if (rc != ECS_OK && h->status == ECS_OK) /* not the server's answer: the stream is lost */
     return ecs__cli_fail(c, s, rc);
-  return h->status;
+  return rc;
 }
 
 static int simple_rpc(ecs_client_t *c, srv_t *s, uint8_t op, build_fn build, const void *arg, size_t len,
@@ -1177,9 +713,21 @@ int ecs__client_debug_corrupt(ecs_client_t *c, const void *key, size_t key_len) 
   if (!c || !key_ok(&k))
     return ECS_EINVAL;
   ecs_hdr_t h;
-  return simple_rpc(c, &c->srv[ecs__cli_route(c, &k)], ECS_OP_DEBUG, build_corrupt, key, key_len, &h);
+  return simple_rpc(c, &c->srv[route(c, &k)], ECS_OP_DEBUG, build_corrupt, key, key_len, &h);
 }
 
 int ecs__client_server_fd(ecs_client_t *c, size_t server) {
   return server < c->nsrv ? c->srv[server].fd : -1;
+}
+
+const char *ecs_client_transport(const ecs_client_t *c) {
+  /* a server not connected now counts as tcp: that is where it starts */
+  const char *name = NULL;
+  for (size_t i = 0; i < c->nsrv; i++) {
+    const char *n = c->srv[i].ops ? c->srv[i].ops->name : ecs__cli_tcp_ops.name;
+    if (name && strcmp(name, n) != 0)
+      return "mixed";
+    name = n;
+  }
+  return name ? name : "tcp";
 }

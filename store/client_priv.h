@@ -1,6 +1,18 @@
 /*
- * Internals shared by the client's modules: client.c (connections, TCP
- * requests) and client_shm.c (the shared-memory data path).  Not installed.
+ * Internals shared by the client's modules.  Not installed.
+ *
+ * The files and who calls whom (no cycles; each uses only those below it):
+ *
+ *   client.c        the batch driver: connect, route by key, split a batch
+ *                   by server, deadlines, per-item statuses; calls a data
+ *                   path only through its ecs_cli_ops_t table
+ *   client_tcp.c    the socket path (tcp, and a read-only shm mapping's puts)
+ *   client_shm.c    the shared-memory path (a server on this host)
+ *   client_rdma.c   the RDMA path
+ *   client_lease.c  LEASE / RELEASE and RESERVE -> write -> COMMIT, which
+ *                   the shm and RDMA paths share
+ *   client_conn.c   one connection: send a request, read and check a reply,
+ *                   HELLO, drop; delivering a stored object to a buffer
  */
 #ifndef ECS_CLIENT_PRIV_H
 #define ECS_CLIENT_PRIV_H
@@ -28,32 +40,74 @@ typedef struct ecs_shm_map {
   int retired;    /* replaced by a newer mapping */
 } ecs_shm_map_t;
 
-typedef enum ecs_cli_path { ECS_PATH_TCP = 0, ECS_PATH_SHM = 1, ECS_PATH_RDMA = 2 } ecs_cli_path_t;
+typedef struct ecs_cli_srv ecs_cli_srv_t;
 
-typedef struct ecs_cli_srv {
-  char host[128];         /* from the config */
-  int port;               /* from the config */
-  char addr[160];         /* "HOST:PORT" as configured */
-  int fd;                 /* the connection (TCP, or the Unix socket on the shm path); -1 */
-  ecs_cli_path_t path;    /* what fd is */
-  char node_id[64];       /* from HELLO */
-  uint64_t epoch;         /* from HELLO */
-  uint64_t max_data;      /* from HELLO */
-  char shm_path[108];     /* the server's Unix socket, from HELLO over TCP */
-  ecs_shm_map_t *map;     /* the pool mapping while path == SHM */
-  struct ecs_rdma_ep *ep; /* RDMA endpoint while path == RDMA */
-  uint64_t region_addr;   /* the server's pool as advertised over RDMA */
-  uint64_t region_len;    /* its length */
-  uint32_t region_rkey;   /* its rkey */
-  struct ecs_client *cli; /* the owning client (for the RDMA exchange callback) */
-} ecs_cli_srv_t;
+/*
+ * A data path: what differs between tcp, shm and RDMA.  One static const
+ * table per path (client_tcp.c, client_shm.c, client_rdma.c); a connected
+ * server points at the table of the path it is on.  Everything else (HELLO,
+ * exists, remove, stat, ping) is the same request over the server's socket
+ * whatever the path.
+ *
+ * Every data op handles one server's share of a batch: the items idx[0..m)
+ * (indices into the caller's arrays, at most ECS_PROTO_MAX_ITEMS), on a
+ * server that is connected and greeted.  Like a syscall, it returns 0 or a
+ * negative ECS_E* code: 0 when every item has its own status (which may be
+ * an error); an error when the share failed as a whole, in which case the
+ * connection has been dropped (ecs__cli_fail) unless the error is
+ * ECS_ENOMEM before anything was sent, and the driver gives the items that
+ * error.  An op may be re-run on a fresh connection after ECS_ECONN (every
+ * request is idempotent).
+ */
+typedef struct ecs_cli_ops {
+  /* What ecs_client_transport() reports for a server on this path. */
+  const char *name;
+  /* Moves server s, connected and greeted over TCP, onto this path.
+   * ECS_OK: s->ops is now this path's table (or a variant of it).  An
+   * error: c->errmsg says why, and s is left on TCP: still connected,
+   * unless the failure broke the connection (then s->fd is -1).  NULL:
+   * nothing to set up (tcp). */
+  int (*upgrade)(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
+  /* Stores ts[idx[j]] under keys[idx[j]]; sets status[idx[j]]. */
+  int (*put)(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+             const size_t *idx, size_t m, int *status, uint64_t deadline);
+  /* Fetches keys[idx[j]] into bufs[idx[j]] (the caller's buffer, or, with
+   * alloc, one it mallocs); sets each buffer's status, nbytes and desc. */
+  int (*get)(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs, const size_t *idx,
+             size_t m, int alloc, uint64_t deadline);
+  /* Leases keys[idx[j]] and points views[idx[j]] at the bytes in place.
+   * NULL: the path has no views (every item gets ECS_ENOTSUP). */
+  int (*view)(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_view_t *views, const size_t *idx,
+              size_t m, uint64_t deadline);
+  /* Frees what the path holds for s (an endpoint, a mapping) when its
+   * connection closes; s->fd is already closed.  NULL: nothing. */
+  void (*drop)(ecs_cli_srv_t *s);
+} ecs_cli_ops_t;
 
-typedef enum ecs_cli_want {
-  ECS_WANT_TCP = 0,
-  ECS_WANT_AUTO = 1,
-  ECS_WANT_SHM = 2,
-  ECS_WANT_RDMA = 3
-} ecs_cli_want_t;
+struct ecs_cli_srv {
+  char host[128];           /* from the config */
+  int port;                 /* from the config */
+  char addr[160];           /* "HOST:PORT" as configured */
+  int fd;                   /* the connection (TCP, or the Unix socket on the shm path); -1 */
+  const ecs_cli_ops_t *ops; /* the data path while connected; NULL while not */
+  char node_id[64];         /* from HELLO */
+  uint64_t epoch;           /* from HELLO */
+  uint64_t max_data;        /* from HELLO */
+  char shm_path[108];       /* the server's Unix socket, from HELLO over TCP */
+  ecs_shm_map_t *map;       /* the pool mapping while on the shm path */
+  struct ecs_rdma_ep *ep;   /* RDMA endpoint while on the RDMA path */
+  uint64_t region_addr;     /* the server's pool as advertised over RDMA */
+  uint64_t region_len;      /* its length */
+  uint32_t region_rkey;     /* its rkey */
+  struct ecs_client *cli;   /* the owning client (for the RDMA exchange callback) */
+};
+
+/* What to do when a server cannot be moved onto the path asked for. */
+typedef enum ecs_cli_fallback {
+  ECS_FALLBACK_QUIET = 0, /* stay on TCP (transport "auto") */
+  ECS_FALLBACK_SAY = 1,   /* stay on TCP and say so on stderr ("rdma") */
+  ECS_FALLBACK_NONE = 2   /* fail the connection ("shm") */
+} ecs_cli_fallback_t;
 
 /* A buffer given to ecs_register_buffer (mr NULL without an RDMA device). */
 typedef struct ecs_cli_reg {
@@ -67,19 +121,20 @@ struct ecs_client {
   char *servers_s, *redis_s, *ns_s, *token_s;
   ecs_cli_srv_t srv[ECS_CLI_MAX_SERVERS];
   size_t nsrv;
-  ecs_cli_want_t want;       /* transport asked for */
-  int codec;                 /* request codec for TCP puts (store/codec.h), or ECS_CODEC_NONE */
-  uint8_t put_flags;         /* ECS_PUT_F_* for the put in progress (ecs_upsert_batch sets UPSERT) */
-  struct ecs_rdma_ctx *rdma; /* RDMA device context (transport rdma), or NULL */
-  ecs_cli_reg_t *regs;       /* registered buffers */
-  size_t nregs, regs_cap;    /* count and capacity */
-  ecs_meta_t *meta;          /* Redis link for exists_batch, or NULL */
-  uint64_t redis_retry_ms;   /* after a Redis failure, exists asks the servers until then */
-  uint32_t next_req;         /* request ids */
-  uint8_t *rmeta;            /* reply records buffer */
-  size_t rmeta_cap;          /* its size */
-  ecs_wbuf_t w;              /* request records */
-  char errmsg[256];          /* last whole-batch error detail */
+  const ecs_cli_ops_t *path;   /* the path asked for (tcp: nothing to upgrade to) */
+  ecs_cli_fallback_t fallback; /* when a server cannot take that path */
+  int codec;                   /* request codec for TCP puts (store/codec.h), or ECS_CODEC_NONE */
+  uint8_t put_flags;           /* ECS_PUT_F_* for the put in progress (ecs_upsert_batch sets UPSERT) */
+  struct ecs_rdma_ctx *rdma;   /* RDMA device context (transport rdma), or NULL */
+  ecs_cli_reg_t *regs;         /* registered buffers */
+  size_t nregs, regs_cap;      /* count and capacity */
+  ecs_meta_t *meta;            /* Redis link for exists_batch, or NULL */
+  uint64_t redis_retry_ms;     /* after a Redis failure, exists asks the servers until then */
+  uint32_t next_req;           /* request ids */
+  uint8_t *rmeta;              /* reply records buffer */
+  size_t rmeta_cap;            /* its size */
+  ecs_wbuf_t w;                /* request records */
+  char errmsg[256];            /* last whole-batch error detail */
 };
 
 /* How long exists skips a Redis that just failed (then tries it again). */
@@ -89,74 +144,89 @@ static inline uint64_t ecs__cli_deadline(const ecs_client_t *c) {
   return ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
 }
 
+/* ---- client_conn.c: one connection ---------------------------------- */
+
 void ecs__cli_err(ecs_client_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Closes a server's connection (and retires its mapping). */
+/* Closes a server's connection and frees what its path holds. */
 void ecs__cli_drop(ecs_cli_srv_t *s);
-/* Records the error and drops the connection (its stream position is unknown). */
+/* Records the error and drops the connection (its stream position is
+ * unknown); returns rc. */
 int ecs__cli_fail(ecs_client_t *c, ecs_cli_srv_t *s, int rc);
-/* Connects and greets server s if it is not connected. */
-int ecs__cli_ensure(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
-/* One server's share of a batch (idx: indices into the caller's arrays),
- * and how to mark an item that a whole-share failure took down. */
-typedef int (*ecs_cli_share_fn)(ecs_client_t *c, ecs_cli_srv_t *s, const size_t *idx, size_t m, void *arg,
-                                uint64_t deadline);
-typedef void (*ecs_cli_mark_fn)(void *arg, size_t i, int rc);
-/* Runs fn over every server's share of the items skip[] leaves in; see client.c. */
-int ecs__cli_each_share(ecs_client_t *c, const ecs_key_t *keys, const int *skip, size_t n, uint64_t deadline,
-                        ecs_cli_share_fn fn, ecs_cli_mark_fn mark, void *arg);
-/* The server index an object lives on (key hash over the server list). */
-size_t ecs__cli_route(const ecs_client_t *c, const ecs_key_t *k);
-/* HELLO on s->fd; fills node_id, epoch, max_data, shm_path. */
-int ecs__cli_hello(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
-/* Sends header + c->w records + data iovecs; *req_id is the id used. */
+/* Sends header + c->w records + data iovecs; *req_id is the id used.  For
+ * a request with a reply use ecs__cli_call; this alone is for one-way
+ * messages (RELEASE) and replies that carry a descriptor (ATTACH). */
 int ecs__cli_send(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint16_t flags, uint32_t count,
                   const struct iovec *data, int ndata, uint64_t data_len, uint32_t *req_id,
                   uint64_t deadline);
-/* Reads a reply's header and records (into c->rmeta). */
-int ecs__cli_recv(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t req_id, ecs_hdr_t *h,
-                  uint64_t deadline);
 
+/* How ecs__cli_call checks a reply beyond its header. */
+#define ECS_CALL_COUNT 1u   /* it carries as many records as the request */
+#define ECS_CALL_PAYLOAD 2u /* it may carry a payload (else data_len must be 0) */
+
+/* One round trip: sends op with count records from c->w (and the data
+ * iovecs), reads the reply's header and records (into c->rmeta), and
+ * checks it.  Returns ECS_OK; the reply's own status when it refused the
+ * request as a whole (h->status, nonzero only then); ECS_EPROTO when its
+ * shape disagrees with `check`; or the transport's error.  It drops
+ * nothing: the caller decides.  `what` ("get", ...), when not NULL, names
+ * the request in c->errmsg when the reply refuses it. */
+int ecs__cli_call(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t count, const struct iovec *data,
+                  int ndata, uint64_t data_len, unsigned check, const char *what, ecs_hdr_t *h,
+                  uint64_t deadline);
+/* Reads a reply's m status records (in c->rmeta) into out[idx[j]].
+ * ECS_OK, or ECS_EPROTO when the records are short or malformed. */
+int ecs__cli_read_statuses(ecs_client_t *c, const ecs_hdr_t *h, const size_t *idx, size_t m, int *out);
+/* HELLO on s->fd; fills node_id, epoch, max_data, shm_path. */
+int ecs__cli_hello(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
 /* Delivers one stored object at src into b (verify, copy or decompress,
  * capacity against the raw size); returns the item's status. */
 int ecs__cli_deliver(ecs_client_t *c, ecs_get_buf_t *b, const void *src, uint8_t codec, uint64_t nbytes,
                      uint64_t raw_nbytes, uint64_t checksum, int alloc);
 
-/* client_shm.c: after a TCP HELLO that named a shm socket, try to switch
- * server s to it (same node and epoch over both sockets, then ATTACH and
- * map).  ECS_OK when s->path is now SHM; an error otherwise (s is left on
- * TCP, connected). */
-int ecs__shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
-/* The shm data path for one server's share of a batch (idx[0..m)). */
-int ecs__shm_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
-                 const size_t *idx, size_t m, int alloc, uint64_t deadline);
-int ecs__shm_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                 const size_t *idx, size_t m, int *status, uint64_t deadline);
-/* In-place puts (shm, RDMA): write() moves src[k] (nbytes) to pool
- * offset off[k] and sets st[k]; a nonzero return fails the whole call. */
-typedef int (*ecs_cli_writer_fn)(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_tensor_t *const *src,
-                                 const uint64_t *off, size_t n, int *st, uint64_t deadline);
-/* RESERVE -> write -> COMMIT for one server's share of a batch (a key that
- * repeats in the batch is written once and the repeats settled after). */
-int ecs__cli_put_inplace(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                         const size_t *idx, size_t m, int *status, uint64_t deadline,
-                         ecs_cli_writer_fn write);
+/* ---- client_lease.c: leases and in-place puts (shm, RDMA) ----------- */
+
 /* LEASE for keys idx[0..m) (records in c->rmeta), and a one-way RELEASE. */
 int ecs__cli_lease(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const size_t *idx, size_t m,
                    ecs_hdr_t *h, uint64_t deadline);
 void ecs__cli_release(ecs_client_t *c, ecs_cli_srv_t *s, const uint64_t *ids, size_t n, uint64_t deadline);
 
-/* client_rdma.c: open/close the device context, set up a server's
- * endpoint after its TCP HELLO, and the RDMA data path. */
+/* One item of an in-place put that the server reserved a block for. */
+typedef struct ecs_cli_wr {
+  const ecs_tensor_t *src; /* the caller's tensor */
+  uint64_t off;            /* where its block lies in the server's pool */
+  uint64_t resv_id;        /* the reservation COMMIT settles */
+  uint64_t sum;            /* its checksum */
+  size_t item;             /* its index into the caller's arrays */
+  int status;              /* set by the writer: how moving its bytes went */
+} ecs_cli_wr_t;
+
+/* In-place puts: moves w[k].src's bytes to pool offset w[k].off and sets
+ * w[k].status; a nonzero return fails the whole call. */
+typedef int (*ecs_cli_writer_fn)(ecs_client_t *c, ecs_cli_srv_t *s, ecs_cli_wr_t *w, size_t n,
+                                 uint64_t deadline);
+/* RESERVE -> write -> COMMIT for one server's share of a batch (a key that
+ * repeats in the batch is written once and the repeats settled after); an
+ * ecs_cli_ops_t put. */
+int ecs__cli_put_inplace(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                         const size_t *idx, size_t m, int *status, uint64_t deadline,
+                         ecs_cli_writer_fn write);
+
+/* ---- the paths ------------------------------------------------------- */
+
+extern const ecs_cli_ops_t ecs__cli_tcp_ops;  /* client_tcp.c */
+extern const ecs_cli_ops_t ecs__cli_shm_ops;  /* client_shm.c */
+extern const ecs_cli_ops_t ecs__cli_rdma_ops; /* client_rdma.c */
+
+/* client_tcp.c: a put over the socket (also the put of a read-only shm
+ * mapping, whose socket is the Unix one). */
+int ecs__tcp_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                 const size_t *idx, size_t m, int *status, uint64_t deadline);
+
+/* client_shm.c: unmaps a mapping that no view holds any more. */
+void ecs__shm_map_put(ecs_shm_map_t *m);
+
+/* client_rdma.c: the client's RDMA device context and registered buffers. */
 int ecs__rdma_client_open(ecs_client_t *c, char *errbuf, size_t errlen);
 void ecs__rdma_client_close(ecs_client_t *c);
-int ecs__rdma_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
-void ecs__rdma_drop(ecs_cli_srv_t *s);
-int ecs__rdma_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
-                  const size_t *idx, size_t m, int alloc, uint64_t deadline);
-int ecs__rdma_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                  const size_t *idx, size_t m, int *status, uint64_t deadline);
-
-/* Unmaps a mapping that no view holds any more. */
-void ecs__shm_map_put(ecs_shm_map_t *m);
 
 #endif

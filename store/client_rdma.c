@@ -112,27 +112,24 @@ static int exchange(void *arg, const uint8_t local[ECS_RDMA_BLOB_SIZE], uint8_t 
   uint64_t deadline = ecs_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1);
   ecs_wbuf_reset(&c->w);
   ecs_wbuf_put(&c->w, local, ECS_RDMA_BLOB_SIZE);
-  uint32_t id;
   ecs_hdr_t h;
-  int rc = ecs__cli_send(c, s, ECS_OP_RDMA_CONNECT, 0, 0, NULL, 0, 0, &id, deadline);
-  if (rc == ECS_OK)
-    rc = ecs__cli_recv(c, s, ECS_OP_RDMA_CONNECT, id, &h, deadline);
+  int rc = ecs__cli_call(c, s, ECS_OP_RDMA_CONNECT, 0, NULL, 0, 0, 0, NULL, &h, deadline);
+  if (rc != ECS_OK && h.status != ECS_OK)
+    return rc; /* the server said no: the connection is fine */
   if (rc)
     return ecs__cli_fail(c, s, rc);
-  if (h.status != ECS_OK)
-    return h.status;
   if (h.meta_len != ECS_RDMA_BLOB_SIZE)
     return ecs__cli_fail(c, s, ECS_EPROTO);
   memcpy(peer, c->rmeta, ECS_RDMA_BLOB_SIZE);
   return ECS_OK;
 }
 
-void ecs__rdma_drop(ecs_cli_srv_t *s) {
+static void rdma_drop(ecs_cli_srv_t *s) {
   ecs_rdma_ep_destroy(s->ep);
   s->ep = NULL;
 }
 
-int ecs__rdma_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
+static int rdma_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
   int rc = ecs_rdma_ep_create(c->rdma, NULL, &s->ep);
   if (rc) {
     ecs__cli_err(c, "%s: cannot create an RDMA endpoint: %s", s->addr, ecs_strerror(rc));
@@ -152,10 +149,10 @@ int ecs__rdma_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
   if (rc) {
     ecs__cli_err(c, "%s: RDMA set-up failed: %s%s", s->addr, ecs_strerror(rc),
                  rc == ECS_ENOTSUP ? " (the server has no RDMA device)" : "");
-    ecs__rdma_drop(s);
+    rdma_drop(s);
     return rc;
   }
-  s->path = ECS_PATH_RDMA;
+  s->ops = &ecs__cli_rdma_ops;
   return ECS_OK;
 }
 
@@ -180,68 +177,93 @@ static int remaining_ms(uint64_t deadline) {
   return now >= deadline ? 1 : (int)(deadline - now > 0x7fffffff ? 0x7fffffff : deadline - now);
 }
 
-int ecs__rdma_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
-                  const size_t *idx, size_t m, int alloc, uint64_t deadline) {
+/* One item of an RDMA get. */
+typedef struct rget_item {
+  ecs_lease_reply_t l; /* its lease record */
+  uint8_t *zbuf;       /* a compressed object lands here, then is delivered */
+  ecs_rdma_mr *tmp;    /* a registration made for this call, or NULL */
+} rget_item_t;
+
+/* Reads the lease records into it[] (copied out first: a QP rebuild during
+ * the READs reuses the connection's buffers), checking each against the
+ * advertised region, and collects the lease ids. */
+static int read_leases(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_hdr_t *h, size_t m, rget_item_t *it,
+                       uint64_t *ids, size_t *nids) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->rmeta, h->meta_len);
+  for (size_t j = 0; j < m; j++) {
+    const ecs_lease_reply_t *l = &it[j].l;
+    if (ecs_proto_lease_reply_read(&r, &it[j].l) != ECS_OK ||
+        (l->status == ECS_OK && (l->off > s->region_len || l->nbytes > s->region_len - l->off)))
+      return ECS_EPROTO;
+    if (l->status == ECS_OK)
+      ids[(*nids)++] = l->lease_id;
+  }
+  return ECS_OK;
+}
+
+/* Where item j's bytes land: the caller's buffer, one malloc'd for it
+ * (alloc), or a scratch buffer for a compressed object.  NULL with b's
+ * status set when there is none. */
+static void *read_dest(ecs_get_buf_t *b, rget_item_t *it, int alloc) {
+  const ecs_lease_reply_t *l = &it->l;
+  void *dst;
+  if (l->codec != ECS_CODEC_NONE) {
+    dst = it->zbuf = malloc((size_t)l->nbytes);
+  } else if (alloc) {
+    free(b->data); /* a retry's first attempt may have allocated it */
+    dst = b->data = malloc((size_t)l->nbytes);
+    b->capacity = l->nbytes;
+  } else if (l->nbytes > b->capacity || !b->data) {
+    b->status = ECS_EBUFSMALL;
+    return NULL;
+  } else {
+    dst = b->data;
+  }
+  if (!dst)
+    b->status = ECS_ENOMEM;
+  return dst;
+}
+
+static int rdma_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
+                    const size_t *idx, size_t m, int alloc, uint64_t deadline) {
   ecs_hdr_t h;
   int rc = ecs__cli_lease(c, s, keys, idx, m, &h, deadline);
   if (rc)
     return ecs__cli_fail(c, s, rc);
-  /* Copy the records out first: a QP rebuild during the READs reuses the
-   * connection's buffers. */
-  ecs_lease_reply_t *l = calloc(m ? m : 1, sizeof *l);
+  rget_item_t *it = calloc(m ? m : 1, sizeof *it);
+  /* what ecs_rdma_read_batch takes: its items and statuses, and which
+   * get item each one is */
   ecs_rdma_item *items = calloc(m ? m : 1, sizeof *items);
-  ecs_rdma_mr **tmp = calloc(m ? m : 1, sizeof *tmp);
-  uint8_t **zbuf = calloc(m ? m : 1, sizeof *zbuf); /* compressed objects land here */
-  size_t *which = calloc(m ? m : 1, sizeof *which);
   int *st = calloc(m ? m : 1, sizeof *st);
+  size_t *which = calloc(m ? m : 1, sizeof *which);
   uint64_t *ids = calloc(m ? m : 1, sizeof *ids);
   size_t nids = 0, n = 0;
-  if (!l || !items || !tmp || !zbuf || !which || !st || !ids) {
+  if (!it || !items || !st || !which || !ids) {
     rc = ECS_ENOMEM;
     goto out;
   }
-  ecs_rbuf_t r;
-  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-  for (size_t j = 0; j < m; j++) {
-    if (ecs_proto_lease_reply_read(&r, &l[j]) != ECS_OK ||
-        (l[j].status == ECS_OK && (l[j].off > s->region_len || l[j].nbytes > s->region_len - l[j].off))) {
-      rc = ECS_EPROTO;
-      goto out;
-    }
-    if (l[j].status == ECS_OK)
-      ids[nids++] = l[j].lease_id;
-  }
+  rc = read_leases(c, s, &h, m, it, ids, &nids);
+  if (rc)
+    goto out;
   for (size_t j = 0; j < m; j++) {
     ecs_get_buf_t *b = &bufs[idx[j]];
-    b->status = l[j].status;
-    b->nbytes = l[j].nbytes;
-    b->desc = l[j].desc;
-    if (l[j].status != ECS_OK || l[j].nbytes == 0)
+    const ecs_lease_reply_t *l = &it[j].l;
+    b->status = l->status;
+    b->nbytes = l->nbytes;
+    b->desc = l->desc;
+    if (l->status != ECS_OK || l->nbytes == 0)
       continue;
-    void *dst;
-    if (l[j].codec != ECS_CODEC_NONE) {
-      dst = zbuf[j] = malloc((size_t)l[j].nbytes);
-    } else if (alloc) {
-      free(b->data); /* a retry's first attempt may have allocated it */
-      dst = b->data = malloc((size_t)l[j].nbytes);
-      b->capacity = l[j].nbytes;
-    } else if (l[j].nbytes > b->capacity || !b->data) {
-      b->status = ECS_EBUFSMALL;
+    void *dst = read_dest(b, &it[j], alloc);
+    if (!dst)
       continue;
-    } else {
-      dst = b->data;
-    }
-    if (!dst) {
-      b->status = ECS_ENOMEM;
-      continue;
-    }
-    if (local_side(c, dst, l[j].nbytes, &items[n], &tmp[n]) != ECS_OK) {
+    if (local_side(c, dst, l->nbytes, &items[n], &it[j].tmp) != ECS_OK) {
       b->status = ECS_EIO;
       continue;
     }
-    items[n].remote_addr = s->region_addr + l[j].off;
+    items[n].remote_addr = s->region_addr + l->off;
     items[n].rkey = s->region_rkey;
-    items[n].len = l[j].nbytes;
+    items[n].len = l->nbytes;
     which[n++] = j;
   }
   if (n) {
@@ -252,38 +274,35 @@ int ecs__rdma_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_
   for (size_t k = 0; k < n; k++) {
     size_t j = which[k];
     ecs_get_buf_t *b = &bufs[idx[j]];
+    const ecs_lease_reply_t *l = &it[j].l;
     if (st[k] != ECS_OK) {
       b->status = st[k];
       b->nbytes = 0;
-    } else if (l[j].codec != ECS_CODEC_NONE) {
-      b->status =
-          ecs__cli_deliver(c, b, zbuf[j], l[j].codec, l[j].nbytes, l[j].raw_nbytes, l[j].checksum, alloc);
-    } else if (c->cfg.verify_checksum && ecs_checksum(b->data, (size_t)b->nbytes) != l[j].checksum) {
+    } else if (l->codec != ECS_CODEC_NONE) {
+      b->status = ecs__cli_deliver(c, b, it[j].zbuf, l->codec, l->nbytes, l->raw_nbytes, l->checksum, alloc);
+    } else if (c->cfg.verify_checksum && ecs_checksum(b->data, (size_t)b->nbytes) != l->checksum) {
       b->status = ECS_ECHECKSUM;
     }
     if (b->status == ECS_ECHECKSUM || b->status == ECS_ECODEC)
       b->nbytes = 0;
   }
 out:
-  for (size_t k = 0; tmp && k < n; k++)
-    ecs_rdma_dereg(tmp[k]);
-  for (size_t j = 0; zbuf && j < m; j++)
-    free(zbuf[j]);
+  for (size_t j = 0; it && j < m; j++) {
+    ecs_rdma_dereg(it[j].tmp);
+    free(it[j].zbuf);
+  }
   if (rc == ECS_OK || rc == ECS_ETIMEDOUT)
     ecs__cli_release(c, s, ids, nids, deadline); /* a failed read still unpins */
-  free(l);
+  free(it);
   free(items);
-  free(tmp);
-  free(zbuf);
-  free(which);
   free(st);
+  free(which);
   free(ids);
   return rc ? ecs__cli_fail(c, s, rc) : ECS_OK;
 }
 
 /* The RDMA writer of an in-place put. */
-static int rdma_write(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_tensor_t *const *src, const uint64_t *off,
-                      size_t n, int *st, uint64_t deadline) {
+static int rdma_write(ecs_client_t *c, ecs_cli_srv_t *s, ecs_cli_wr_t *w, size_t n, uint64_t deadline) {
   ecs_rdma_item *items = calloc(n ? n : 1, sizeof *items);
   ecs_rdma_mr **tmp = calloc(n ? n : 1, sizeof *tmp);
   size_t *which = calloc(n ? n : 1, sizeof *which);
@@ -295,26 +314,27 @@ static int rdma_write(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_tensor_t *con
     goto out;
   }
   for (size_t i = 0; i < n; i++) {
-    if (off[i] > s->region_len || src[i]->nbytes > s->region_len - off[i]) {
+    const ecs_tensor_t *src = w[i].src;
+    if (w[i].off > s->region_len || src->nbytes > s->region_len - w[i].off) {
       rc = ECS_EPROTO;
       goto out;
     }
-    st[i] = ECS_OK;
-    if (src[i]->nbytes == 0)
+    w[i].status = ECS_OK;
+    if (src->nbytes == 0)
       continue;
-    if (local_side(c, (void *)src[i]->data, src[i]->nbytes, &items[k], &tmp[k]) != ECS_OK) {
-      st[i] = ECS_EIO;
+    if (local_side(c, (void *)src->data, src->nbytes, &items[k], &tmp[k]) != ECS_OK) {
+      w[i].status = ECS_EIO;
       continue;
     }
-    items[k].remote_addr = s->region_addr + off[i];
+    items[k].remote_addr = s->region_addr + w[i].off;
     items[k].rkey = s->region_rkey;
-    items[k].len = src[i]->nbytes;
+    items[k].len = src->nbytes;
     which[k++] = i;
   }
   if (k) {
     rc = ecs_rdma_write_batch(s->ep, items, k, wst, remaining_ms(deadline));
     for (size_t j = 0; rc == ECS_OK && j < k; j++)
-      st[which[j]] = wst[j];
+      w[which[j]].status = wst[j];
   }
 out:
   for (size_t j = 0; tmp && j < k; j++)
@@ -326,10 +346,20 @@ out:
   return rc;
 }
 
-int ecs__rdma_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                  const size_t *idx, size_t m, int *status, uint64_t deadline) {
+static int rdma_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                    const size_t *idx, size_t m, int *status, uint64_t deadline) {
   return ecs__cli_put_inplace(c, s, keys, ts, idx, m, status, deadline, rdma_write);
 }
+
+/* The NIC reads into the caller's memory, not into a mapping: no views. */
+const ecs_cli_ops_t ecs__cli_rdma_ops = {
+    .name = "rdma",
+    .upgrade = rdma_upgrade,
+    .put = rdma_put,
+    .get = rdma_get,
+    .view = NULL,
+    .drop = rdma_drop,
+};
 
 int ecs__client_rdma_qpn(ecs_client_t *c, size_t server, uint32_t *qpn) {
   if (!c || server >= c->nsrv || !c->srv[server].ep)

@@ -23,15 +23,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <xxhash.h>
-
 #include "store/checksum.h"
 #include "store/client_priv.h"
 
-static int put_unique(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                      const size_t *idx, size_t m, int *status, uint64_t deadline, ecs_cli_writer_fn write);
-static int shm_write(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_tensor_t *const *src, const uint64_t *off,
-                     size_t n, int *st, uint64_t deadline);
+static const ecs_cli_ops_t shm_ro_ops;
 
 void ecs__shm_map_put(ecs_shm_map_t *m) {
   if (m && m->retired && m->views == 0) {
@@ -97,7 +92,13 @@ static int attach(ecs_client_t *c, ecs_cli_srv_t *u, uint64_t deadline, ecs_shm_
   return rc;
 }
 
-int ecs__shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
+/* shm when the server is on this host: its Unix socket answers as the
+ * same node and epoch. */
+static int shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
+  if (!s->shm_path[0]) {
+    ecs__cli_err(c, "%s has shared memory turned off", s->addr);
+    return ECS_ENOTSUP;
+  }
   ecs_cli_srv_t u = *s; /* the Unix-socket side, checked before it replaces s */
   u.map = NULL;
   int rc = ecs_net_connect_unix(s->shm_path, deadline, &u.fd);
@@ -129,38 +130,9 @@ int ecs__shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
   }
   close(s->fd); /* the TCP connection is no longer needed */
   s->fd = u.fd;
-  s->path = ECS_PATH_SHM;
+  s->ops = m->writable ? &ecs__cli_shm_ops : &shm_ro_ops;
   s->map = m;
   return ECS_OK;
-}
-
-/* Sends the lease ids one-way: the server replies to nothing. */
-void ecs__cli_release(ecs_client_t *c, ecs_cli_srv_t *s, const uint64_t *ids, size_t n, uint64_t deadline) {
-  for (size_t off = 0; off < n && s->fd >= 0; off += ECS_PROTO_MAX_ITEMS) {
-    size_t k = n - off < ECS_PROTO_MAX_ITEMS ? n - off : ECS_PROTO_MAX_ITEMS;
-    ecs_wbuf_reset(&c->w);
-    for (size_t i = 0; i < k; i++)
-      ecs_proto_u64_write(&c->w, ids[off + i]);
-    uint32_t id;
-    int rc = ecs__cli_send(c, s, ECS_OP_RELEASE, ECS_FLAG_NOREPLY, (uint32_t)k, NULL, 0, 0, &id, deadline);
-    if (rc)
-      ecs__cli_fail(c, s, rc); /* the pins die with the connection */
-  }
-}
-
-/* LEASE for keys idx[0..m): the reply records stay in c->rmeta. */
-int ecs__cli_lease(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const size_t *idx, size_t m,
-                   ecs_hdr_t *h, uint64_t deadline) {
-  ecs_wbuf_reset(&c->w);
-  for (size_t j = 0; j < m; j++)
-    ecs_proto_key_write(&c->w, keys[idx[j]].data, (uint16_t)keys[idx[j]].len);
-  uint32_t id;
-  int rc = ecs__cli_send(c, s, ECS_OP_LEASE, 0, (uint32_t)m, NULL, 0, 0, &id, deadline);
-  if (rc == ECS_OK)
-    rc = ecs__cli_recv(c, s, ECS_OP_LEASE, id, h, deadline);
-  if (rc == ECS_OK && (h->status != ECS_OK || h->count != m || h->data_len != 0))
-    rc = h->status != ECS_OK ? h->status : ECS_EPROTO;
-  return rc;
 }
 
 /* A lease record the mapping can honour. */
@@ -168,8 +140,8 @@ static int lease_in_bounds(const ecs_shm_map_t *map, const ecs_lease_reply_t *l)
   return l->off <= map->len && l->nbytes <= map->len - l->off;
 }
 
-int ecs__shm_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
-                 const size_t *idx, size_t m, int alloc, uint64_t deadline) {
+static int shm_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
+                   const size_t *idx, size_t m, int alloc, uint64_t deadline) {
   ecs_hdr_t h;
   int rc = ecs__cli_lease(c, s, keys, idx, m, &h, deadline);
   if (rc)
@@ -220,228 +192,34 @@ int ecs__shm_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_g
   return ECS_OK;
 }
 
-/* first[j] = the position of the first item with the same key as item j
- * (j itself when it is the first).  An open-addressing table over xxh3 of
- * the keys, so a batch of thousands costs O(m). */
-static int find_dups(const ecs_key_t *keys, const size_t *idx, size_t m, size_t *first) {
-  size_t cap = 16;
-  while (cap < 2 * m)
-    cap *= 2;
-  size_t *slot = malloc(cap * sizeof *slot);
-  if (!slot)
-    return ECS_ENOMEM;
-  for (size_t i = 0; i < cap; i++)
-    slot[i] = SIZE_MAX;
-  for (size_t j = 0; j < m; j++) {
-    const ecs_key_t *k = &keys[idx[j]];
-    size_t h = (size_t)XXH3_64bits(k->data, k->len) & (cap - 1);
-    first[j] = j;
-    while (slot[h] != SIZE_MAX) {
-      const ecs_key_t *o = &keys[idx[slot[h]]];
-      if (o->len == k->len && memcmp(o->data, k->data, k->len) == 0) {
-        first[j] = slot[h];
-        break;
-      }
-      h = (h + 1) & (cap - 1);
-    }
-    if (first[j] == j)
-      slot[h] = j;
-  }
-  free(slot);
-  return ECS_OK;
-}
-
-int ecs__shm_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                 const size_t *idx, size_t m, int *status, uint64_t deadline) {
-  return ecs__cli_put_inplace(c, s, keys, ts, idx, m, status, deadline, shm_write);
-}
-
-static int same_tensor(const ecs_tensor_t *a, uint64_t asum, const ecs_tensor_t *b, uint64_t bsum) {
-  if (a->nbytes != b->nbytes || asum != bsum || a->desc.dtype != b->desc.dtype ||
-      a->desc.ndim != b->desc.ndim)
-    return 0;
-  for (unsigned d = 0; d < a->desc.ndim; d++)
-    if (a->desc.shape[d] != b->desc.shape[d])
-      return 0;
-  return 1;
-}
-
-int ecs__cli_put_inplace(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                         const size_t *idx, size_t m, int *status, uint64_t deadline,
-                         ecs_cli_writer_fn write) {
-  /* A key twice in one batch is reserved once per round: its first
-   * occurrence goes to the server and a repeat is settled against it once
-   * it is stored (same content: OK, other content: ECS_ECONFLICT).  A
-   * repeat whose first occurrence conflicted with what the server already
-   * held cannot be settled that way (it may carry the stored content), so
-   * it goes to the server in the next round, which checks it against the
-   * stored object as a tcp put would. */
-  size_t *first = malloc((m ? m : 1) * sizeof *first);
-  size_t *uidx = calloc(m ? m : 1, sizeof *uidx); /* calloc: quiets a false -Wmaybe-uninitialized */
-  size_t *left = malloc((m ? m : 1) * sizeof *left), *next = malloc((m ? m : 1) * sizeof *next);
-  int rc = ECS_ENOMEM;
-  if (!first || !uidx || !left || !next)
-    goto out;
-  memcpy(left, idx, m * sizeof *left);
-  size_t nleft = m;
-  rc = ECS_OK;
-  while (rc == ECS_OK && nleft > 0) {
-    if (find_dups(keys, left, nleft, first) != ECS_OK) {
-      rc = ECS_ENOMEM;
-      break;
-    }
-    size_t um = 0;
-    for (size_t j = 0; j < nleft; j++)
-      if (first[j] == j)
-        uidx[um++] = left[j];
-    rc = put_unique(c, s, keys, ts, uidx, um, status, deadline, write);
-    size_t nn = 0;
-    for (size_t j = 0; rc == ECS_OK && j < nleft; j++) {
-      if (first[j] == j)
-        continue;
-      size_t a = left[first[j]], b = left[j];
-      uint64_t sa = ecs_checksum(ts[a].data, (size_t)ts[a].nbytes),
-               sb = ecs_checksum(ts[b].data, (size_t)ts[b].nbytes);
-      int same = same_tensor(&ts[a], sa, &ts[b], sb);
-      if (status[a] == ECS_ECONFLICT && !same)
-        next[nn++] = b;
-      else
-        status[b] = status[a] != ECS_OK ? status[a] : same ? ECS_OK : ECS_ECONFLICT;
-    }
-    memcpy(left, next, nn * sizeof *left);
-    nleft = nn;
-  }
-out:
-  free(first);
-  free(uidx);
-  free(left);
-  free(next);
-  return rc;
-}
-
-/* RESERVE -> write in place -> COMMIT for keys that are unique in the
- * batch.  write() moves the bytes (memcpy into the shared map, or RDMA
- * WRITEs); an item it could not write is committed with abort and gets the
- * write's status. */
-static int put_unique(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                      const size_t *idx, size_t m, int *status, uint64_t deadline, ecs_cli_writer_fn write) {
-  uint64_t *sums = malloc((m ? m : 1) * sizeof *sums);
-  uint64_t *woff = malloc((m ? m : 1) * sizeof *woff), *wresv = malloc((m ? m : 1) * sizeof *wresv);
-  size_t *wj = malloc((m ? m : 1) * sizeof *wj);
-  const ecs_tensor_t **wsrc = malloc((m ? m : 1) * sizeof *wsrc);
-  int *wst = malloc((m ? m : 1) * sizeof *wst);
-  int rc = ECS_ENOMEM;
-  if (!sums || !woff || !wresv || !wj || !wsrc || !wst)
-    goto out;
-  ecs_wbuf_reset(&c->w);
-  for (size_t j = 0; j < m; j++) {
-    const ecs_tensor_t *t = &ts[idx[j]];
-    sums[j] = ecs_checksum(t->data, (size_t)t->nbytes);
-    ecs_put_item_t it = {.key = keys[idx[j]].data,
-                         .key_len = (uint16_t)keys[idx[j]].len,
-                         .codec = ECS_CODEC_NONE,
-                         .flags = c->put_flags,
-                         .desc = t->desc,
-                         .nbytes = t->nbytes,
-                         .raw_nbytes = t->nbytes,
-                         .checksum = sums[j]};
-    ecs_proto_put_item_write(&c->w, &it);
-  }
-  uint32_t id;
-  ecs_hdr_t h;
-  rc = ecs__cli_send(c, s, ECS_OP_RESERVE, 0, (uint32_t)m, NULL, 0, 0, &id, deadline);
-  if (rc == ECS_OK)
-    rc = ecs__cli_recv(c, s, ECS_OP_RESERVE, id, &h, deadline);
-  if (rc == ECS_OK && (h.status != ECS_OK || h.count != m || h.data_len != 0))
-    rc = h.status != ECS_OK ? h.status : ECS_EPROTO;
-  size_t nw = 0;
-  if (rc == ECS_OK) {
-    ecs_rbuf_t r;
-    ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-    for (size_t j = 0; j < m && rc == ECS_OK; j++) {
-      ecs_reserve_reply_t rr;
-      if (ecs_proto_reserve_reply_read(&r, &rr) != ECS_OK) {
-        rc = ECS_EPROTO;
-        break;
-      }
-      status[idx[j]] = rr.status;
-      if (rr.status != ECS_OK || rr.resv_id == 0)
-        continue; /* an error, or already stored with this content */
-      wj[nw] = j;
-      woff[nw] = rr.off;
-      wresv[nw] = rr.resv_id;
-      wsrc[nw] = &ts[idx[j]];
-      nw++;
-    }
-  }
-  /* the bytes go in place; then one COMMIT settles every reservation */
-  if (rc == ECS_OK && nw > 0)
-    rc = write(c, s, wsrc, woff, nw, wst, deadline);
-  if (rc == ECS_OK && nw > 0) {
-    ecs_wbuf_reset(&c->w);
-    for (size_t k = 0; k < nw; k++) {
-      ecs_commit_item_t ci = {.resv_id = wresv[k], .checksum = sums[wj[k]], .abort = wst[k] != ECS_OK};
-      ecs_proto_commit_item_write(&c->w, &ci);
-    }
-    rc = ecs__cli_send(c, s, ECS_OP_COMMIT, 0, (uint32_t)nw, NULL, 0, 0, &id, deadline);
-    if (rc == ECS_OK)
-      rc = ecs__cli_recv(c, s, ECS_OP_COMMIT, id, &h, deadline);
-    if (rc == ECS_OK && (h.status != ECS_OK || h.count != nw))
-      rc = h.status != ECS_OK ? h.status : ECS_EPROTO;
-    if (rc == ECS_OK) {
-      ecs_rbuf_t r;
-      ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-      for (size_t k = 0; k < nw && rc == ECS_OK; k++) {
-        int32_t st;
-        rc = ecs_proto_status_read(&r, &st);
-        status[idx[wj[k]]] = wst[k] != ECS_OK ? wst[k] : st;
-      }
-    }
-  }
-out:
-  free(sums);
-  free(woff);
-  free(wresv);
-  free(wj);
-  free(wsrc);
-  free(wst);
-  if (rc == ECS_ENOMEM)
-    return rc;
-  return rc ? ecs__cli_fail(c, s, rc) : ECS_OK; /* a dropped connection aborts the reservations */
-}
-
 /* The shm writer: memcpy into the shared map, bounds-checked. */
-static int shm_write(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_tensor_t *const *src, const uint64_t *off,
-                     size_t n, int *st, uint64_t deadline) {
+static int shm_write(ecs_client_t *c, ecs_cli_srv_t *s, ecs_cli_wr_t *w, size_t n, uint64_t deadline) {
   (void)c;
   (void)deadline;
   for (size_t k = 0; k < n; k++)
-    if (off[k] > s->map->len || src[k]->nbytes > s->map->len - off[k])
+    if (w[k].off > s->map->len || w[k].src->nbytes > s->map->len - w[k].off)
       return ECS_EPROTO;
   for (size_t k = 0; k < n; k++) {
-    if (src[k]->nbytes)
-      memcpy(s->map->base + off[k], src[k]->data, (size_t)src[k]->nbytes);
-    st[k] = ECS_OK;
+    if (w[k].src->nbytes)
+      memcpy(s->map->base + w[k].off, w[k].src->data, (size_t)w[k].src->nbytes);
+    w[k].status = ECS_OK;
   }
   return ECS_OK;
+}
+
+static int shm_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                   const size_t *idx, size_t m, int *status, uint64_t deadline) {
+  return ecs__cli_put_inplace(c, s, keys, ts, idx, m, status, deadline, shm_write);
 }
 
 /* ------------------------------------------------------------------ */
 /* views                                                                */
 
-static int view_one_server(ecs_client_t *c, size_t si, const ecs_key_t *keys, ecs_view_t *views,
-                           const size_t *idx, size_t m, uint64_t deadline) {
-  ecs_cli_srv_t *s = &c->srv[si];
-  int rc = ecs__cli_ensure(c, s, deadline);
-  if (rc)
-    return rc;
-  if (s->path != ECS_PATH_SHM) {
-    for (size_t j = 0; j < m; j++)
-      views[idx[j]].status = ECS_ENOTSUP;
-    return ECS_OK;
-  }
+static int shm_view(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_view_t *views,
+                    const size_t *idx, size_t m, uint64_t deadline) {
+  size_t si = (size_t)(s - c->srv);
   ecs_hdr_t h;
-  rc = ecs__cli_lease(c, s, keys, idx, m, &h, deadline);
+  int rc = ecs__cli_lease(c, s, keys, idx, m, &h, deadline);
   if (rc)
     return ecs__cli_fail(c, s, rc);
   uint64_t *drop = malloc((m ? m : 1) * sizeof *drop);
@@ -491,39 +269,6 @@ static int view_one_server(ecs_client_t *c, size_t si, const ecs_key_t *keys, ec
   return ECS_OK;
 }
 
-typedef struct view_arg {
-  const ecs_key_t *keys;
-  ecs_view_t *views;
-} view_arg_t;
-
-static int view_share(ecs_client_t *c, ecs_cli_srv_t *s, const size_t *idx, size_t m, void *arg,
-                      uint64_t deadline) {
-  view_arg_t *a = arg;
-  return view_one_server(c, (size_t)(s - c->srv), a->keys, a->views, idx, m, deadline);
-}
-
-static void view_mark(void *arg, size_t i, int rc) {
-  ((view_arg_t *)arg)->views[i].status = rc;
-}
-
-int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n) {
-  if (!c || (n && (!keys || !views)))
-    return ECS_EINVAL;
-  c->errmsg[0] = '\0';
-  int *skip = calloc(n ? n : 1, sizeof *skip);
-  if (!skip)
-    return ECS_ENOMEM;
-  for (size_t i = 0; i < n; i++) {
-    memset(&views[i], 0, sizeof views[i]);
-    views[i].status = keys[i].data && ecs_key_check(keys[i].data, keys[i].len) == ECS_OK ? ECS_OK : ECS_EKEY;
-    skip[i] = views[i].status != ECS_OK;
-  }
-  view_arg_t a = {keys, views};
-  int ret = ecs__cli_each_share(c, keys, skip, n, ecs__cli_deadline(c), view_share, view_mark, &a);
-  free(skip);
-  return ret;
-}
-
 int ecs_view_release(ecs_client_t *c, ecs_view_t *views, size_t n) {
   if (!c || (n && !views))
     return ECS_EINVAL;
@@ -553,12 +298,32 @@ int ecs_view_release(ecs_client_t *c, ecs_view_t *views, size_t n) {
   return ECS_OK;
 }
 
-const char *ecs_client_transport(const ecs_client_t *c) {
-  size_t n[3] = {0, 0, 0};
-  for (size_t i = 0; i < c->nsrv; i++)
-    n[c->srv[i].path]++;
-  return n[ECS_PATH_TCP] == c->nsrv    ? "tcp"
-         : n[ECS_PATH_SHM] == c->nsrv  ? "shm"
-         : n[ECS_PATH_RDMA] == c->nsrv ? "rdma"
-                                       : "mixed";
+/* The mapping goes when the connection does; views still out keep it
+ * until they are released. */
+static void shm_drop(ecs_cli_srv_t *s) {
+  if (s->map) {
+    s->map->retired = 1;
+    ecs__shm_map_put(s->map);
+    s->map = NULL;
+  }
 }
+
+const ecs_cli_ops_t ecs__cli_shm_ops = {
+    .name = "shm",
+    .upgrade = shm_upgrade,
+    .put = shm_put,
+    .get = shm_get,
+    .view = shm_view,
+    .drop = shm_drop,
+};
+
+/* A read-only mapping (shm_read_only, or a server that would not map its
+ * pool writable): gets and views in place, puts over the Unix socket. */
+static const ecs_cli_ops_t shm_ro_ops = {
+    .name = "shm",
+    .upgrade = shm_upgrade,
+    .put = ecs__tcp_put,
+    .get = shm_get,
+    .view = shm_view,
+    .drop = shm_drop,
+};

@@ -12,7 +12,7 @@
  *
  * Every verbs call goes through an operations table (store/verbs_ops.h)
  * picked at ecs_rdma_ctx_open: libibverbs (ops NULL), or the in-process
- * emulation that the tests use (store/verbs_emu.h).  Built without
+ * emulation that the tests use (tests/support/verbs_emu.h).  Built without
  * libibverbs, every call that needs verbs returns ECS_ENOTSUP; the blob
  * codec works in every build.
  *

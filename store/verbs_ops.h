@@ -6,7 +6,7 @@
  *
  *   ecs_verbs_real_ops()   libibverbs itself (store/verbs_real.c);
  *   ecs_verbs_emu_ops(emu) an in-process emulation for tests
- *                          (store/verbs_emu.c, see verbs_emu.h).
+ *                          (tests/support/verbs_emu.c).
  *
  * The table holds only what the transport uses, so the emulation has to get
  * only that much right.  Every entry behaves the same as the libibverbs call

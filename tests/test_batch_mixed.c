@@ -27,76 +27,23 @@
 #include "ecstore/ecstore.h"
 #include "store/client_internal.h"
 #include "support/raw.h"
+#include "support/fixture.h"
 #include "support/ts.h"
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
 
-typedef struct env {
-  ecs_ts_proc_t redis, server;
-  ecs_client_t *c;  /* exists asks the server */
-  ecs_client_t *cr; /* exists asks Redis */
-  char servers[64], redis_url[64];
-} env_t;
-
-static const char *transport(void) {
-  const char *t = getenv("ECS_TEST_TRANSPORT");
-  return t && *t ? t : "tcp";
-}
+/* e->c: exists asks the server; e->cr: exists asks Redis */
+typedef ecs_ts_env_t env_t;
 
 static int is_shm(void) {
-  return strcmp(transport(), "shm") == 0;
-}
-
-static ecs_client_t *client(const env_t *e, const char *redis_url) {
-  ecs_client_config_t cfg;
-  ecs_client_config_init(&cfg);
-  cfg.servers = e->servers;
-  cfg.redis_url = redis_url;
-  cfg.ns = "test";
-  cfg.transport = transport();
-  cfg.timeout_ms = 10000;
-  ecs_client_t *c = NULL;
-  char err[256];
-  int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
-  if (rc)
-    fprintf(stderr, "connect: %s: %s\n", ecs_strerror(rc), err);
-  return c;
+  return strcmp(ecs_ts_transport(), "shm") == 0;
 }
 
 static int setup(void **state) {
-  env_t *e = calloc(1, sizeof *e);
   static const char *const extra[] = {"--pool-size",        "16M", "--max-request", "4M",
                                       "--enable-debug-ops", NULL};
-  if (!e || ecs_ts_redis_start(&e->redis) || ecs_ts_server_start(&e->server, e->redis.port, extra))
-    goto fail;
-  snprintf(e->servers, sizeof e->servers, "127.0.0.1:%d", e->server.port);
-  snprintf(e->redis_url, sizeof e->redis_url, "127.0.0.1:%d", e->redis.port);
-  e->c = client(e, NULL);
-  e->cr = client(e, e->redis_url);
-  if (!e->c || !e->cr || strcmp(ecs_client_transport(e->c), transport()) != 0)
-    goto fail;
-  *state = e;
-  return 0;
-fail:
-  if (e) {
-    ecs_client_close(e->c);
-    ecs_client_close(e->cr);
-    ecs_ts_stop(&e->server, 5000);
-    ecs_ts_stop(&e->redis, 5000);
-  }
-  free(e);
-  return -1;
-}
-
-static int teardown(void **state) {
-  env_t *e = *state;
-  ecs_client_close(e->c);
-  ecs_client_close(e->cr);
-  int st = ecs_ts_stop(&e->server, 5000);
-  ecs_ts_stop(&e->redis, 5000);
-  free(e);
-  return st == 0 ? 0 : -1; /* a crash or sanitizer report in the server fails the group */
+  return ecs_ts_group_open(state, extra, 10000);
 }
 
 /* One item of a test batch: a key and (for puts) its bytes. */
@@ -107,7 +54,7 @@ typedef struct item {
 } item_t;
 
 static void item_make(item_t *it, const char *key, uint64_t nbytes, uint32_t seed) {
-  snprintf(it->key, sizeof it->key, "%s-%s", transport(), key);
+  snprintf(it->key, sizeof it->key, "%s-%s", ecs_ts_transport(), key);
   it->nbytes = nbytes;
   it->data = malloc(nbytes ? nbytes : 1);
   assert_non_null(it->data);
@@ -392,5 +339,5 @@ int main(void) {
       cmocka_unit_test(test_get_mixed),           cmocka_unit_test(test_view_mixed),
       cmocka_unit_test(test_exists_remove_mixed),
   };
-  return cmocka_run_group_tests_name(transport(), tests, setup, teardown);
+  return cmocka_run_group_tests_name(ecs_ts_transport(), tests, setup, ecs_ts_group_close);
 }

@@ -28,6 +28,7 @@
 #include "store/client_internal.h"
 #include "store/log.h"
 #include "store/net.h"
+#include "support/raw.h"
 #include "support/ts.h"
 
 #define KIB 1024u
@@ -55,17 +56,6 @@ static be_t be_redis = {ECS_EC_BACKEND_REDIS};
 /* ------------------------------------------------------------------ */
 /* helpers                                                              */
 
-static void fill(void *p, size_t n, uint32_t seed) {
-  uint8_t *b = p;
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; i++) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    b[i] = (uint8_t)x;
-  }
-}
-
 /* A bf16 tensor [rows, cols] of fresh bytes (caller frees t->data). */
 static ecs_tensor_t mk_tensor(uint64_t rows, uint64_t cols, uint32_t seed) {
   ecs_tensor_t t;
@@ -76,7 +66,7 @@ static ecs_tensor_t mk_tensor(uint64_t rows, uint64_t cols, uint32_t seed) {
   t.desc.shape[1] = cols;
   t.nbytes = rows * cols * 2;
   void *p = malloc(t.nbytes ? t.nbytes : 1);
-  fill(p, t.nbytes, seed);
+  ecs_ts_fill(p, t.nbytes, seed);
   t.data = p;
   return t;
 }

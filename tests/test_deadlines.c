@@ -27,6 +27,7 @@
 #include "store/net.h"
 #include "store/proto.h"
 #include "support/raw.h"
+#include "support/fixture.h"
 #include "support/ts.h"
 
 #define MIB (1024u * 1024u)
@@ -34,50 +35,26 @@
 #define DROP_MIN_MS (IO_TIMEOUT_MS - 50) /* the server ticks every 100 ms; never early */
 #define DROP_BOUND_MS 6000               /* generous, and 50x below the wrong unit */
 
-typedef struct env {
-  ecs_ts_proc_t redis, server;
-  char servers[64];
-  ecs_client_t *c; /* a well-behaved client */
-} env_t;
+/* Redis, the server and e->c, one well-behaved client (no e->cr: the
+ * tests count the server's connections). */
+typedef ecs_ts_env_t env_t;
 
 static int setup(void **state) {
   env_t *e = calloc(1, sizeof *e);
   static const char *const extra[] = {"--io-timeout-ms", "300", NULL};
-  if (!e || ecs_ts_redis_start(&e->redis) || ecs_ts_server_start(&e->server, e->redis.port, extra))
-    goto fail;
-  snprintf(e->servers, sizeof e->servers, "127.0.0.1:%d", e->server.port);
+  if (!e || ecs_ts_env_start(e, extra)) {
+    free(e);
+    return -1;
+  }
   ecs_client_config_t cfg;
-  ecs_client_config_init(&cfg);
-  cfg.servers = e->servers;
-  cfg.ns = "test";
-  cfg.transport = "tcp";
-  cfg.timeout_ms = 5000;
-  if (ecs_client_connect(&cfg, &e->c, NULL, 0) != ECS_OK)
-    goto fail;
+  ecs_ts_client_config(&cfg, e->servers, "tcp");
+  if (!(e->c = ecs_ts_connect(&cfg))) {
+    ecs_ts_env_stop(e);
+    free(e);
+    return -1;
+  }
   *state = e;
   return 0;
-fail:
-  if (e) {
-    ecs_ts_stop(&e->server, 5000);
-    ecs_ts_stop(&e->redis, 5000);
-  }
-  free(e);
-  return -1;
-}
-
-static int teardown(void **state) {
-  env_t *e = *state;
-  ecs_client_close(e->c);
-  int st = ecs_ts_stop(&e->server, 5000);
-  ecs_ts_stop(&e->redis, 5000);
-  free(e);
-  return st == 0 ? 0 : -1;
-}
-
-static ecs_server_stat_t stat0(ecs_client_t *c) {
-  ecs_server_stat_t st;
-  assert_int_equal(ecs_stat(c, 0, &st), ECS_OK);
-  return st;
 }
 
 static int raw_open(const env_t *e) {
@@ -104,7 +81,7 @@ static void others_served(env_t *e, const char *key, uint32_t stalled_conns) {
   assert_int_equal(g.status, ECS_OK);
   assert_memory_equal(a, b, sizeof a);
   /* served while the stalled peer was still there, not after its drop */
-  assert_int_equal(stat0(e->c).connections, 1 + stalled_conns);
+  assert_int_equal(ecs_ts_stat0(e->c).connections, 1 + stalled_conns);
 }
 
 /* Waits for the server to drop fd, stalled since t_stall (monotonic ms);
@@ -151,7 +128,7 @@ static void test_stall_mid_records(void **state) {
  * and its bytes go back to the pool (STAT shows it). */
 static void test_stall_mid_put_payload(void **state) {
   env_t *e = *state;
-  ecs_server_stat_t before = stat0(e->c);
+  ecs_server_stat_t before = ecs_ts_stat0(e->c);
   int fd = raw_open(e);
   ecs_wbuf_t w;
   ecs_wbuf_init(&w);
@@ -173,16 +150,16 @@ static void test_stall_mid_put_payload(void **state) {
   /* reserved while in flight (STAT is answered after the records were
    * read: the server reads a request's bytes in order, and this client's
    * STAT comes on another connection, after our send returned) */
-  ecs_server_stat_t mid = stat0(e->c);
+  ecs_server_stat_t mid = ecs_ts_stat0(e->c);
   for (int i = 0; i < 100 && mid.bytes_in_use < before.bytes_in_use + n; i++) {
     usleep(10000);
-    mid = stat0(e->c);
+    mid = ecs_ts_stat0(e->c);
   }
   assert_true(mid.bytes_in_use >= before.bytes_in_use + n);
   others_served(e, "served-during-payload-stall", 1);
-  uint64_t served = stat0(e->c).bytes_in_use - mid.bytes_in_use; /* the others' object */
+  uint64_t served = ecs_ts_stat0(e->c).bytes_in_use - mid.bytes_in_use; /* the others' object */
   expect_dropped(fd, t0);
-  ecs_server_stat_t after = stat0(e->c);
+  ecs_server_stat_t after = ecs_ts_stat0(e->c);
   assert_int_equal(after.bytes_in_use, before.bytes_in_use + served);
   assert_int_equal(after.objects, before.objects + 1);
   ecs_key_t k = {"stalled-put", 11};
@@ -210,9 +187,9 @@ static void test_unread_get_reply(void **state) {
   assert_int_equal(ecs_put_batch(e->c, &k, &t, 1, &st), ECS_OK);
   assert_int_equal(st, ECS_OK);
   free(big);
-  ecs_server_stat_t before = stat0(e->c);
+  ecs_server_stat_t before = ecs_ts_stat0(e->c);
   int fd = raw_open(e);
-  assert_int_equal(stat0(e->c).connections, before.connections + 1);
+  assert_int_equal(ecs_ts_stat0(e->c).connections, before.connections + 1);
   ecs_wbuf_t w;
   ecs_wbuf_init(&w);
   ecs_get_item_t gi = {.key = (const uint8_t *)"never-read", .key_len = 10, .capacity = n};
@@ -224,10 +201,10 @@ static void test_unread_get_reply(void **state) {
   ecs_wbuf_free(&w);
   uint64_t t0 = ecs_now_ms();
   others_served(e, "served-during-unread-reply", 1);
-  ecs_server_stat_t now = stat0(e->c);
+  ecs_server_stat_t now = ecs_ts_stat0(e->c);
   while (now.connections > before.connections && ecs_now_ms() - t0 < DROP_BOUND_MS) {
     usleep(10000);
-    now = stat0(e->c);
+    now = ecs_ts_stat0(e->c);
   }
   uint64_t ms = ecs_now_ms() - t0;
   if (now.connections > before.connections)
@@ -237,7 +214,7 @@ static void test_unread_get_reply(void **state) {
   uint64_t used = now.bytes_in_use;
   assert_int_equal(ecs_remove_batch(e->c, &k, 1, &st), ECS_OK);
   assert_int_equal(st, ECS_OK);
-  assert_int_equal(stat0(e->c).bytes_in_use, used - n);
+  assert_int_equal(ecs_ts_stat0(e->c).bytes_in_use, used - n);
   close(fd);
 }
 
@@ -249,5 +226,5 @@ int main(void) {
       cmocka_unit_test(test_stall_mid_put_payload),
       cmocka_unit_test(test_unread_get_reply),
   };
-  return cmocka_run_group_tests_name("deadlines", tests, setup, teardown);
+  return cmocka_run_group_tests_name("deadlines", tests, setup, ecs_ts_group_close);
 }

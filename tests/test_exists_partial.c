@@ -31,35 +31,31 @@
 #include "ecstore/ecstore.h"
 #include "store/meta.h"
 #include "support/fakeredis.h"
+#include "support/fixture.h"
 #include "support/ts.h"
 
 #define NKEYS 2500  /* three chunks of META_CHUNK (1000) keys */
 #define STORED 2400 /* the one key the data server really holds (third chunk) */
 
 typedef struct env {
-  ecs_ts_proc_t redis, server; /* a real pair for the data path */
-  char servers[64];
+  ecs_ts_env_t env; /* a real Redis and server for the data path */
+  char *servers;    /* env.servers */
   char names[NKEYS][16];
 } env_t;
 
 static int teardown_env(env_t *e) {
-  int st = ecs_ts_stop(&e->server, 5000);
-  ecs_ts_stop(&e->redis, 5000);
+  int st = ecs_ts_env_stop(&e->env);
   free(e);
   return st == 0 ? 0 : -1;
 }
 
 static int setup(void **state) {
   env_t *e = calloc(1, sizeof *e);
-  if (!e || ecs_ts_redis_start(&e->redis) || ecs_ts_server_start(&e->server, e->redis.port, NULL)) {
-    if (e) {
-      ecs_ts_stop(&e->server, 5000);
-      ecs_ts_stop(&e->redis, 5000);
-    }
+  if (!e || ecs_ts_env_start(&e->env, NULL)) {
     free(e);
     return -1;
   }
-  snprintf(e->servers, sizeof e->servers, "127.0.0.1:%d", e->server.port);
+  e->servers = e->env.servers;
   for (int i = 0; i < NKEYS; i++)
     snprintf(e->names[i], sizeof e->names[i], "key-%d", i);
   ecs_client_config_t cfg;

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
+#include "support/fixture.h"
 #include "support/raw.h"
 #include "support/ts.h"
 
@@ -27,42 +28,19 @@
 
 static ecs_client_t *client(const char *servers, const char *transport) {
   ecs_client_config_t cfg;
-  ecs_client_config_init(&cfg);
-  cfg.servers = servers;
-  cfg.ns = "test";
-  cfg.transport = transport;
+  ecs_ts_client_config(&cfg, servers, transport);
   cfg.timeout_ms = 10000;
-  ecs_client_t *c = NULL;
-  char err[256];
-  int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
-  if (rc)
-    fprintf(stderr, "connect(%s): %s: %s\n", transport, ecs_strerror(rc), err);
-  return c;
-}
-
-static int put1(ecs_client_t *c, const char *key, const void *data, uint64_t n) {
-  ecs_key_t k = {key, strlen(key)};
-  ecs_tensor_t t = {.data = data, .nbytes = n};
-  t.desc.dtype = ECS_DTYPE_U8;
-  t.desc.ndim = 1;
-  t.desc.shape[0] = n;
-  int st = -999;
-  int rc = ecs_put_batch(c, &k, &t, 1, &st);
-  return rc ? rc : st;
+  return ecs_ts_connect(&cfg);
 }
 
 static void test_views_survive_overfill(void **state) {
   (void)state;
-  ecs_ts_proc_t redis, server;
-  memset(&redis, 0, sizeof redis);
-  memset(&server, 0, sizeof server);
+  ecs_ts_env_t env;
   /* no background eviction: every eviction is on demand, by a put */
   static const char *const extra[] = {"--pool-size", "16M", "--high-watermark", "1.0", "--low-watermark",
                                       "1.0",         NULL};
-  assert_int_equal(ecs_ts_redis_start(&redis), 0);
-  assert_int_equal(ecs_ts_server_start(&server, redis.port, extra), 0);
-  char servers[64];
-  snprintf(servers, sizeof servers, "127.0.0.1:%d", server.port);
+  assert_int_equal(ecs_ts_env_start(&env, extra), 0);
+  const char *servers = env.servers;
   ecs_client_t *reader = client(servers, "shm");
   ecs_client_t *writers[2] = {client(servers, "tcp"), client(servers, "shm")};
   assert_non_null(reader);
@@ -77,7 +55,7 @@ static void test_views_survive_overfill(void **state) {
     ecs_ts_fill(want[i], MIB, 600 + (uint32_t)i);
     snprintf(names[i], sizeof names[i], "held-%d", i);
     k[i] = (ecs_key_t){names[i], strlen(names[i])};
-    assert_int_equal(put1(writers[0], names[i], want[i], MIB), ECS_OK);
+    assert_int_equal(ecs_ts_put1(writers[0], names[i], want[i], MIB, ECS_DTYPE_U8), ECS_OK);
   }
   ecs_view_t v[HELD];
   assert_int_equal(ecs_get_view_batch(reader, k, v, HELD), ECS_OK);
@@ -92,7 +70,7 @@ static void test_views_survive_overfill(void **state) {
       ecs_ts_fill(obj, MIB, 700 + (uint32_t)(w * PUSHED + i));
       /* the pool holds 16 objects, three of them pinned: there is always
        * an unpinned one to evict */
-      assert_int_equal(put1(writers[w], key, obj, MIB), ECS_OK);
+      assert_int_equal(ecs_ts_put1(writers[w], key, obj, MIB, ECS_DTYPE_U8), ECS_OK);
       for (int h = 0; h < HELD; h++)
         if (memcmp(v[h].data, want[h], MIB) != 0)
           fail_msg("held view %d changed under its reader after %d puts by writer %d", h, i + 1, w);
@@ -120,8 +98,7 @@ static void test_views_survive_overfill(void **state) {
   ecs_client_close(reader);
   ecs_client_close(writers[0]);
   ecs_client_close(writers[1]);
-  assert_int_equal(ecs_ts_stop(&server, 5000), 0);
-  ecs_ts_stop(&redis, 5000);
+  assert_int_equal(ecs_ts_env_stop(&env), 0);
 }
 
 int main(void) {

@@ -181,7 +181,7 @@ int main(void) {
 
 #else /* ECS_HAVE_RDMA */
 
-#include "store/verbs_emu.h"
+#include "support/verbs_emu.h"
 
 static void fill(uint8_t *p, size_t n, uint64_t seed) {
   uint64_t s = seed | 1;

@@ -1,7 +1,7 @@
 /*
  * The store over RDMA, end to end: the real server loop (in a thread) and
  * the real client library, talking TCP for control, with the verbs calls
- * of both going to the in-process emulation (store/verbs_emu.h) through
+ * of both going to the in-process emulation (tests/support/verbs_emu.h) through
  * the ops override.  What a device would do with the bytes, the emulation
  * does with memcpy, including injected error completions.
  */
@@ -23,7 +23,9 @@
 #include "store/net.h"
 #include "store/rdma.h"
 #include "store/server.h"
-#include "store/verbs_emu.h"
+#include "support/verbs_emu.h"
+#include "support/fixture.h"
+#include "support/raw.h"
 
 #define MIB (1024u * 1024u)
 
@@ -33,17 +35,6 @@ typedef struct env {
   pthread_t th;
   char servers[64];
 } env_t;
-
-static void fill(void *p, size_t n, uint32_t seed) {
-  uint8_t *b = p;
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; i++) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    b[i] = (uint8_t)x;
-  }
-}
 
 static void *serve(void *p) {
   ecs_server_run(p);
@@ -89,17 +80,9 @@ static void stop(env_t *e) {
 
 static ecs_client_t *client(const env_t *e, const char *transport) {
   ecs_client_config_t cfg;
-  ecs_client_config_init(&cfg);
-  cfg.servers = e->servers;
-  cfg.ns = "test";
-  cfg.transport = transport;
+  ecs_ts_client_config(&cfg, e->servers, transport);
   cfg.timeout_ms = 3000;
-  ecs_client_t *c = NULL;
-  char err[256];
-  int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
-  if (rc)
-    fprintf(stderr, "connect: %s: %s\n", ecs_strerror(rc), err);
-  return c;
+  return ecs_ts_connect(&cfg);
 }
 
 static ecs_tensor_t tensor(const void *p, uint64_t n) {
@@ -131,8 +114,8 @@ static void test_round_trips(void **state) {
   /* a small object, a large one that the transport slices, an empty one */
   size_t big = 9 * MIB + 13;
   uint8_t *a = malloc(1000), *b = malloc(big), *oa = malloc(1000), *ob = malloc(big);
-  fill(a, 1000, 1);
-  fill(b, big, 2);
+  ecs_ts_fill(a, 1000, 1);
+  ecs_ts_fill(b, big, 2);
   assert_int_equal(ecs_register_buffer(c, b, big), ECS_OK); /* registered source */
   assert_int_equal(ecs_register_buffer(c, b, big), ECS_EBUSY);
   ecs_key_t k[3] = {{"small", 5}, {"big", 3}, {"empty", 5}};
@@ -248,7 +231,7 @@ static void test_error_completions(void **state) {
     snprintf(names[i], sizeof names[i], "e%d", i);
     k[i].data = names[i];
     k[i].len = strlen(names[i]);
-    fill(data[i], SZ, 10 + (uint32_t)i);
+    ecs_ts_fill(data[i], SZ, 10 + (uint32_t)i);
     t[i] = tensor(data[i], SZ);
   }
   assert_int_equal(ecs_put_batch(c, k, t, N, st), ECS_OK);

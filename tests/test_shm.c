@@ -23,83 +23,31 @@
 #include "ecstore/ecstore.h"
 #include "store/net.h"
 #include "store/proto.h"
+#include "support/fixture.h"
+#include "support/raw.h"
 #include "support/ts.h"
 
 #define MIB (1024u * 1024u)
 
-typedef struct env {
-  ecs_ts_proc_t redis, server;
-  char servers[64];
-  char shm_path[128];
-} env_t;
-
-static void fill(void *p, size_t n, uint32_t seed) {
-  uint8_t *b = p;
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; i++) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    b[i] = (uint8_t)x;
-  }
-}
-
-static int start(env_t *e, const char *const extra[]) {
-  memset(e, 0, sizeof *e);
-  if (ecs_ts_redis_start(&e->redis) || ecs_ts_server_start(&e->server, e->redis.port, extra))
-    return -1;
-  snprintf(e->servers, sizeof e->servers, "127.0.0.1:%d", e->server.port);
-  snprintf(e->shm_path, sizeof e->shm_path, "%.100s/shm.sock",
-           e->server.dir); /* set by ecs_ts_server_start */
-  return 0;
-}
-
-static int stop(env_t *e) {
-  int st = e->server.pid ? ecs_ts_stop(&e->server, 5000) : 0;
-  if (e->redis.pid)
-    ecs_ts_stop(&e->redis, 5000);
-  return st;
-}
+typedef ecs_ts_env_t env_t; /* Redis and the server (support/fixture.h) */
 
 static ecs_client_t *client(const env_t *e, const char *transport, int read_only) {
   ecs_client_config_t cfg;
-  ecs_client_config_init(&cfg);
-  cfg.servers = e->servers;
-  cfg.ns = "test";
-  cfg.transport = transport;
+  ecs_ts_client_config(&cfg, e->servers, transport);
   cfg.shm_read_only = read_only;
-  cfg.timeout_ms = 5000;
-  ecs_client_t *c = NULL;
-  char err[256];
-  int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
-  if (rc)
-    fprintf(stderr, "connect(%s): %s: %s\n", transport, ecs_strerror(rc), err);
-  return c;
+  return ecs_ts_connect(&cfg);
 }
 
 static int put1(ecs_client_t *c, const char *key, const void *data, uint64_t n) {
-  ecs_key_t k = {key, strlen(key)};
-  ecs_tensor_t t = {.data = data, .nbytes = n};
-  t.desc.dtype = ECS_DTYPE_U8;
-  t.desc.ndim = 1;
-  t.desc.shape[0] = n;
-  int st = -999;
-  int rc = ecs_put_batch(c, &k, &t, 1, &st);
-  return rc ? rc : st;
-}
-
-static ecs_server_stat_t stat0(ecs_client_t *c) {
-  ecs_server_stat_t st;
-  assert_int_equal(ecs_stat(c, 0, &st), ECS_OK);
-  return st;
+  return ecs_ts_put1(c, key, data, n, ECS_DTYPE_U8);
 }
 
 /* Waits (bounded) until the server's pool usage is back to bytes. */
 static uint64_t wait_usage(ecs_client_t *c, uint64_t bytes) {
-  ecs_server_stat_t st = stat0(c);
+  ecs_server_stat_t st = ecs_ts_stat0(c);
   for (int i = 0; i < 150 && st.bytes_in_use != bytes; i++) {
     usleep(20000);
-    st = stat0(c);
+    st = ecs_ts_stat0(c);
   }
   return st.bytes_in_use;
 }
@@ -109,7 +57,7 @@ static uint64_t wait_usage(ecs_client_t *c, uint64_t bytes) {
 static void test_views_zero_copy(void **state) {
   (void)state;
   env_t e;
-  assert_int_equal(start(&e, NULL), 0);
+  assert_int_equal(ecs_ts_env_start(&e, NULL), 0);
   ecs_client_t *c = client(&e, "shm", 0);
   assert_non_null(c);
   assert_string_equal(ecs_client_transport(c), "shm");
@@ -121,7 +69,7 @@ static void test_views_zero_copy(void **state) {
     snprintf(names[i], sizeof names[i], "view-%d", i);
     keys[i].data = names[i];
     keys[i].len = strlen(names[i]);
-    fill(data[i], sizeof data[i], (uint32_t)i);
+    ecs_ts_fill(data[i], sizeof data[i], (uint32_t)i);
     assert_int_equal(put1(c, names[i], data[i], sizeof data[i]), ECS_OK);
   }
   keys[N].data = "missing";
@@ -136,16 +84,16 @@ static void test_views_zero_copy(void **state) {
   }
   assert_int_equal(v[N].status, ECS_ENOTFOUND);
   /* a viewed object survives removal until its view is released */
-  ecs_server_stat_t before = stat0(c);
+  ecs_server_stat_t before = ecs_ts_stat0(c);
   int st;
   assert_int_equal(ecs_remove_batch(c, &keys[0], 1, &st), ECS_OK);
   assert_int_equal(st, ECS_OK);
   assert_memory_equal(v[0].data, data[0], sizeof data[0]);
-  assert_int_equal(stat0(c).bytes_in_use, before.bytes_in_use);
+  assert_int_equal(ecs_ts_stat0(c).bytes_in_use, before.bytes_in_use);
   assert_int_equal(ecs_view_release(c, v, N + 1), ECS_OK);
   assert_true(wait_usage(c, before.bytes_in_use - 25 * 4096) == before.bytes_in_use - 25 * 4096);
   ecs_client_close(c);
-  assert_int_equal(stop(&e), 0);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
 
 /* Readers hold views while a writer pushes the pool into eviction: a held
@@ -179,7 +127,7 @@ static void *holder_main(void *p) {
       break;
     }
     if (v.status == ECS_OK) {
-      fill(want, MIB, 9000 + (uint32_t)i);
+      ecs_ts_fill(want, MIB, 9000 + (uint32_t)i);
       for (int round = 0; round < 3; round++) { /* held across the writer's evictions */
         if (v.nbytes != MIB || memcmp(v.data, want, MIB) != 0)
           h->bad++;
@@ -199,7 +147,7 @@ static void test_leases_under_eviction(void **state) {
   env_t e;
   static const char *const extra[] = {"--pool-size", "16M", "--high-watermark", "1.0", "--low-watermark",
                                       "1.0",         NULL};
-  assert_int_equal(start(&e, extra), 0);
+  assert_int_equal(ecs_ts_env_start(&e, extra), 0);
   ecs_client_t *w = client(&e, "shm", 0);
   assert_non_null(w);
   uint8_t *obj = malloc(MIB);
@@ -208,7 +156,7 @@ static void test_leases_under_eviction(void **state) {
   for (int i = 0; i < 48; i++) {
     char key[32];
     snprintf(key, sizeof key, "press-%d", i);
-    fill(obj, MIB, 9000 + (uint32_t)i);
+    ecs_ts_fill(obj, MIB, 9000 + (uint32_t)i);
     int rc = put1(w, key, obj, MIB);
     /* with views held, a put may find nothing evictable: a clear ENOSPC */
     assert_true(rc == ECS_OK || rc == ECS_ENOSPC);
@@ -222,9 +170,9 @@ static void test_leases_under_eviction(void **state) {
   free(obj);
   assert_int_equal(h.bad, 0);
   assert_true(h.checked > 0);
-  assert_true(stat0(w).evictions > 0);
+  assert_true(ecs_ts_stat0(w).evictions > 0);
   ecs_client_close(w);
-  assert_int_equal(stop(&e), 0);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
 
 /* A child that holds a lease and a reservation, then dies by SIGKILL. */
@@ -295,12 +243,12 @@ static void child_hold_and_die(const env_t *e, const char *key, int ready_fd) {
 static void test_client_killed_holding_pins(void **state) {
   (void)state;
   env_t e;
-  assert_int_equal(start(&e, NULL), 0);
+  assert_int_equal(ecs_ts_env_start(&e, NULL), 0);
   ecs_client_t *c = client(&e, "shm", 0);
   assert_non_null(c);
-  ecs_server_stat_t base = stat0(c);
+  ecs_server_stat_t base = ecs_ts_stat0(c);
   uint8_t *obj = malloc(MIB);
-  fill(obj, MIB, 1);
+  ecs_ts_fill(obj, MIB, 1);
   assert_int_equal(put1(c, "leased-by-dead", obj, MIB), ECS_OK);
   free(obj);
   int p[2];
@@ -319,25 +267,25 @@ static void test_client_killed_holding_pins(void **state) {
   ecs_key_t k = {"leased-by-dead", 14};
   int st;
   assert_int_equal(ecs_remove_batch(c, &k, 1, &st), ECS_OK); /* doomed, still pinned */
-  assert_int_equal(stat0(c).bytes_in_use, base.bytes_in_use + 5 * MIB);
+  assert_int_equal(ecs_ts_stat0(c).bytes_in_use, base.bytes_in_use + 5 * MIB);
   kill(pid, SIGKILL);
   int ws;
   waitpid(pid, &ws, 0);
   /* the server notices the closed sockets and unpins everything */
   assert_int_equal(wait_usage(c, base.bytes_in_use), base.bytes_in_use);
-  assert_int_equal(stat0(c).objects, base.objects);
+  assert_int_equal(ecs_ts_stat0(c).objects, base.objects);
   ecs_client_close(c);
-  assert_int_equal(stop(&e), 0);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
 
 static void test_lease_expiry(void **state) {
   (void)state;
   env_t e;
   static const char *const extra[] = {"--lease-timeout-ms", "300", NULL};
-  assert_int_equal(start(&e, extra), 0);
+  assert_int_equal(ecs_ts_env_start(&e, extra), 0);
   ecs_client_t *c = client(&e, "shm", 0);
   assert_non_null(c);
-  ecs_server_stat_t base = stat0(c);
+  ecs_server_stat_t base = ecs_ts_stat0(c);
   uint8_t *obj = calloc(1, MIB);
   assert_int_equal(put1(c, "forgotten", obj, MIB), ECS_OK);
   free(obj);
@@ -352,18 +300,18 @@ static void test_lease_expiry(void **state) {
   assert_int_equal(ecs_view_release(c, &v, 1), ECS_OK); /* late release is harmless */
   assert_int_equal(ecs_ping(c), ECS_OK);
   ecs_client_close(c);
-  assert_int_equal(stop(&e), 0);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
 
 static void test_read_only_and_copy_paths(void **state) {
   (void)state;
   env_t e;
-  assert_int_equal(start(&e, NULL), 0);
+  assert_int_equal(ecs_ts_env_start(&e, NULL), 0);
   ecs_client_t *ro = client(&e, "shm", 1);
   assert_non_null(ro);
   assert_string_equal(ecs_client_transport(ro), "shm");
   uint8_t a[70000], out[70000];
-  fill(a, sizeof a, 4);
+  ecs_ts_fill(a, sizeof a, 4);
   /* a read-only map: puts go through the socket, gets through the map */
   assert_int_equal(put1(ro, "ro-put", a, sizeof a), ECS_OK);
   ecs_key_t k = {"ro-put", 6};
@@ -391,14 +339,14 @@ static void test_read_only_and_copy_paths(void **state) {
   assert_int_equal(ecs_get_view_batch(tc, &k, &v, 1), ECS_OK);
   assert_int_equal(v.status, ECS_ENOTSUP);
   ecs_client_close(tc);
-  assert_int_equal(stop(&e), 0);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
 
 static void test_transport_selection(void **state) {
   (void)state;
   env_t e;
   static const char *const extra[] = {"--shm-socket", "off", NULL};
-  assert_int_equal(start(&e, extra), 0);
+  assert_int_equal(ecs_ts_env_start(&e, extra), 0);
   ecs_client_config_t cfg;
   ecs_client_config_init(&cfg);
   cfg.servers = e.servers;
@@ -415,7 +363,7 @@ static void test_transport_selection(void **state) {
   cfg.transport = "carrier-pigeon";
   assert_int_equal(ecs_client_connect(&cfg, &c, err, sizeof err), ECS_EINVAL);
   assert_non_null(strstr(err, "carrier-pigeon"));
-  assert_int_equal(stop(&e), 0);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
 
 /* A peer running as another user is refused (needs root to switch users:
@@ -424,7 +372,7 @@ static void test_peer_uid_refused(void **state) {
   (void)state;
   assert_int_equal(geteuid(), 0);
   env_t e;
-  assert_int_equal(start(&e, NULL), 0);
+  assert_int_equal(ecs_ts_env_start(&e, NULL), 0);
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
@@ -454,7 +402,7 @@ static void test_peer_uid_refused(void **state) {
   assert_int_equal(waitpid(pid, &ws, 0), pid);
   assert_true(WIFEXITED(ws));
   assert_int_equal(WEXITSTATUS(ws), 0);
-  assert_int_equal(stop(&e), 0);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
 
 /* Tests that need root run as their own ctest entry (--root-only), which

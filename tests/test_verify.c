@@ -31,55 +31,23 @@
 #include "store/client_internal.h"
 #include "support/raw.h"
 #include "support/tensors.h"
+#include "support/fixture.h"
 #include "support/ts.h"
 
 #define KIB 1024u
 
 typedef struct env {
-  ecs_ts_proc_t redis, server;
-  char servers[64];
+  ecs_ts_env_t env;      /* Redis and the server */
   ecs_client_t *c[2][2]; /* [shm][verify] */
 } env_t;
 
 static ecs_client_t *client(const env_t *e, int shm, int verify, const char *compression) {
   ecs_client_config_t cfg;
-  ecs_client_config_init(&cfg);
-  cfg.servers = e->servers;
-  cfg.ns = "test";
-  cfg.transport = shm ? "shm" : "tcp";
+  ecs_ts_client_config(&cfg, e->env.servers, shm ? "shm" : "tcp");
   cfg.verify_checksum = verify;
   cfg.compression = compression;
   cfg.timeout_ms = 10000;
-  ecs_client_t *c = NULL;
-  char err[256];
-  int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
-  if (rc)
-    fprintf(stderr, "connect: %s: %s\n", ecs_strerror(rc), err);
-  return c;
-}
-
-static int setup(void **state) {
-  env_t *e = calloc(1, sizeof *e);
-  static const char *const extra[] = {"--enable-debug-ops", "--lease-timeout-ms", "60000", NULL};
-  if (!e || ecs_ts_redis_start(&e->redis) || ecs_ts_server_start(&e->server, e->redis.port, extra))
-    goto fail;
-  snprintf(e->servers, sizeof e->servers, "127.0.0.1:%d", e->server.port);
-  for (int s = 0; s < 2; s++)
-    for (int v = 0; v < 2; v++)
-      if (!(e->c[s][v] = client(e, s, v, NULL)))
-        goto fail;
-  *state = e;
-  return 0;
-fail:
-  if (e) {
-    for (int s = 0; s < 2; s++)
-      for (int v = 0; v < 2; v++)
-        ecs_client_close(e->c[s][v]);
-    ecs_ts_stop(&e->server, 5000);
-    ecs_ts_stop(&e->redis, 5000);
-  }
-  free(e);
-  return -1;
+  return ecs_ts_connect(&cfg);
 }
 
 static int teardown(void **state) {
@@ -87,10 +55,27 @@ static int teardown(void **state) {
   for (int s = 0; s < 2; s++)
     for (int v = 0; v < 2; v++)
       ecs_client_close(e->c[s][v]);
-  int st = ecs_ts_stop(&e->server, 5000);
-  ecs_ts_stop(&e->redis, 5000);
+  int st = ecs_ts_env_stop(&e->env);
   free(e);
   return st == 0 ? 0 : -1;
+}
+
+static int setup(void **state) {
+  env_t *e = calloc(1, sizeof *e);
+  static const char *const extra[] = {"--enable-debug-ops", "--lease-timeout-ms", "60000", NULL};
+  if (!e || ecs_ts_env_start(&e->env, extra)) {
+    free(e);
+    return -1;
+  }
+  for (int s = 0; s < 2; s++)
+    for (int v = 0; v < 2; v++)
+      if (!(e->c[s][v] = client(e, s, v, NULL))) {
+        void *st = e;
+        teardown(&st);
+        return -1;
+      }
+  *state = e;
+  return 0;
 }
 
 static void put_u8(ecs_client_t *c, const char *key, const void *data, uint64_t n) {

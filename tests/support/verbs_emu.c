@@ -11,7 +11,7 @@
  */
 #ifdef ECS_HAVE_RDMA
 
-#include "store/verbs_emu.h"
+#include "support/verbs_emu.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,1 +1,0 @@
-list(APPEND ECS_BENCH_SOURCES ${CMAKE_CURRENT_LIST_DIR}/bench_codec.c)

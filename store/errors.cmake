@@ -1,1 +1,0 @@
-target_sources(ecstore_obj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/error.c)

@@ -1,0 +1,176 @@
+/*
+ * test_store_eviction: Eviction with readers: FIFO order when the pool is full, and background
+ * eviction between the watermarks, while other clients read and check
+ * every byte they get (each test starts its own server).
+ * Over the transport ECS_TEST_TRANSPORT names (ctest runs tcp and shm).
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "ecstore/ecstore.h"
+#include "store/client_internal.h"
+#include "store/net.h"
+#include "store/proto.h"
+#include "support/fixture.h"
+#include "support/raw.h"
+
+#define MIB (1024u * 1024u)
+
+typedef struct reader_arg {
+  const char *servers;
+  atomic_int stop;
+  atomic_long ok, miss, bad;
+} reader_arg_t;
+
+/* Reads random keys of the eviction test and checks every byte it gets. */
+static void *reader(void *p) {
+  reader_arg_t *ra = p;
+  ecs_client_t *c = ecs_ts_client(ra->servers, NULL, NULL, 5000);
+  if (!c) {
+    ra->bad++;
+    return NULL;
+  }
+  size_t n = MIB;
+  uint8_t *buf = malloc(n), *want = malloc(n);
+  unsigned seed = 1;
+  while (!ra->stop) {
+    int i = (int)(rand_r(&seed) % 60);
+    char key[32];
+    snprintf(key, sizeof key, "ev-%d", i);
+    uint64_t got = 0;
+    int st = ecs_ts_get1(c, key, buf, n, &got);
+    if (st == ECS_ENOTFOUND) {
+      ra->miss++;
+      continue;
+    }
+    ecs_ts_fill(want, n, 5000 + (uint32_t)i);
+    if (st == ECS_OK && got == n && memcmp(buf, want, n) == 0)
+      ra->ok++;
+    else
+      ra->bad++;
+  }
+  free(buf);
+  free(want);
+  ecs_client_close(c);
+  return NULL;
+}
+
+static void test_fifo_eviction(void **state) {
+  (void)state;
+  ecs_ts_env_t e;
+  /* 16 MiB pool, 1 MiB objects: no background eviction (high watermark 1.0) */
+  static const char *const extra[] = {"--pool-size", "16M", "--high-watermark", "1.0", "--low-watermark",
+                                      "1.0",         NULL};
+  assert_int_equal(ecs_ts_env_open(&e, extra, 5000), 0);
+  redisContext *r = ecs_ts_redis_at(e.redis.port);
+  assert_non_null(r);
+  reader_arg_t ra = {.servers = e.servers};
+  pthread_t th;
+  uint8_t *obj = malloc(MIB);
+  /* the reader starts once a few objects exist */
+  for (int i = 0; i < 60; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "ev-%d", i);
+    ecs_ts_fill(obj, MIB, 5000 + (uint32_t)i);
+    assert_int_equal(ecs_ts_put1(e.c, key, obj, MIB, ECS_DTYPE_U8), ECS_OK);
+    if (i == 4)
+      assert_int_equal(pthread_create(&th, NULL, reader, &ra), 0);
+  }
+  ra.stop = 1;
+  pthread_join(th, NULL);
+  free(obj);
+  /* concurrent readers never saw a freed or reused block */
+  assert_int_equal(ra.bad, 0);
+  assert_true(ra.ok > 0);
+
+  /* FIFO: a prefix of the oldest objects is gone, the newest remain */
+  int present[60];
+  int first_present = -1;
+  for (int i = 0; i < 60; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "ev-%d", i);
+    ecs_key_t k = {key, strlen(key)};
+    assert_int_equal(ecs_exists_batch(e.c, &k, 1, &present[i]), ECS_OK);
+    if (present[i] && first_present < 0)
+      first_present = i;
+    /* Redis agrees: evicted objects left Redis too */
+    assert_int_equal(ecs_ts_redis_exists(r, key), present[i]);
+  }
+  assert_true(first_present > 40); /* at most ~16 of 60 fit */
+  for (int i = first_present; i < 60; i++)
+    assert_true(present[i]);
+  ecs_server_stat_t st = ecs_ts_stat0(e.c);
+  assert_true(st.evictions >= 40);
+  /* an object larger than the pool is refused clearly */
+  uint8_t *big = calloc(1, 17 * MIB);
+  assert_int_equal(ecs_ts_put1(e.c, "too-big", big, 17 * MIB, ECS_DTYPE_U8), ECS_ETOOBIG);
+  free(big);
+  redisFree(r);
+  assert_int_equal(ecs_ts_env_close(&e), 0);
+}
+
+static void test_background_eviction(void **state) {
+  (void)state;
+  ecs_ts_env_t e;
+  static const char *const extra[] = {"--pool-size", "16M", "--high-watermark", "0.5", "--low-watermark",
+                                      "0.25",        NULL};
+  assert_int_equal(ecs_ts_env_open(&e, extra, 5000), 0);
+  /* one batch of 12 MiB: committed at once, so the fill jumps above the
+   * high watermark (8 MiB) and the loop must bring it to the low one */
+  enum { N = 12 };
+  uint8_t *obj = calloc(N, MIB);
+  char names[N][16];
+  ecs_key_t keys[N];
+  ecs_tensor_t ts[N];
+  int st_[N];
+  memset(ts, 0, sizeof ts);
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "bg-%d", i);
+    keys[i].data = names[i];
+    keys[i].len = strlen(names[i]);
+    obj[(size_t)i * MIB] = (uint8_t)i;
+    ts[i].data = obj + (size_t)i * MIB;
+    ts[i].nbytes = MIB;
+    ts[i].desc.dtype = ECS_DTYPE_U8;
+    ts[i].desc.ndim = 1;
+    ts[i].desc.shape[0] = MIB;
+  }
+  assert_int_equal(ecs_put_batch(e.c, keys, ts, N, st_), ECS_OK);
+  for (int i = 0; i < N; i++)
+    assert_int_equal(st_[i], ECS_OK);
+  free(obj);
+  ecs_server_stat_t st;
+  for (int i = 0; i < 100; i++) { /* the loop evicts within a tick or two */
+    st = ecs_ts_stat0(e.c);
+    if (st.bytes_in_use <= 4 * MIB)
+      break;
+    usleep(20000);
+  }
+  assert_true(st.bytes_in_use <= 4 * MIB);
+  assert_true(st.evictions >= 8);
+  assert_int_equal(ecs_ts_env_close(&e), 0);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fifo_eviction),
+      cmocka_unit_test(test_background_eviction),
+  };
+  return cmocka_run_group_tests_name("store_eviction", tests, NULL, NULL) ? 1 : 0;
+}
