@@ -49,6 +49,7 @@ typedef struct populate_job {
   char *base;         /* the mapping */
   size_t len;         /* its length */
   int fd;             /* the memfd, for the MAP_POPULATE fallback */
+  size_t unit;        /* bytes per claim: POPULATE_UNIT in whole pages */
   pthread_mutex_t mu; /* guards the fields below */
   pthread_cond_t cv;  /* signalled when a unit completes or a worker ends */
   size_t next;        /* first byte not claimed yet */
@@ -82,7 +83,7 @@ static void *populate_worker(void *arg) {
   pthread_mutex_lock(&j->mu);
   while (!j->err && j->next < j->len) {
     size_t off = j->next;
-    size_t n = j->len - off < POPULATE_UNIT ? j->len - off : POPULATE_UNIT;
+    size_t n = j->len - off < j->unit ? j->len - off : j->unit;
     j->next += n;
     pthread_mutex_unlock(&j->mu);
     int e = populate_range(j, off, n);
@@ -99,9 +100,9 @@ static void *populate_worker(void *arg) {
 }
 
 /* Workers: one per online CPU, at least one, at most one per unit. */
-static int populate_threads(size_t len) {
+static int populate_threads(size_t len, size_t unit) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  size_t units = (len + POPULATE_UNIT - 1) / POPULATE_UNIT;
+  size_t units = (len + unit - 1) / unit;
   size_t n = cpus < 1 ? 1 : (size_t)cpus;
   if (n > POPULATE_MAX_THREADS)
     n = POPULATE_MAX_THREADS;
@@ -112,10 +113,12 @@ static int populate_threads(size_t len) {
 
 /* Faults the whole mapping in, reporting progress.  Returns 0 or an errno;
  * *remapped says whether the fallback re-mapped (and so unlocked) a part. */
-static int populate(void *p, size_t len, int fd, const ecs_pool_opts_t *pr, int *remapped) {
-  populate_job_t j = {.base = p, .len = len, .fd = fd};
+static int populate(void *p, size_t len, size_t page, int fd, const ecs_pool_opts_t *pr, int *remapped) {
+  /* A unit is whole pages: a huge page is faulted in (or re-mapped) whole. */
+  size_t unit = page >= POPULATE_UNIT ? page : POPULATE_UNIT / page * page;
+  populate_job_t j = {.base = p, .len = len, .fd = fd, .unit = unit};
   pthread_t th[POPULATE_MAX_THREADS];
-  int want = populate_threads(len), started = 0;
+  int want = populate_threads(len, unit), started = 0;
   pthread_mutex_init(&j.mu, NULL);
   pthread_cond_init(&j.cv, NULL);
   j.running = want;
@@ -183,7 +186,7 @@ static int map_fd(ecs__region_t *r, size_t size, int huge, int lock, const char 
    * says why it failed. */
   r->locked = lock && syscall(SYS_mlock2, p, len, MLOCK_ONFAULT) == 0;
   int remapped = 0;
-  int e = populate(p, len, fd, pr, &remapped);
+  int e = populate(p, len, page, fd, pr, &remapped);
   if (e) {
     munmap(p, len);
     close(fd);
