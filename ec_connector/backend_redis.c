@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "ec_connector/backend.h"
-#include "ec_connector/rds.h"
+#include "store/rds.h"
 #include "store/net.h"
 
 #define FLUSH_BYTES (32u << 20)
@@ -132,7 +132,7 @@ static int rb_put(void *hp, const ecs_key_t *keys, const ecs_tensor_t *t, size_t
       for (int q = 0; q < nrep; q++) {
         redisReply *rep;
         int r = ecs__rds_reply(&h->r, deadline, &rep);
-        if (r == ECS_EREDIS) {
+        if (r == ECS_EREDIS && ecs__rds_up(&h->r)) {
           /* an error reply: the item fails, the link stays up */
           if (item == ECS_OK)
             item = strstr(ecs__rds_errmsg(&h->r), "OOM") ? ECS_ENOSPC : ECS_EREDIS;

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "ec_connector/backend.h"
-#include "ec_connector/rds.h"
+#include "store/rds.h"
 #include "ecstore/ec_connector.h"
 #include "ecstore/pool.h"
 

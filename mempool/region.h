@@ -10,11 +10,13 @@
  *    an empty pool shows up as mmap failing with ENOMEM.  The mapped length
  *    is rounded up to the default huge page size (Hugepagesize in
  *    /proc/meminfo); the pool still manages only the size asked for.
- *  - MAP_SHARED | MAP_POPULATE faults every page in at create, so the first
- *    PUT never pays for page faults and a too-large pool fails at start.
- *    It is done in chunks (re-mapping each chunk MAP_FIXED | MAP_POPULATE
- *    over itself), so that progress can be reported between them.
- *  - mlock(2) needs RLIMIT_MEMLOCK >= the region or CAP_IPC_LOCK.  When it
+ *  - Every page is faulted in at create (MADV_POPULATE_WRITE, Linux 5.14;
+ *    older kernels re-map each unit MAP_FIXED | MAP_POPULATE over itself),
+ *    so the first PUT never pays for page faults and a too-large pool fails
+ *    at start.  It is CPU work, so it runs on one thread per online CPU;
+ *    progress is reported from the calling thread between chunks.
+ *  - mlock2(2) with MLOCK_ONFAULT before populating (plain mlock(2) after,
+ *    where that is refused) needs RLIMIT_MEMLOCK >= the region or CAP_IPC_LOCK.  When it
  *    is refused we print one line on stderr and go on unpinned (locked=0):
  *    an unpinned pool is slower for DMA, not wrong.
  *  - CUDA registration is looked up at run time only (dlopen of
@@ -23,7 +25,8 @@
  *    leaves cuda_registered=0 and is not an error.  The whole mapped length
  *    is registered, and the same pointer is unregistered before munmap.
  *
- * Not thread-safe: map and unmap belong to pool create and destroy.
+ * Not thread-safe: map and unmap belong to pool create and destroy (map
+ * starts and joins its own populate threads).
  */
 #ifndef ECS_MEMPOOL_REGION_H
 #define ECS_MEMPOOL_REGION_H

@@ -586,7 +586,7 @@ int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exis
     free(kp);
     free(kl);
     free(ex);
-    if (rc != ECS_EREDIS && rc != ECS_ETIMEDOUT)
+    if (rc != ECS_ECONN && rc != ECS_ETIMEDOUT && rc != ECS_EREDIS)
       return rc;
     /* Redis is down or frozen: the servers hold the truth about their own
      * objects, so ask them rather than fail a scheduler's check, and keep

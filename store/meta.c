@@ -5,16 +5,15 @@
  * described in docs/redis-schema.md; this file is the only code that reads
  * or writes those keys.
  *
- * Every command goes through meta_reply(), which bounds the wait for each
- * reply by a deadline (the socket timeout is set to the time left before a
- * read blocks).  Any I/O error, timeout or protocol error takes the link
- * down: the context is freed, the write queue dropped and a re-sync owed,
- * because a pipeline interrupted half-way leaves Redis in an unknown state
- * that only a full re-sync repairs.  Error replies (-ERR ...) leave the link
- * up.
+ * The link itself (connect, deadlines, the error mapping) is store/rds.h,
+ * shared with the connector.  Every command goes through meta_append() and
+ * meta_reply() over it.  Any I/O error, timeout or protocol error takes the
+ * link down, and with it the handle: the write queue is dropped and a
+ * re-sync owed, because a pipeline interrupted half-way leaves Redis in an
+ * unknown state that only a full re-sync repairs.  Error replies (-ERR ...)
+ * leave the link up.
  *
- * Keys are binary: every command is sent with redisAppendCommandArgv and
- * explicit lengths.
+ * Keys are binary: every command is sent with explicit lengths.
  */
 #include "store/meta.h"
 
@@ -28,10 +27,13 @@
 
 #include <hiredis/hiredis.h>
 
+#include "ecstore/error.h"
+#include "store/net.h"
+#include "store/rds.h"
+
 #define META_DEFAULT_TIMEOUT_MS 500
 #define META_DEFAULT_TTL_S 10
 #define META_DEFAULT_RECONNECT_MS 1000
-#define META_DEFAULT_PORT 6379
 #define META_NS_MAX 64            /* namespace bytes */
 #define META_CHUNK 1000           /* keys per script call; a batch pipelines its chunks */
 #define META_QUEUE_AUTOFLUSH 4096 /* queued commands that trigger a flush from queue_put */
@@ -106,9 +108,6 @@ typedef struct meta_cmd {
 } meta_cmd_t;
 
 struct ecs_meta {
-  char host[256];           /* Redis host */
-  int port;                 /* Redis port */
-  int db;                   /* SELECTed database */
   char ns[META_NS_MAX + 1]; /* namespace */
   char node_id[64];         /* server: this node ("" for clients) */
   char addr[128];           /* server: advertised "HOST:PORT" */
@@ -120,9 +119,8 @@ struct ecs_meta {
   int reconnect_ms;         /* least time between reconnects in tick() */
   int server;               /* node_id given: writes records and a registry entry */
 
-  redisContext *c; /* NULL while the link is down */
-  int used;        /* a reply has arrived on c (a later EOF may be a stale link) */
-  char sha[41];    /* SHA1 of meta_check_lua, loaded on c */
+  ecs__rds_t link; /* the Redis link (store/rds.h): down until connected */
+  char sha[41];    /* SHA1 of meta_check_lua, loaded on the link */
 
   char obj_pfx[META_NS_MAX + 16];   /* "ecs:{ns}:obj:" */
   size_t obj_pfx_len;               /* its length */
@@ -148,18 +146,6 @@ struct ecs_meta {
   char errstr[128]; /* last Redis error */
 };
 
-static uint64_t meta_mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static uint64_t meta_wall_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 __attribute__((format(printf, 2, 3))) static void meta_seterr(ecs_meta_t *m, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -168,23 +154,6 @@ __attribute__((format(printf, 2, 3))) static void meta_seterr(ecs_meta_t *m, con
 }
 
 /* ---- parsing ---------------------------------------------------------- */
-
-/* Strict decimal: digits only, no sign, no overflow. */
-static int meta_parse_u64(const char *s, size_t len, uint64_t *out) {
-  if (len == 0 || len > 20)
-    return -1;
-  uint64_t v = 0;
-  for (size_t i = 0; i < len; i++) {
-    if (s[i] < '0' || s[i] > '9')
-      return -1;
-    uint64_t d = (uint64_t)(s[i] - '0');
-    if (v > (UINT64_MAX - d) / 10)
-      return -1;
-    v = v * 10 + d;
-  }
-  *out = v;
-  return 0;
-}
 
 static int meta_parse_hex64(const char *s, size_t len, uint64_t *out) {
   if (len != 16)
@@ -215,7 +184,7 @@ static int meta_parse_shape(const char *s, size_t len, ecs_tensor_desc_t *desc) 
   for (size_t i = 0; i <= len; i++) {
     if (i < len && s[i] != ',')
       continue;
-    if (desc->ndim == ECS_MAX_DIMS || meta_parse_u64(s + start, i - start, &desc->shape[desc->ndim]) != 0)
+    if (desc->ndim == ECS_MAX_DIMS || ecs__rds_parse_u64(s + start, i - start, &desc->shape[desc->ndim]) != 0)
       return -1;
     desc->ndim++;
     start = i + 1;
@@ -233,59 +202,6 @@ static int meta_format_shape(const ecs_tensor_desc_t *desc, char *out, size_t ca
     off += (size_t)n;
   }
   return (int)off;
-}
-
-/*
- * "redis://HOST:PORT[/DB]", "HOST:PORT[/DB]" or "HOST" (port 6379).  HOST
- * may be a bracketed IPv6 literal.  No user/password: an '@' is refused.
- */
-int ecs__meta_parse_url(const char *url, char *host, size_t hostcap, int *port, int *db) {
-  if (url == NULL)
-    return ECS_EINVAL;
-  if (strncmp(url, "redis://", 8) == 0)
-    url += 8;
-  else if (strstr(url, "://") != NULL)
-    return ECS_EINVAL;
-  const char *slash = strchr(url, '/');
-  size_t hp_len = slash ? (size_t)(slash - url) : strlen(url);
-  *db = 0;
-  if (slash != NULL && slash[1] != '\0') {
-    uint64_t v;
-    if (meta_parse_u64(slash + 1, strlen(slash + 1), &v) != 0 || v > 1000000)
-      return ECS_EINVAL;
-    *db = (int)v;
-  }
-  const char *h = url, *colon;
-  size_t hlen;
-  if (hp_len > 0 && url[0] == '[') {
-    const char *rb = memchr(url, ']', hp_len);
-    if (rb == NULL)
-      return ECS_EINVAL;
-    h = url + 1;
-    hlen = (size_t)(rb - h);
-    colon = rb + 1 < url + hp_len ? rb + 1 : NULL;
-    if (colon != NULL && *colon != ':')
-      return ECS_EINVAL;
-  } else {
-    colon = memchr(url, ':', hp_len);
-    hlen = colon ? (size_t)(colon - url) : hp_len;
-  }
-  if (hlen == 0 || hlen >= hostcap)
-    return ECS_EINVAL;
-  for (size_t i = 0; i < hlen; i++)
-    if (h[i] <= ' ' || h[i] == '@' || h[i] == '/' || h[i] == '[' || h[i] == ']' || h[i] == 0x7f)
-      return ECS_EINVAL;
-  memcpy(host, h, hlen);
-  host[hlen] = '\0';
-  *port = META_DEFAULT_PORT;
-  if (colon != NULL) {
-    uint64_t v;
-    size_t plen = (size_t)(url + hp_len - (colon + 1));
-    if (meta_parse_u64(colon + 1, plen, &v) != 0 || v == 0 || v > 65535)
-      return ECS_EINVAL;
-    *port = (int)v;
-  }
-  return ECS_OK;
 }
 
 /* Printable ASCII without spaces, 1..max bytes. */
@@ -311,10 +227,7 @@ static void meta_queue_clear(ecs_meta_t *m) {
 
 /* Takes the link down: whatever was in flight is lost, so a re-sync is owed. */
 static void meta_down(ecs_meta_t *m) {
-  if (m->c != NULL)
-    redisFree(m->c);
-  m->c = NULL;
-  m->used = 0;
+  ecs__rds_close(&m->link);
   m->sha[0] = '\0';
   meta_queue_clear(m);
   m->resync_owed = 1;
@@ -322,68 +235,52 @@ static void meta_down(ecs_meta_t *m) {
   m->hb_valid = 0;
 }
 
-/* Turns a failed context call into an error code and takes the link down. */
-static int meta_io_fail(ecs_meta_t *m, int saved_errno, const char *what) {
-  int rc = ECS_EREDIS;
-  redisContext *c = m->c;
-  const char *es = c ? c->errstr : "no context";
-  if (c != NULL && c->err == REDIS_ERR_IO &&
-      (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK || saved_errno == ETIMEDOUT ||
-       strstr(es, "temporarily unavailable") != NULL || strstr(es, "timed out") != NULL))
-    rc = ECS_ETIMEDOUT;
-  meta_seterr(m, "%s: %s", what, rc == ECS_ETIMEDOUT ? "timed out" : es);
-  meta_down(m);
+/* A failed link call: its message, and the handle down with the link (a
+ * failure that dropped the link lost whatever was in flight). */
+static int meta_link_fail(ecs_meta_t *m, int rc) {
+  meta_seterr(m, "%s", ecs__rds_errmsg(&m->link));
+  if (!ecs__rds_up(&m->link))
+    meta_down(m);
   return rc;
+}
+
+/* Not connected: ECS_ECONN, like every other kind of unreachable Redis. */
+static int meta_not_connected(ecs_meta_t *m) {
+  if (m->errstr[0] == '\0')
+    meta_seterr(m, "not connected");
+  return ECS_ECONN;
+}
+
+/* Queues one command on the link, which must be up. */
+static int meta_append(ecs_meta_t *m, int argc, const char **argv, const size_t *lens) {
+  if (!ecs__rds_up(&m->link))
+    return meta_not_connected(m);
+  int rc = ecs__rds_append(&m->link, argc, argv, lens);
+  return rc == ECS_OK ? ECS_OK : meta_link_fail(m, rc);
 }
 
 /*
  * Reads the next reply, waiting at most until deadline (monotonic ms).  On
- * failure the link is down and *out is NULL.  The caller frees the reply.
+ * failure the link is down and *out is NULL.  An error reply is a reply.
+ * The caller frees the reply.
  */
 static int meta_reply(ecs_meta_t *m, redisReply **out, uint64_t deadline) {
-  void *r = NULL;
   *out = NULL;
-  if (m->c == NULL)
-    return ECS_EREDIS;
-  if (redisReaderGetReply(m->c->reader, &r) != REDIS_OK) {
-    meta_seterr(m, "protocol error: %s", m->c->reader->errstr);
-    meta_down(m);
-    return ECS_EREDIS;
-  }
-  if (r == NULL) {
-    uint64_t now = meta_mono_ms();
-    if (now >= deadline) {
-      meta_seterr(m, "reply: timed out");
-      meta_down(m);
-      return ECS_ETIMEDOUT;
-    }
-    uint64_t left = deadline - now;
-    struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
-    if (redisSetTimeout(m->c, tv) != REDIS_OK)
-      return meta_io_fail(m, errno, "setsockopt");
-    errno = 0;
-    if (redisGetReply(m->c, &r) != REDIS_OK)
-      return meta_io_fail(m, errno, "reply");
-  }
-  m->used = 1;
-  *out = r;
-  return ECS_OK;
+  if (!ecs__rds_up(&m->link))
+    return meta_not_connected(m);
+  int rc = ecs__rds_reply_any(&m->link, deadline, out);
+  return rc == ECS_OK ? ECS_OK : meta_link_fail(m, rc);
 }
 
 static uint64_t meta_deadline(const ecs_meta_t *m) {
-  return meta_mono_ms() + (uint64_t)m->timeout_ms;
+  return ecs_now_ms() + (uint64_t)m->timeout_ms;
 }
 
 /* One command, one reply.  An error reply is returned as a reply. */
 static int meta_cmd(ecs_meta_t *m, redisReply **out, int argc, const char **argv, const size_t *lens) {
   *out = NULL;
-  if (m->c == NULL)
-    return ECS_EREDIS;
-  if (redisAppendCommandArgv(m->c, argc, argv, lens) != REDIS_OK) {
-    meta_seterr(m, "out of memory");
-    return ECS_ENOMEM;
-  }
-  return meta_reply(m, out, meta_deadline(m));
+  int rc = meta_append(m, argc, argv, lens);
+  return rc == ECS_OK ? meta_reply(m, out, meta_deadline(m)) : rc;
 }
 
 /* meta_cmd() for NUL-terminated arguments. */
@@ -426,47 +323,19 @@ static int meta_load_script(ecs_meta_t *m) {
 
 /* Connects (bounded by timeout_ms), SELECTs the db and loads the script. */
 static int meta_connect(ecs_meta_t *m) {
-  if (m->c != NULL)
+  if (ecs__rds_up(&m->link))
     return ECS_OK;
-  struct timeval tv = {m->timeout_ms / 1000, (suseconds_t)(m->timeout_ms % 1000) * 1000};
-  errno = 0;
-  redisContext *c = redisConnectWithTimeout(m->host, m->port, tv);
-  if (c == NULL) {
-    meta_seterr(m, "connect: out of memory");
-    return ECS_ENOMEM;
-  }
-  if (c->err != 0) {
-    int rc = (errno == ETIMEDOUT || strstr(c->errstr, "timed out") != NULL) ? ECS_ETIMEDOUT : ECS_EREDIS;
-    meta_seterr(m, "connect %s:%d: %s", m->host, m->port, c->errstr);
-    redisFree(c);
+  int rc = ecs__rds_connect(&m->link);
+  if (rc != ECS_OK) {
+    meta_seterr(m, "%s", ecs__rds_errmsg(&m->link));
     return rc;
   }
-  if (redisSetTimeout(c, tv) != REDIS_OK) {
-    meta_seterr(m, "connect: setsockopt: %s", c->errstr);
-    redisFree(c);
-    return ECS_EREDIS;
-  }
-  m->c = c;
-  m->used = 0;
-  int rc = ECS_OK;
-  if (m->db != 0) {
-    char db[16];
-    snprintf(db, sizeof db, "%d", m->db);
-    const char *argv[] = {"SELECT", db};
-    redisReply *r;
-    rc = meta_cmdv(m, &r, 2, argv);
-    if (rc == ECS_OK) {
-      rc = meta_reply_err(m, r, "SELECT");
-      freeReplyObject(r);
-    }
-  }
-  if (rc == ECS_OK)
-    rc = meta_load_script(m);
+  rc = meta_load_script(m);
   if (rc != ECS_OK) {
     meta_down(m);
     return rc;
   }
-  m->used = 0; /* only a caller's reply makes the link "used" */
+  m->link.used = 0; /* only a caller's reply makes the link "used" */
   m->errstr[0] = '\0';
   return ECS_OK;
 }
@@ -500,7 +369,8 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
   ecs_meta_t *m = calloc(1, sizeof *m);
   if (m == NULL)
     return ECS_ENOMEM;
-  if (ecs__meta_parse_url(o->redis_url, m->host, sizeof m->host, &m->port, &m->db) != ECS_OK)
+  int tmo = o->timeout_ms > 0 ? o->timeout_ms : META_DEFAULT_TIMEOUT_MS;
+  if (ecs__rds_init(&m->link, o->redis_url, tmo, tmo) != ECS_OK)
     goto out_inval;
   snprintf(m->ns, sizeof m->ns, "%s", o->ns);
   if (o->node_id != NULL) {
@@ -514,7 +384,7 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
     snprintf(m->addr, sizeof m->addr, "%s", o->addr ? o->addr : "");
     m->pool_size = o->pool_size;
     m->epoch = o->epoch;
-    m->started_ms = meta_wall_ms();
+    m->started_ms = ecs_wall_ms();
   }
   m->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : META_DEFAULT_TIMEOUT_MS;
   m->ttl_s = o->heartbeat_ttl_s > 0 ? o->heartbeat_ttl_s : META_DEFAULT_TTL_S;
@@ -545,15 +415,14 @@ out_inval:
 void ecs_meta_close(ecs_meta_t *m) {
   if (m == NULL)
     return;
-  if (m->c != NULL)
-    redisFree(m->c);
+  ecs__rds_close(&m->link);
   meta_queue_clear(m);
   free(m->q);
   free(m);
 }
 
 int ecs_meta_is_up(const ecs_meta_t *m) {
-  return m != NULL && m->c != NULL;
+  return m != NULL && ecs__rds_up(&m->link);
 }
 
 const char *ecs_meta_errstr(const ecs_meta_t *m) {
@@ -591,10 +460,9 @@ int ecs_meta_register(ecs_meta_t *m) {
     size_t lens[12];
     for (int j = 0; j < argcs[i]; j++)
       lens[j] = strlen(cmds[i][j]);
-    if (redisAppendCommandArgv(m->c, argcs[i], cmds[i], lens) != REDIS_OK) {
-      meta_down(m);
-      return ECS_ENOMEM;
-    }
+    rc = meta_append(m, argcs[i], cmds[i], lens);
+    if (rc != ECS_OK)
+      return rc;
   }
   uint64_t deadline = meta_deadline(m);
   for (int i = 0; i < 3; i++) {
@@ -621,12 +489,13 @@ static int meta_heartbeat(ecs_meta_t *m) {
   size_t el[] = {6, strlen(m->node_key), strlen(ttl)};
   size_t hl[] = {4, strlen(m->node_key), 5};
   size_t sl[] = {4, strlen(m->nodes_key), strlen(m->node_id)};
-  if (redisAppendCommandArgv(m->c, 3, expire, el) != REDIS_OK ||
-      redisAppendCommandArgv(m->c, 3, hget, hl) != REDIS_OK ||
-      redisAppendCommandArgv(m->c, 3, sadd, sl) != REDIS_OK) {
-    meta_down(m);
-    return ECS_ENOMEM;
-  }
+  int arc = meta_append(m, 3, expire, el);
+  if (arc == ECS_OK)
+    arc = meta_append(m, 3, hget, hl);
+  if (arc == ECS_OK)
+    arc = meta_append(m, 3, sadd, sl);
+  if (arc != ECS_OK)
+    return arc;
   uint64_t deadline = meta_deadline(m);
   redisReply *r1, *r2, *r3;
   int rc = meta_reply(m, &r1, deadline);
@@ -719,7 +588,7 @@ static size_t meta_obj_key(const ecs_meta_t *m, char *buf, const void *key, uint
 void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
   if (m == NULL || !m->server || rec == NULL)
     return;
-  if (m->c == NULL)
+  if (!ecs__rds_up(&m->link))
     return; /* down: the re-sync after the reconnect publishes it */
   if (rec->key == NULL || rec->key_len == 0 || rec->key_len > ECS_MAX_KEY || rec->desc.ndim > ECS_MAX_DIMS)
     return;
@@ -735,7 +604,7 @@ void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
     return;
   snprintf(csum, sizeof csum, "%016llx", (unsigned long long)rec->checksum);
   snprintf(codec, sizeof codec, "%u", (unsigned)rec->codec);
-  snprintf(t, sizeof t, "%llu", (unsigned long long)(rec->t_ms ? rec->t_ms : meta_wall_ms()));
+  snprintf(t, sizeof t, "%llu", (unsigned long long)(rec->t_ms ? rec->t_ms : ecs_wall_ms()));
   const char *argv[] = {"HSET", key,  "node",    m->node_id, "epoch", epoch, "off",   off,
                         "len",  len,  "raw_len", raw,        "dtype", dtype, "shape", shape,
                         "csum", csum, "codec",   codec,      "t",     t};
@@ -747,7 +616,8 @@ void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
 }
 
 void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len) {
-  if (m == NULL || !m->server || m->c == NULL || key == NULL || key_len == 0 || key_len > ECS_MAX_KEY)
+  if (m == NULL || !m->server || !ecs__rds_up(&m->link) || key == NULL || key_len == 0 ||
+      key_len > ECS_MAX_KEY)
     return;
   char k[META_KEY_MAX];
   size_t klen = meta_obj_key(m, k, key, key_len);
@@ -760,20 +630,16 @@ void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len) {
 int ecs_meta_flush(ecs_meta_t *m) {
   if (m == NULL || !m->server)
     return ECS_EINVAL;
-  if (m->c == NULL) {
+  if (!ecs__rds_up(&m->link)) {
     meta_queue_clear(m);
-    if (m->errstr[0] == '\0')
-      meta_seterr(m, "not connected");
-    return ECS_EREDIS;
+    return meta_not_connected(m);
   }
   if (m->qn == 0)
     return ECS_OK;
   for (size_t i = 0; i < m->qn; i++) {
-    if (redisAppendCommandArgv(m->c, m->q[i].argc, m->q[i].argv, m->q[i].lens) != REDIS_OK) {
-      meta_seterr(m, "flush: out of memory");
-      meta_down(m);
-      return ECS_ENOMEM;
-    }
+    int rc = meta_append(m, m->q[i].argc, m->q[i].argv, m->q[i].lens);
+    if (rc != ECS_OK)
+      return rc; /* the link is down and the queue dropped */
   }
   size_t n = m->qn;
   meta_queue_clear(m);
@@ -887,12 +753,9 @@ static int meta_run_check(ecs_meta_t *m, meta_batch_t *b, meta_each_fn each, voi
   }
   for (size_t ci = 0; ci < nchunks; ci++) {
     int argc = meta_chunk_argv(m, b, ci, m->sha[0] == '\0');
-    if (redisAppendCommandArgv(m->c, argc, b->argv, b->argl) != REDIS_OK) {
-      meta_seterr(m, "out of memory");
-      meta_down(m);
-      rc = ECS_ENOMEM;
+    rc = meta_append(m, argc, b->argv, b->argl);
+    if (rc != ECS_OK)
       goto out;
-    }
   }
   uint64_t deadline = meta_deadline(m);
   /* Read every reply before acting on any error, so that the link stays
@@ -948,13 +811,10 @@ static size_t *meta_valid_idx(const uint16_t *lens, size_t n, size_t *nvalid) {
 
 /* Clients reconnect on demand; servers only in tick(), which re-syncs. */
 static int meta_ensure_link(ecs_meta_t *m) {
-  if (m->c != NULL)
+  if (ecs__rds_up(&m->link))
     return ECS_OK;
-  if (m->server) {
-    if (m->errstr[0] == '\0')
-      meta_seterr(m, "not connected");
-    return ECS_EREDIS;
-  }
+  if (m->server)
+    return meta_not_connected(m);
   return meta_connect(m);
 }
 
@@ -964,9 +824,9 @@ static int meta_check_batch(ecs_meta_t *m, meta_batch_t *b, meta_each_fn each, v
   int rc = meta_ensure_link(m);
   if (rc != ECS_OK)
     return rc;
-  int was_used = m->used;
+  int was_used = m->link.used;
   rc = meta_run_check(m, b, each, ctx);
-  if (rc == ECS_EREDIS && m->c == NULL && was_used && !m->server) {
+  if (rc == ECS_ECONN && !ecs__rds_up(&m->link) && was_used && !m->server) {
     rc = meta_connect(m);
     if (rc == ECS_OK)
       rc = meta_run_check(m, b, each, ctx);
@@ -1020,14 +880,15 @@ static int meta_parse_rec(const redisReply *e, ecs_meta_rec_t *rec) {
     return -1;
   memcpy(rec->node_id, f[0]->str, f[0]->len);
   rec->node_id[f[0]->len] = '\0';
-  if (meta_parse_u64(f[1]->str, f[1]->len, &rec->epoch) || meta_parse_u64(f[2]->str, f[2]->len, &rec->off) ||
-      meta_parse_u64(f[3]->str, f[3]->len, &rec->nbytes) ||
-      meta_parse_u64(f[4]->str, f[4]->len, &rec->raw_nbytes) ||
-      meta_parse_u64(f[5]->str, f[5]->len, &dtype) || dtype > 255 ||
+  if (ecs__rds_parse_u64(f[1]->str, f[1]->len, &rec->epoch) ||
+      ecs__rds_parse_u64(f[2]->str, f[2]->len, &rec->off) ||
+      ecs__rds_parse_u64(f[3]->str, f[3]->len, &rec->nbytes) ||
+      ecs__rds_parse_u64(f[4]->str, f[4]->len, &rec->raw_nbytes) ||
+      ecs__rds_parse_u64(f[5]->str, f[5]->len, &dtype) || dtype > 255 ||
       meta_parse_shape(f[6]->str, f[6]->len, &rec->desc) ||
       meta_parse_hex64(f[7]->str, f[7]->len, &rec->checksum) ||
-      meta_parse_u64(f[8]->str, f[8]->len, &codec) || codec > 255 ||
-      meta_parse_u64(f[9]->str, f[9]->len, &rec->t_ms))
+      ecs__rds_parse_u64(f[8]->str, f[8]->len, &codec) || codec > 255 ||
+      ecs__rds_parse_u64(f[9]->str, f[9]->len, &rec->t_ms))
     return -1;
   rec->desc.dtype = (uint8_t)dtype;
   rec->codec = (uint8_t)codec;
@@ -1116,10 +977,10 @@ int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
     memcpy(key + pl, id->str, id->len);
     const char *argv[] = {"HMGET", key, "addr", "epoch", "pool"};
     size_t lens[] = {5, pl + id->len, 4, 5, 4};
-    if (redisAppendCommandArgv(m->c, 5, argv, lens) != REDIS_OK) {
+    rc = meta_append(m, 5, argv, lens);
+    if (rc != ECS_OK) {
       freeReplyObject(set);
-      meta_down(m);
-      return ECS_ENOMEM;
+      return rc;
     }
     cnt++;
   }
@@ -1156,8 +1017,8 @@ int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
     uint64_t epoch, pool;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && META_FIELD(r, 0) && META_FIELD(r, 1) &&
         META_FIELD(r, 2) && r->element[0]->len < sizeof out->addr &&
-        meta_parse_u64(r->element[1]->str, r->element[1]->len, &epoch) == 0 &&
-        meta_parse_u64(r->element[2]->str, r->element[2]->len, &pool) == 0 && k < max) {
+        ecs__rds_parse_u64(r->element[1]->str, r->element[1]->len, &epoch) == 0 &&
+        ecs__rds_parse_u64(r->element[2]->str, r->element[2]->len, &pool) == 0 && k < max) {
       ecs_meta_node_t *nd = &out[k++];
       memset(nd, 0, sizeof *nd);
       memcpy(nd->node_id, id->str, id->len);
@@ -1295,9 +1156,9 @@ int ecs_meta_tick(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t *rs) {
   if (!m->server)
     return meta_ensure_link(m);
   if (!m->want_reg)
-    return m->c ? ECS_OK : ECS_ENOTCONN;
+    return ecs__rds_up(&m->link) ? ECS_OK : ECS_ENOTCONN;
   int rc;
-  if (m->c == NULL) {
+  if (!ecs__rds_up(&m->link)) {
     if (m->rc_valid && now_ms - m->last_rc_ms < (uint64_t)m->reconnect_ms)
       return ECS_ENOTCONN;
     m->rc_valid = 1;
@@ -1328,7 +1189,7 @@ int ecs_meta_tick(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t *rs) {
     if (rc != ECS_OK)
       return rc;
   }
-  return m->c ? ECS_OK : ECS_ENOTCONN;
+  return ecs__rds_up(&m->link) ? ECS_OK : ECS_ENOTCONN;
 }
 
 int ecs_meta_unregister(ecs_meta_t *m) {

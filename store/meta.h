@@ -21,8 +21,9 @@
  * re-publishes every object the server holds, after the records of this
  * node that it no longer holds have been deleted.
  *
- * Every Redis call is bounded by opts.timeout_ms: a dead or stopped Redis
- * becomes ECS_ETIMEDOUT / ECS_EREDIS, never a hang.
+ * Every Redis call is bounded by opts.timeout_ms: a dead or unreachable
+ * Redis becomes ECS_ECONN, a stopped one ECS_ETIMEDOUT, never a hang; an
+ * error reply is ECS_EREDIS (store/rds.h has the one mapping).
  *
  * Thread safety: a handle is used by one thread at a time.
  */
@@ -91,7 +92,7 @@ int ecs_meta_unregister(ecs_meta_t *m);
 void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec);
 void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len);
 /* Sends every queued command in one pipeline and reads the replies.
- * When the link is down, drops the queue and returns ECS_EREDIS (the
+ * When the link is down, drops the queue and returns ECS_ECONN (the
  * re-sync will cover it). */
 int ecs_meta_flush(ecs_meta_t *m);
 
@@ -116,8 +117,8 @@ int ecs_meta_resync_pending(const ecs_meta_t *m);
 /* --- client side ------------------------------------------------------ */
 
 /* exists[i] = 1 for live records, 0 for missing or stale ones (stale ones
- * are deleted).  One round trip.  Returns ECS_OK, or ECS_ETIMEDOUT /
- * ECS_EREDIS for the whole batch (exists[] is then all 0). */
+ * are deleted).  One round trip.  Returns ECS_OK, or ECS_ECONN /
+ * ECS_ETIMEDOUT / ECS_EREDIS for the whole batch (exists[] is then all 0). */
 int ecs_meta_exists_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint16_t *lens, size_t n,
                           int *exists);
 
@@ -130,10 +131,5 @@ int ecs_meta_lookup_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint1
 /* Lists registered nodes (those whose registry hash is live), at most max
  * of them; *n is the number written. */
 int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n);
-
-/* Internal, for tests: parses a Redis URL as ecs_meta_open() does
- * ("redis://HOST:PORT[/DB]", "HOST:PORT[/DB]", "HOST" for port 6379;
- * "[v6]:PORT").  Returns ECS_OK or ECS_EINVAL. */
-int ecs__meta_parse_url(const char *url, char *host, size_t hostcap, int *port, int *db);
 
 #endif /* ECS_META_H */

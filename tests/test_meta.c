@@ -21,6 +21,7 @@
 #include <hiredis/hiredis.h>
 
 #include "store/meta.h"
+#include "store/rds.h"
 #include "support/ts.h"
 
 #define NS "test"
@@ -242,19 +243,19 @@ static void test_urls(void **state) {
   (void)state;
   char host[256];
   int port, db;
-  assert_int_equal(ecs__meta_parse_url("redis://10.0.0.1:7001/3", host, sizeof host, &port, &db), ECS_OK);
+  assert_int_equal(ecs__rds_parse_url("redis://10.0.0.1:7001/3", host, sizeof host, &port, &db), ECS_OK);
   assert_string_equal(host, "10.0.0.1");
   assert_int_equal(port, 7001);
   assert_int_equal(db, 3);
-  assert_int_equal(ecs__meta_parse_url("localhost:7002", host, sizeof host, &port, &db), ECS_OK);
+  assert_int_equal(ecs__rds_parse_url("localhost:7002", host, sizeof host, &port, &db), ECS_OK);
   assert_string_equal(host, "localhost");
   assert_int_equal(port, 7002);
   assert_int_equal(db, 0);
-  assert_int_equal(ecs__meta_parse_url("redishost", host, sizeof host, &port, &db), ECS_OK);
+  assert_int_equal(ecs__rds_parse_url("redishost", host, sizeof host, &port, &db), ECS_OK);
   assert_int_equal(port, 6379);
-  assert_int_equal(ecs__meta_parse_url("redis://h", host, sizeof host, &port, &db), ECS_OK);
+  assert_int_equal(ecs__rds_parse_url("redis://h", host, sizeof host, &port, &db), ECS_OK);
   assert_int_equal(port, 6379);
-  assert_int_equal(ecs__meta_parse_url("redis://[::1]:7003/1", host, sizeof host, &port, &db), ECS_OK);
+  assert_int_equal(ecs__rds_parse_url("redis://[::1]:7003/1", host, sizeof host, &port, &db), ECS_OK);
   assert_string_equal(host, "::1");
   assert_int_equal(port, 7003);
   assert_int_equal(db, 1);
@@ -278,7 +279,7 @@ static void test_urls(void **state) {
                                     "h h:1",
                                     "h:99999999999999999999999"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    if (ecs__meta_parse_url(bad[i], host, sizeof host, &port, &db) != ECS_EINVAL)
+    if (ecs__rds_parse_url(bad[i], host, sizeof host, &port, &db) != ECS_EINVAL)
       fail_msg("accepted bad url '%s'", bad[i]);
     ecs_meta_opts_t o;
     ecs_meta_opts_init(&o);
@@ -288,7 +289,7 @@ static void test_urls(void **state) {
     assert_int_equal(ecs_meta_open(&o, &m), ECS_EINVAL);
     assert_null(m);
   }
-  assert_int_equal(ecs__meta_parse_url(NULL, host, sizeof host, &port, &db), ECS_EINVAL);
+  assert_int_equal(ecs__rds_parse_url(NULL, host, sizeof host, &port, &db), ECS_EINVAL);
 
   /* Options: ns required; a server needs a node id that fits and an epoch. */
   ecs_meta_opts_t o;
@@ -309,7 +310,8 @@ static void test_urls(void **state) {
 }
 
 /* A Redis that is not there: open succeeds, the handle is down, calls fail
- * fast with outputs cleared, never "exists". */
+ * fast with ECS_ECONN (what ecstore.h promises for an unreachable Redis)
+ * and outputs cleared, never "exists". */
 static void test_no_redis(void **state) {
   (void)state;
   char url[64];
@@ -325,7 +327,7 @@ static void test_no_redis(void **state) {
   const uint8_t *k[] = {(const uint8_t *)"abc"};
   uint16_t l[] = {3};
   int ex[1] = {1};
-  assert_int_equal(ecs_meta_exists_batch(m, k, l, 1, ex), ECS_EREDIS);
+  assert_int_equal(ecs_meta_exists_batch(m, k, l, 1, ex), ECS_ECONN);
   assert_int_equal(ex[0], 0);
   ecs_meta_close(m);
 
@@ -338,7 +340,7 @@ static void test_no_redis(void **state) {
   rec.key = k[0];
   rec.key_len = 3;
   ecs_meta_queue_put(m, &rec);
-  assert_int_equal(ecs_meta_flush(m), ECS_EREDIS);
+  assert_int_equal(ecs_meta_flush(m), ECS_ECONN);
   assert_true(ecs_meta_resync_pending(m));
   assert_int_not_equal(ecs_meta_tick(m, 0, NULL), ECS_OK);
   assert_int_equal(ecs_meta_tick(m, 10, NULL), ECS_ENOTCONN); /* within reconnect_ms */
@@ -708,7 +710,10 @@ static void test_killed_redis(void **state) {
     ex[i] = 1;
   uint64_t t0 = mono_ms();
   int rc = ecs_meta_exists_batch(cl, ks->ptr, ks->len, 10, ex);
-  assert_true(rc == ECS_EREDIS || rc == ECS_ETIMEDOUT);
+  /* A killed Redis resets or refuses the link at once: ECS_ECONN, as
+   * ecstore.h promises, not a timeout and not ECS_EREDIS (which means
+   * Redis answered with an error). */
+  assert_int_equal(rc, ECS_ECONN);
   assert_true(mono_ms() - t0 < 700);
   for (int i = 0; i < 10; i++)
     assert_int_equal(ex[i], 0);
@@ -720,6 +725,37 @@ static void test_killed_redis(void **state) {
   ecs_meta_close(cl);
   ecs_meta_close(srv);
   free(ks);
+}
+
+/* The one Redis link (store/rds.h), which meta and the connector share,
+ * maps every failure one way: an error reply is ECS_EREDIS and keeps the
+ * link; a stopped Redis is ECS_ETIMEDOUT; a killed or absent one is
+ * ECS_ECONN (what ecstore.h promises), and the next call reconnects. */
+static void test_link_errors(void **state) {
+  fx_t *f = *state;
+  ecs__rds_t r;
+  assert_int_equal(ecs__rds_init(&r, f->url, 300, 300), ECS_OK);
+  redisReply *rep = NULL;
+  const char *ping[] = {"PING"};
+  assert_int_equal(ecs__rds_cmd(&r, &rep, 1, ping, NULL), ECS_OK);
+  freeReplyObject(rep);
+  const char *bad[] = {"NOSUCHCOMMAND"};
+  assert_int_equal(ecs__rds_cmd(&r, &rep, 1, bad, NULL), ECS_EREDIS);
+  assert_true(ecs__rds_up(&r));
+  ecs_ts_signal(&f->redis, SIGSTOP);
+  uint64_t t0 = mono_ms();
+  assert_int_equal(ecs__rds_cmd(&r, &rep, 1, ping, NULL), ECS_ETIMEDOUT);
+  assert_true(mono_ms() - t0 < 700);
+  assert_false(ecs__rds_up(&r));
+  ecs_ts_signal(&f->redis, SIGCONT);
+  assert_int_equal(ecs__rds_cmd(&r, &rep, 1, ping, NULL), ECS_OK); /* reconnected */
+  freeReplyObject(rep);
+  ecs_ts_kill9(&f->redis);
+  assert_int_equal(ecs__rds_cmd(&r, &rep, 1, ping, NULL), ECS_ECONN); /* reset or closed */
+  assert_int_equal(ecs__rds_cmd(&r, &rep, 1, ping, NULL), ECS_ECONN); /* refused */
+  assert_non_null(strstr(ecs__rds_errmsg(&r), "127.0.0.1"));
+  ecs__rds_close(&r);
+  assert_int_equal(ecs_ts_redis_start(&f->redis), 0); /* for teardown */
 }
 
 /* ---- server outage and re-sync ---------------------------------------- */
@@ -749,7 +785,7 @@ static void test_outage_resync(void **state) {
   assert_false(ecs_meta_is_up(m));
   h.on[3] = 0;
   ecs_meta_queue_del(m, ks->ptr[3], ks->len[3]);
-  assert_int_equal(ecs_meta_flush(m), ECS_EREDIS); /* down: dropped */
+  assert_int_equal(ecs_meta_flush(m), ECS_ECONN); /* down: dropped */
   /* A reconnect while still stopped fails within the deadline; the next
    * attempt waits for reconnect_ms. */
   t += 1000;
@@ -844,6 +880,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stale_epoch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deadline_stopped_redis, setup, teardown),
       cmocka_unit_test_setup_teardown(test_killed_redis, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_link_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_outage_resync, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unregister, setup, teardown),
   };

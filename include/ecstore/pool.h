@@ -51,9 +51,11 @@ typedef struct ecs_pool_opts {
   int lock;             /* 1: mlock the region (default); 0: don't try */
   int cuda_register;    /* 1: cudaHostRegister the region when libcudart loads */
   const char *name;     /* memfd name, for /proc/PID/fd (default "ecstore-pool") */
-  /* Called from ecs_pool_create() as the region is faulted in, after each
-   * chunk (a few hundred MiB): populating gigabytes takes seconds, and a
-   * server says so.  NULL (the default): no calls. */
+  /* Called from ecs_pool_create(), on its caller's thread, as the region
+   * is faulted in (by one thread per CPU): after each chunk of a few hundred
+   * MiB and at the end, with done increasing up to total.  Populating
+   * gigabytes takes seconds, and a server says so.  NULL (the default): no
+   * calls. */
   void (*on_populate)(void *ctx, size_t done, size_t total);
   void *populate_ctx; /* passed to on_populate */
 } ecs_pool_opts_t;

@@ -1,9 +1,9 @@
 /*
- * The connector's Redis link (see rds.h).  Modelled on store/meta.c: the
- * reply wait is bounded by setting the socket timeout to what is left of
- * the deadline before each blocking read.
+ * The Redis link (see rds.h): the reply wait is bounded by setting the
+ * socket timeout to what is left of the deadline before each blocking
+ * read, and every failure goes through one mapping (rds_io_fail).
  */
-#include "ec_connector/rds.h"
+#include "store/rds.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -12,14 +12,80 @@
 #include <sys/time.h>
 
 #include "ecstore/error.h"
-#include "store/meta.h"
 #include "store/net.h"
 
-__attribute__((format(printf, 2, 3))) static void rds_seterr(ecs__rds_t *r, const char *fmt, ...) {
+#define RDS_DEFAULT_PORT 6379
+
+void ecs__rds_seterr(ecs__rds_t *r, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(r->err, sizeof r->err, fmt, ap);
   va_end(ap);
+}
+
+int ecs__rds_parse_u64(const char *s, size_t len, uint64_t *out) {
+  if (len == 0 || len > 20)
+    return -1;
+  uint64_t v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return -1;
+    uint64_t d = (uint64_t)(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10)
+      return -1;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return 0;
+}
+
+int ecs__rds_parse_url(const char *url, char *host, size_t hostcap, int *port, int *db) {
+  if (url == NULL)
+    return ECS_EINVAL;
+  if (strncmp(url, "redis://", 8) == 0)
+    url += 8;
+  else if (strstr(url, "://") != NULL)
+    return ECS_EINVAL;
+  const char *slash = strchr(url, '/');
+  size_t hp_len = slash ? (size_t)(slash - url) : strlen(url);
+  *db = 0;
+  if (slash != NULL && slash[1] != '\0') {
+    uint64_t v;
+    if (ecs__rds_parse_u64(slash + 1, strlen(slash + 1), &v) != 0 || v > 1000000)
+      return ECS_EINVAL;
+    *db = (int)v;
+  }
+  const char *h = url, *colon;
+  size_t hlen;
+  if (hp_len > 0 && url[0] == '[') {
+    const char *rb = memchr(url, ']', hp_len);
+    if (rb == NULL)
+      return ECS_EINVAL;
+    h = url + 1;
+    hlen = (size_t)(rb - h);
+    colon = rb + 1 < url + hp_len ? rb + 1 : NULL;
+    if (colon != NULL && *colon != ':')
+      return ECS_EINVAL;
+  } else {
+    colon = memchr(url, ':', hp_len);
+    hlen = colon ? (size_t)(colon - url) : hp_len;
+  }
+  if (hlen == 0 || hlen >= hostcap)
+    return ECS_EINVAL;
+  for (size_t i = 0; i < hlen; i++)
+    if (h[i] <= ' ' || h[i] == '@' || h[i] == '/' || h[i] == '[' || h[i] == ']' || h[i] == 0x7f)
+      return ECS_EINVAL;
+  memcpy(host, h, hlen);
+  host[hlen] = '\0';
+  *port = RDS_DEFAULT_PORT;
+  if (colon != NULL) {
+    uint64_t v;
+    size_t plen = (size_t)(url + hp_len - (colon + 1));
+    if (ecs__rds_parse_u64(colon + 1, plen, &v) != 0 || v == 0 || v > 65535)
+      return ECS_EINVAL;
+    *port = (int)v;
+  }
+  return ECS_OK;
 }
 
 int ecs__rds_init(ecs__rds_t *r, const char *url, int connect_timeout_ms, int timeout_ms) {
@@ -27,11 +93,11 @@ int ecs__rds_init(ecs__rds_t *r, const char *url, int connect_timeout_ms, int ti
   r->connect_timeout_ms = connect_timeout_ms;
   r->timeout_ms = timeout_ms;
   if (url == NULL || url[0] == '\0') {
-    rds_seterr(r, "no redis_url configured");
+    ecs__rds_seterr(r, "no redis_url configured");
     return ECS_EINVAL;
   }
-  if (ecs__meta_parse_url(url, r->host, sizeof r->host, &r->port, &r->db) != ECS_OK) {
-    rds_seterr(r, "bad redis_url \"%.200s\"", url);
+  if (ecs__rds_parse_url(url, r->host, sizeof r->host, &r->port, &r->db) != ECS_OK) {
+    ecs__rds_seterr(r, "bad redis_url \"%.200s\"", url);
     return ECS_EINVAL;
   }
   return ECS_OK;
@@ -41,6 +107,11 @@ void ecs__rds_close(ecs__rds_t *r) {
   if (r->c != NULL)
     redisFree(r->c);
   r->c = NULL;
+  r->used = 0;
+}
+
+int ecs__rds_up(const ecs__rds_t *r) {
+  return r->c != NULL;
 }
 
 const char *ecs__rds_errmsg(const ecs__rds_t *r) {
@@ -63,7 +134,7 @@ static int rds_io_fail(ecs__rds_t *r, int saved_errno, const char *what) {
   if (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK || saved_errno == ETIMEDOUT ||
       strstr(es, "temporarily unavailable") != NULL || strstr(es, "timed out") != NULL)
     rc = ECS_ETIMEDOUT;
-  rds_seterr(r, "redis %s:%d: %s: %s", r->host, r->port, what, rc == ECS_ETIMEDOUT ? "timed out" : es);
+  ecs__rds_seterr(r, "redis %s:%d: %s: %s", r->host, r->port, what, rc == ECS_ETIMEDOUT ? "timed out" : es);
   ecs__rds_close(r);
   return rc;
 }
@@ -72,7 +143,7 @@ int ecs__rds_connect(ecs__rds_t *r) {
   if (r->c != NULL)
     return ECS_OK;
   if (r->host[0] == '\0') {
-    rds_seterr(r, "no redis_url configured");
+    ecs__rds_seterr(r, "no redis_url configured");
     return ECS_EINVAL;
   }
   struct timeval tv;
@@ -80,12 +151,12 @@ int ecs__rds_connect(ecs__rds_t *r) {
   errno = 0;
   redisContext *c = redisConnectWithTimeout(r->host, r->port, tv);
   if (c == NULL) {
-    rds_seterr(r, "redis connect: out of memory");
+    ecs__rds_seterr(r, "redis connect: out of memory");
     return ECS_ENOMEM;
   }
   if (c->err != 0) {
     int rc = (errno == ETIMEDOUT || strstr(c->errstr, "timed out") != NULL) ? ECS_ETIMEDOUT : ECS_ECONN;
-    rds_seterr(r, "redis connect %s:%d: %s", r->host, r->port, c->errstr);
+    ecs__rds_seterr(r, "redis connect %s:%d: %s", r->host, r->port, c->errstr);
     redisFree(c);
     return rc;
   }
@@ -102,6 +173,7 @@ int ecs__rds_connect(ecs__rds_t *r) {
     }
     freeReplyObject(rep);
   }
+  r->used = 0; /* only a caller's reply makes the link "used" */
   return ECS_OK;
 }
 
@@ -118,24 +190,24 @@ int ecs__rds_append(ecs__rds_t *r, int argc, const char **argv, const size_t *le
     lens = tmp;
   }
   if (redisAppendCommandArgv(r->c, argc, argv, lens) != REDIS_OK) {
-    rds_seterr(r, "redis: out of memory");
+    ecs__rds_seterr(r, "redis: out of memory");
     ecs__rds_close(r);
     return ECS_ENOMEM;
   }
   return ECS_OK;
 }
 
-int ecs__rds_reply(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
+int ecs__rds_reply_any(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
   void *rep = NULL;
   *out = NULL;
   if (r->c == NULL) {
-    rds_seterr(r, "redis %s:%d: link down", r->host, r->port);
+    ecs__rds_seterr(r, "redis %s:%d: link down", r->host, r->port);
     return ECS_ECONN;
   }
   if (redisReaderGetReply(r->c->reader, &rep) != REDIS_OK) {
-    rds_seterr(r, "redis protocol error: %s", r->c->reader->errstr);
+    ecs__rds_seterr(r, "redis %s:%d: protocol error: %s", r->host, r->port, r->c->reader->errstr);
     ecs__rds_close(r);
-    return ECS_EPROTO;
+    return ECS_EREDIS;
   }
   if (rep == NULL) {
     uint64_t now = ecs_now_ms();
@@ -149,9 +221,19 @@ int ecs__rds_reply(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
     if (redisGetReply(r->c, &rep) != REDIS_OK)
       return rds_io_fail(r, errno, "reply");
   }
-  redisReply *reply = rep;
+  r->used = 1;
+  *out = rep;
+  return ECS_OK;
+}
+
+int ecs__rds_reply(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
+  redisReply *reply;
+  int rc = ecs__rds_reply_any(r, deadline_ms, &reply);
+  *out = NULL;
+  if (rc != ECS_OK)
+    return rc;
   if (reply->type == REDIS_REPLY_ERROR) {
-    rds_seterr(r, "redis: %.*s", (int)(reply->len < 200 ? reply->len : 200), reply->str);
+    ecs__rds_seterr(r, "redis: %.*s", (int)(reply->len < 200 ? reply->len : 200), reply->str);
     freeReplyObject(reply);
     return ECS_EREDIS;
   }

@@ -1,0 +1,450 @@
+/*
+ * The server's per-connection state machine: accepting, reading a request,
+ * writing its reply, closing.  Sockets are non-blocking; the loop (server.c)
+ * calls back in on readiness, so a connection never waits.  The states:
+ *
+ *   HDR  -> read exactly 32 header bytes; decode and bound every length
+ *   META -> read exactly meta_len bytes of item records; parse them
+ *   DATA -> (PUT only) readv the payload straight into the reserved pool
+ *           blocks, or into a scratch buffer for items that were refused
+ *   WRITE-> sendmsg the reply header, records and (GET) pool blocks
+ *
+ * Exactly the bytes of one request are read before its reply is written,
+ * so a payload byte is never read into an intermediate buffer.  References
+ * taken for a GET are held until the last byte of the reply left, so
+ * eviction can never free a block under a reader.  A connection that dies
+ * mid-PUT aborts its reservations: no block leaks.
+ */
+#include "store/server_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ecstore/error.h"
+#include "store/log.h"
+#include "store/net.h"
+
+/* ------------------------------------------------------------------ */
+/* connections                                                         */
+
+static void conn_release_refs(ecs_server_t *s, conn_t *c) {
+  for (size_t i = 0; i < c->nheld; i++)
+    ecs_objstore_release(s->os, c->held[i]);
+  c->nheld = 0;
+}
+
+static void conn_abort_slots(ecs_server_t *s, conn_t *c) {
+  for (size_t i = 0; i < c->nslots; i++) {
+    if (c->slots[i].obj) {
+      ecs_objstore_abort(s->os, c->slots[i].obj);
+      c->slots[i].obj = NULL;
+    }
+  }
+  c->nslots = 0;
+}
+
+void ecs__conn_close(ecs_server_t *s, conn_t *c) {
+  conn_release_refs(s, c);
+  conn_abort_slots(s, c);
+  ecs__pins_expire(s, c, UINT64_MAX); /* a client that goes away leaves nothing pinned */
+  ecs_rdma_ep_destroy(c->ep);
+  if (c->send_fd >= 0)
+    close(c->send_fd);
+  epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  close(c->fd);
+  for (size_t i = 0; i < s->nconns; i++) {
+    if (s->conns[i] == c) {
+      s->conns[i] = s->conns[--s->nconns];
+      break;
+    }
+  }
+  ECS_LOG_D("conn %llu closed", (unsigned long long)c->id);
+  free(c->meta);
+  free(c->slots);
+  free(c->wiov);
+  free(c->held);
+  free(c->pins);
+  ecs_wbuf_free(&c->out);
+  free(c);
+}
+
+/* Arms the socket for ev; a no-op (no syscall) when it already is. */
+static int conn_set_events(ecs_server_t *s, conn_t *c, uint32_t ev) {
+  if (c->events == ev)
+    return 0;
+  struct epoll_event e = {.events = ev, .data.ptr = c};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &e) != 0)
+    return -1;
+  c->events = ev;
+  return 0;
+}
+
+int ecs__conn_hold(conn_t *c, ecs_obj_t *obj) {
+  if (c->nheld == c->held_cap) {
+    size_t ncap = c->held_cap ? c->held_cap * 2 : 16;
+    ecs_obj_t **n = realloc(c->held, ncap * sizeof *n);
+    if (!n)
+      return ECS_ENOMEM;
+    c->held = n;
+    c->held_cap = ncap;
+  }
+  c->held[c->nheld++] = obj;
+  return ECS_OK;
+}
+
+int ecs__conn_wiov_add(conn_t *c, void *p, size_t n) {
+  if (c->wcnt == c->wcap) {
+    int ncap = c->wcap ? c->wcap * 2 : 16;
+    struct iovec *v = realloc(c->wiov, (size_t)ncap * sizeof *v);
+    if (!v)
+      return ECS_ENOMEM;
+    c->wiov = v;
+    c->wcap = ncap;
+  }
+  c->wiov[c->wcnt].iov_base = p;
+  c->wiov[c->wcnt].iov_len = n;
+  c->wcnt++;
+  return ECS_OK;
+}
+
+/* Starts a reply: header with status, the records in c->out, and the
+ * payload iovecs the handler already appended after slot 2. */
+void ecs__reply_begin(conn_t *c) {
+  ecs_wbuf_reset(&c->out);
+  c->wcnt = 0;
+  c->wpos = 0;
+  /* slots 0 and 1 are the header and records; filled by reply_finish */
+  ecs__conn_wiov_add(c, c->out_hdr, ECS_PROTO_HDR_SIZE);
+  ecs__conn_wiov_add(c, NULL, 0);
+}
+
+void ecs__reply_finish(ecs_server_t *s, conn_t *c, int status, uint32_t count, uint64_t data_len) {
+  if (c->out.err) { /* out of memory building records: fail the whole request */
+    conn_release_refs(s, c);
+    ecs_wbuf_reset(&c->out);
+    status = ECS_ENOMEM;
+    count = 0;
+    data_len = 0;
+    c->wcnt = 2;
+  }
+  ecs_hdr_t h = {.magic = ECS_PROTO_MAGIC,
+                 .version = ECS_PROTO_VERSION,
+                 .opcode = c->hdr.opcode,
+                 .flags = ECS_FLAG_REPLY,
+                 .req_id = c->hdr.req_id,
+                 .status = status,
+                 .count = count,
+                 .meta_len = (uint32_t)c->out.len,
+                 .data_len = data_len};
+  ecs_proto_hdr_encode(&h, c->out_hdr);
+  c->wiov[1].iov_base = c->out.p;
+  c->wiov[1].iov_len = c->out.len;
+  c->st = C_WRITE;
+  if (c->req_t0_ns && c->hdr.opcode < sizeof s->latency / sizeof s->latency[0])
+    ecs_hist_observe(&s->latency[c->hdr.opcode], ecs__now_ns() - c->req_t0_ns);
+  c->req_t0_ns = 0;
+}
+
+/* A reply carrying only a status, for whole-request failures. */
+void ecs__reply_error(ecs_server_t *s, conn_t *c, int status, int close_after) {
+  conn_release_refs(s, c);
+  ecs__reply_begin(c);
+  ecs__reply_finish(s, c, status, 0, 0);
+  c->close_after_write |= close_after;
+}
+
+/* ------------------------------------------------------------------ */
+/* reading                                                             */
+
+/* Reads into [p, p+n).  Returns bytes read, 0 on EAGAIN, -1 on EOF/error. */
+static ssize_t read_some(int fd, void *p, size_t n) {
+  for (;;) {
+    ssize_t r = read(fd, p, n);
+    if (r > 0)
+      return r;
+    if (r == 0)
+      return -1;
+    if (errno == EINTR)
+      continue;
+    return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+  }
+}
+
+/* DATA: builds iovecs from the current item onward and readv's them. */
+static ssize_t read_data(ecs_server_t *s, conn_t *c) {
+  struct iovec iov[IOV_BATCH];
+  int cnt = 0;
+  size_t item = c->data_item;
+  uint64_t off = c->data_off;
+  while (cnt < IOV_BATCH && item < c->nslots) {
+    put_slot_t *sl = &c->slots[item];
+    uint64_t left = sl->item.nbytes - off;
+    if (left == 0) {
+      item++;
+      off = 0;
+      continue;
+    }
+    if (sl->obj) {
+      iov[cnt].iov_base = (uint8_t *)ecs_objstore_data(s->os, sl->obj) + off;
+      iov[cnt].iov_len = left > SSIZE_MAX ? SSIZE_MAX : (size_t)left;
+    } else { /* refused item: its bytes go to the scratch buffer */
+      iov[cnt].iov_base = s->scratch;
+      iov[cnt].iov_len = left > SCRATCH_SIZE ? SCRATCH_SIZE : (size_t)left;
+    }
+    off += iov[cnt].iov_len;
+    cnt++;
+  }
+  if (cnt == 0)
+    return 0;
+  ssize_t r;
+  do {
+    r = readv(c->fd, iov, cnt);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0)
+    return -1;
+  if (r < 0)
+    return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+  /* advance the (item, offset) cursor by r bytes */
+  uint64_t adv = (uint64_t)r;
+  while (adv > 0) {
+    uint64_t left = c->slots[c->data_item].item.nbytes - c->data_off;
+    if (adv >= left) {
+      adv -= left;
+      c->data_item++;
+      c->data_off = 0;
+    } else {
+      c->data_off += adv;
+      adv = 0;
+    }
+  }
+  return r;
+}
+
+static int data_done(conn_t *c) {
+  while (c->data_item < c->nslots && c->slots[c->data_item].item.nbytes == c->data_off) {
+    c->data_item++;
+    c->data_off = 0;
+  }
+  return c->data_item >= c->nslots;
+}
+
+/* Runs the read side as far as the socket allows.  Returns -1 to close. */
+static int conn_on_readable(ecs_server_t *s, conn_t *c) {
+  for (;;) {
+    ssize_t r;
+    if (c->st == C_HDR) {
+      r = read_some(c->fd, c->hdrbuf + c->hdr_got, ECS_PROTO_HDR_SIZE - c->hdr_got);
+      if (r <= 0)
+        return (int)r;
+      c->last_ms = ecs_now_ms();
+      c->hdr_got += (size_t)r;
+      if (c->hdr_got < ECS_PROTO_HDR_SIZE)
+        continue;
+      c->hdr_got = 0;
+      int rc = ecs_proto_hdr_decode(c->hdrbuf, s->o.max_request, &c->hdr);
+      if (rc != ECS_OK || (c->hdr.flags & ECS_FLAG_REPLY)) {
+        ECS_LOG_W("conn %llu: bad header (%s); closing", (unsigned long long)c->id,
+                  ecs_strerror(rc ? rc : ECS_EPROTO));
+        /* echo what we can; the framing is lost, so close after the reply */
+        ecs__reply_error(s, c, rc ? rc : ECS_EPROTO, 1);
+        return 1;
+      }
+      if (c->hdr.meta_len > c->meta_cap) {
+        uint8_t *m = realloc(c->meta, c->hdr.meta_len);
+        if (!m) {
+          ecs__reply_error(s, c, ECS_ENOMEM, 1);
+          return 1;
+        }
+        c->meta = m;
+        c->meta_cap = c->hdr.meta_len;
+      }
+      c->meta_got = 0;
+      c->st = C_META;
+    }
+    if (c->st == C_META) {
+      if (c->meta_got < c->hdr.meta_len) {
+        r = read_some(c->fd, c->meta + c->meta_got, c->hdr.meta_len - c->meta_got);
+        if (r <= 0)
+          return (int)r;
+        c->last_ms = ecs_now_ms();
+        c->meta_got += (size_t)r;
+        if (c->meta_got < c->hdr.meta_len)
+          continue;
+      }
+      ecs__server_dispatch(s, c);
+      if (c->st == C_WRITE)
+        return 1;
+    }
+    if (c->st == C_DATA) {
+      if (!data_done(c)) {
+        r = read_data(s, c);
+        if (r <= 0)
+          return (int)r;
+        c->last_ms = ecs_now_ms();
+        if (!data_done(c))
+          continue;
+      }
+      ecs__server_put_end(s, c);
+      return 1;
+    }
+    if (c->st == C_WRITE)
+      return 1;
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* writing                                                             */
+
+/* Sends as much of the reply as the socket takes.  1: done, 0: blocked,
+ * -1: error. */
+static int conn_flush(conn_t *c) {
+  while (c->wpos < c->wcnt) {
+    struct iovec *iov = c->wiov + c->wpos;
+    int cnt = c->wcnt - c->wpos;
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = iov;
+    mh.msg_iovlen = (size_t)(cnt > IOV_MAX ? IOV_MAX : cnt);
+    /* ATTACH: the fd rides with the reply's first bytes */
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    if (c->send_fd >= 0) {
+      memset(&ctl, 0, sizeof ctl);
+      mh.msg_control = ctl.buf;
+      mh.msg_controllen = sizeof ctl.buf;
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(cm), &c->send_fd, sizeof(int));
+    }
+    ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    }
+    if (c->send_fd >= 0) { /* delivered with these bytes; our copy goes */
+      close(c->send_fd);
+      c->send_fd = -1;
+    }
+    int before = cnt;
+    ecs_iov_advance(&iov, &cnt, (size_t)n);
+    c->wpos += before - cnt;
+  }
+  return 1;
+}
+
+/* Returns -1 to close the connection. */
+static int conn_on_writable(ecs_server_t *s, conn_t *c) {
+  int r = conn_flush(c);
+  if (r < 0)
+    return -1;
+  if (r == 0) {
+    c->last_ms = ecs_now_ms();
+    return conn_set_events(s, c, EPOLLOUT) == 0 ? 0 : -1;
+  }
+  conn_release_refs(s, c);
+  if (c->close_after_write)
+    return -1;
+  c->st = C_HDR;
+  c->last_ms = ecs_now_ms();
+  return conn_set_events(s, c, EPOLLIN) == 0 ? 0 : -1;
+}
+
+void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev) {
+  int r = 0;
+  if (c->st == C_WRITE) {
+    if (ev & (EPOLLERR | EPOLLHUP)) {
+      ecs__conn_close(s, c);
+      return;
+    }
+    r = conn_on_writable(s, c);
+  } else {
+    r = conn_on_readable(s, c);
+    if (r > 0 && c->st == C_WRITE)
+      r = conn_on_writable(s, c);
+    else if (r == 0 && (ev & (EPOLLERR | EPOLLHUP)) && !(ev & EPOLLIN))
+      r = -1;
+  }
+  if (r < 0)
+    ecs__conn_close(s, c);
+}
+
+/* A Unix-socket peer must run as one of the allowed users. */
+static int peer_allowed(const ecs_server_t *s, int fd) {
+  struct ucred cr;
+  socklen_t len = sizeof cr;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
+    return 0;
+  if (cr.uid == 0 || cr.uid == geteuid())
+    return 1;
+  for (int i = 0; i < s->o.n_shm_allow_uids; i++)
+    if (cr.uid == s->o.shm_allow_uids[i])
+      return 1;
+  ECS_LOG_W("shm: refusing pid %d uid %u (not in --shm-allow-uid)", (int)cr.pid, (unsigned)cr.uid);
+  return 0;
+}
+
+void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
+  for (;;) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        ECS_LOG_W("accept: %s", strerror(errno));
+      return;
+    }
+    if (s->nconns >= (size_t)s->o.max_conns) {
+      ECS_LOG_W("connection limit (%d) reached; refusing", s->o.max_conns);
+      close(fd);
+      continue;
+    }
+    if (local && !peer_allowed(s, fd)) {
+      close(fd);
+      continue;
+    }
+    conn_t *c = calloc(1, sizeof *c);
+    conn_t **nc = realloc(s->conns, (s->nconns + 1) * sizeof *nc);
+    if (!c || !nc) {
+      free(c);
+      if (nc)
+        s->conns = nc;
+      close(fd);
+      continue;
+    }
+    s->conns = nc;
+    c->fd = fd;
+    c->local = local;
+    c->send_fd = -1;
+    c->pin_free = PIN_NONE;
+    c->id = ++s->next_conn_id;
+    c->st = C_HDR;
+    c->last_ms = ecs_now_ms();
+    ecs_wbuf_init(&c->out);
+    if (!local) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
+    c->events = EPOLLIN;
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
+      ecs_wbuf_free(&c->out);
+      free(c);
+      close(fd);
+      continue;
+    }
+    s->conns[s->nconns++] = c;
+    ECS_LOG_D("conn %llu accepted%s", (unsigned long long)c->id, local ? " (local)" : "");
+  }
+}

@@ -1,0 +1,184 @@
+/*
+ * ecstore-server internals, shared by the files that make the server up and
+ * by nothing else.  One concern per file, as redis splits ae.c, networking.c
+ * and the command table:
+ *
+ *   server.c        the loop and the life cycle: create, run, tick, stop,
+ *                   destroy, and the glue to the Redis metadata layer
+ *   server_conn.c   the per-connection state machine: accept, read a
+ *                   request (HDR -> META -> DATA), write its reply (WRITE)
+ *   server_ops.c    the opcode handlers behind one static const table
+ *   server_lease.c  the per-connection lease / reservation table (pins)
+ *
+ * Everything here runs on the loop's one thread.
+ */
+#ifndef ECS_SERVER_INTERNAL_H
+#define ECS_SERVER_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "ecstore/pool.h"
+#include "store/meta.h"
+#include "store/metrics.h"
+#include "store/objstore.h"
+#include "store/proto.h"
+#include "store/rdma.h"
+#include "store/server.h"
+
+#define SCRATCH_SIZE (256u << 10) /* discard buffer for refused payloads */
+#define IOV_BATCH 64              /* iovecs built per readv/sendmsg */
+#define TICK_MS 100               /* timer work period */
+#define DEBUG_CORRUPT 1           /* DEBUG subcode: flip a byte of an object */
+
+/* Internal per-item status for a key that appears twice in one PUT batch. */
+#define SLOT_DUP_PENDING 1
+
+typedef enum conn_state { C_HDR, C_META, C_DATA, C_WRITE } conn_state_t;
+
+/* One item of a PUT in flight. */
+typedef struct put_slot {
+  ecs_put_item_t item; /* decoded record (key points into conn->meta) */
+  ecs_obj_t *obj;      /* reserved object, or NULL when the payload is discarded */
+  int status;          /* per-item status so far */
+} put_slot_t;
+
+/* A pin: an object a client holds through a lease (a committed object it
+ * reads in place: shm or RDMA) or a reservation (a pending object it is
+ * writing in place).  Pins live in a per-connection slot table; a pin's id
+ * is (generation << 32 | slot + 1), so a stale or forged id is refused in
+ * O(1).  Closing the connection or the pin's expiry drops it. */
+enum { PIN_LEASE = 1, PIN_RESV = 2 };
+
+typedef struct pin {
+  ecs_obj_t *obj;      /* NULL: the slot is free */
+  uint64_t expires_ms; /* monotonic deadline */
+  uint32_t gen;        /* bumped at every reuse of the slot */
+  uint32_t next_free;  /* free-list link */
+  uint8_t kind;        /* PIN_LEASE or PIN_RESV */
+} pin_t;
+
+#define PIN_NONE UINT32_MAX
+
+typedef struct conn {
+  int fd;                              /* the socket */
+  int local;                           /* came in on the Unix socket (shm allowed) */
+  uint32_t events;                     /* what epoll watches now (EPOLLIN or EPOLLOUT) */
+  int send_fd;                         /* fd to pass with the reply (ATTACH), or -1 */
+  pin_t *pins;                         /* lease/reservation slots */
+  uint32_t npins, pins_cap;            /* slots used (high-water), allocated */
+  uint32_t pin_free;                   /* first free slot or PIN_NONE */
+  uint32_t live_pins;                  /* pins held */
+  ecs_rdma_ep *ep;                     /* RDMA endpoint of this client, or NULL */
+  uint64_t id;                         /* for logs */
+  int authed;                          /* HELLO accepted */
+  int close_after_write;               /* drop the connection once the reply is out */
+  conn_state_t st;                     /* where the state machine is */
+  uint64_t last_ms;                    /* last progress, for the stall timeout */
+  uint8_t hdrbuf[ECS_PROTO_HDR_SIZE];  /* the request header being read */
+  size_t hdr_got;                      /* header bytes read so far */
+  ecs_hdr_t hdr;                       /* the decoded header */
+  uint8_t *meta;                       /* item records (meta_len bytes) */
+  size_t meta_cap;                     /* bytes allocated for meta */
+  size_t meta_got;                     /* meta bytes read so far */
+  put_slot_t *slots;                   /* PUT items */
+  size_t nslots;                       /* number of PUT items */
+  size_t slots_cap;                    /* allocated slots */
+  size_t data_item;                    /* DATA: item being read */
+  uint64_t data_off;                   /* DATA: bytes of that item already read */
+  uint8_t out_hdr[ECS_PROTO_HDR_SIZE]; /* reply header */
+  ecs_wbuf_t out;                      /* reply records */
+  struct iovec *wiov;                  /* reply iovecs: header, records, blocks */
+  int wcnt;                            /* iovecs in wiov */
+  int wcap;                            /* allocated iovecs */
+  int wpos;                            /* first iovec not fully sent */
+  ecs_obj_t **held;                    /* references to release after the reply */
+  size_t nheld, held_cap;              /* count and capacity of held */
+  uint64_t req_t0_ns;                  /* when the request being served was dispatched */
+} conn_t;
+
+struct ecs_server {
+  ecs_server_opts_t o;   /* options (copied) */
+  int lfd;               /* listening socket */
+  int ufd;               /* Unix listening socket for shm clients, or -1 */
+  char shm_path[108];    /* its path ("" when off) */
+  ecs_rdma_ctx *rdma;    /* RDMA device context, or NULL */
+  ecs_rdma_mr *pool_mr;  /* the pool registered for remote read/write */
+  int port;              /* bound port */
+  int epfd;              /* epoll instance */
+  int evfd;              /* eventfd that wakes the loop for stop */
+  atomic_int stopping;   /* set by ecs_server_stop (any thread, or a signal handler) */
+  ecs_pool_t *pool;      /* the pinned pool */
+  ecs_objstore_t *os;    /* objects over the pool */
+  ecs_meta_t *meta;      /* Redis link (NULL when running without) */
+  uint64_t epoch;        /* this process's epoch (start time, µs) */
+  uint8_t *scratch;      /* discard buffer */
+  conn_t **conns;        /* open connections (unordered) */
+  size_t nconns;         /* count */
+  uint64_t next_conn_id; /* for logs */
+  uint64_t last_tick_ms; /* when timer work last ran */
+  /* counters for STAT */
+  uint64_t puts, gets, hits, misses;
+  int redis_was_up;                            /* link state at the last tick, to log each change once */
+  uint64_t pop_t0_ms;                          /* pool population: when it began */
+  uint64_t pop_log_ms;                         /* ...and when progress was last logged */
+  ecs_metrics_srv_t *metrics;                  /* the Prometheus endpoint, or NULL */
+  ecs_hist_t latency[ECS_OP_RDMA_CONNECT + 1]; /* per opcode: dispatch to reply built */
+};
+
+/* Monotonic ns, for request latencies. */
+static inline uint64_t ecs__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* server.c: the Redis glue. */
+
+/* The record that publishes obj (this node, this process's epoch). */
+void ecs__server_rec(const ecs_server_t *s, const ecs_obj_t *obj, ecs_meta_rec_t *rec);
+/* Sends the queued record writes and deletions (a no-op without Redis). */
+void ecs__server_meta_flush(ecs_server_t *s);
+
+/* server_conn.c: the connection state machine. */
+
+/* Accepts every pending connection on lfd (local: the Unix socket). */
+void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local);
+/* Runs c as far as the epoll events ev allow; closes it on error or EOF. */
+void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev);
+/* Releases everything c holds (references, reservations, pins) and frees it. */
+void ecs__conn_close(ecs_server_t *s, conn_t *c);
+/* Keeps a reference to release once the reply has left. */
+int ecs__conn_hold(conn_t *c, ecs_obj_t *obj);
+/* Appends n bytes at p to the reply. */
+int ecs__conn_wiov_add(conn_t *c, void *p, size_t n);
+/* Starts a reply: the header and records slots; payload iovecs follow. */
+void ecs__reply_begin(conn_t *c);
+/* Encodes the reply header; the connection goes to WRITE. */
+void ecs__reply_finish(ecs_server_t *s, conn_t *c, int status, uint32_t count, uint64_t data_len);
+/* A reply carrying only a status, for whole-request failures. */
+void ecs__reply_error(ecs_server_t *s, conn_t *c, int status, int close_after);
+
+/* server_ops.c: the opcode handlers. */
+
+/* The header and records of a request are in: run its handler. */
+void ecs__server_dispatch(ecs_server_t *s, conn_t *c);
+/* PUT, step 3, once the payload is in: verify, commit, publish, reply. */
+void ecs__server_put_end(ecs_server_t *s, conn_t *c);
+/* The body of a /metrics scrape (an ecs_metrics_render_fn). */
+void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b);
+
+/* server_lease.c: leases and reservations. */
+
+/* Pins obj for c until expires_ms; returns its id, 0 when out of memory. */
+uint64_t ecs__pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_ms);
+/* Removes the pin named id if it is of the given kind; returns its object. */
+ecs_obj_t *ecs__pin_take(conn_t *c, uint64_t id, uint8_t kind);
+/* Drops every pin past its deadline (all of them when now is UINT64_MAX). */
+void ecs__pins_expire(ecs_server_t *s, conn_t *c, uint64_t now);
+/* The deadline of a pin taken now. */
+uint64_t ecs__pin_deadline(const ecs_server_t *s);
+
+#endif

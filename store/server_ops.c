@@ -1,0 +1,659 @@
+/*
+ * The server's request handlers, one per opcode, found through one static
+ * const table.  A handler runs once the header and records of a request
+ * are in (PUT's payload is read after it, by server_conn.c), parses every
+ * record with store/proto.h before using a length from it, and ends by
+ * building the reply (ecs__reply_finish / ecs__reply_error).
+ */
+#include "store/server_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ecstore/error.h"
+#include "store/log.h"
+#include "store/net.h"
+
+/* ------------------------------------------------------------------ */
+/* request handlers                                                    */
+
+static void handle_hello(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_hello_t h;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  if (ecs_proto_hello_read(&r, &h) != ECS_OK) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  if (s->o.auth_token[0] && !ecs_ct_equal(h.token, h.token_len, s->o.auth_token, strlen(s->o.auth_token))) {
+    ECS_LOG_W("conn %llu: bad auth token; closing", (unsigned long long)c->id);
+    ecs__reply_error(s, c, ECS_EAUTH, 1);
+    return;
+  }
+  if (h.ns_len != strlen(s->o.ns) || memcmp(h.ns, s->o.ns, h.ns_len) != 0) {
+    ECS_LOG_W("conn %llu: namespace mismatch (server serves '%s')", (unsigned long long)c->id, s->o.ns);
+    ecs__reply_error(s, c, ECS_EINVAL, 1);
+    return;
+  }
+  c->authed = 1;
+  ecs_hello_reply_t hr;
+  memset(&hr, 0, sizeof hr);
+  snprintf(hr.node_id, sizeof hr.node_id, "%s", s->o.node_id);
+  hr.epoch = s->epoch;
+  hr.pool_size = ecs_pool_size(s->pool);
+  hr.max_items = ECS_PROTO_MAX_ITEMS;
+  hr.max_data = s->o.max_request;
+  snprintf(hr.shm_path, sizeof hr.shm_path, "%s", s->shm_path);
+  ecs__reply_begin(c);
+  ecs_proto_hello_reply_write(&c->out, &hr);
+  ecs__reply_finish(s, c, ECS_OK, 0, 0);
+}
+
+/* The figures STAT answers, also what /metrics exposes. */
+static ecs_stat_reply_t stat_snapshot(ecs_server_t *s) {
+  ecs_pool_stats_t ps;
+  ecs_objstore_stats_t os;
+  ecs_pool_stats(s->pool, &ps);
+  ecs_objstore_stats(s->os, &os);
+  ecs_stat_reply_t st = {
+      .pool_size = ps.size,
+      .bytes_in_use = ps.bytes_in_use,
+      .bytes_free = ps.bytes_free,
+      .largest_free = ps.largest_free,
+      .bytes_requested = ps.bytes_requested,
+      .objects = os.objects,
+      .puts = s->puts,
+      .gets = s->gets,
+      .hits = s->hits,
+      .misses = s->misses,
+      .evictions = os.evictions,
+      .removes = os.removes,
+      .connections = s->nconns,
+      .epoch = s->epoch,
+      .redis_ok = s->meta ? (uint64_t)ecs_meta_is_up(s->meta) : 0,
+      .pool_locked = (uint64_t)ps.locked,
+  };
+  return st;
+}
+
+static void handle_stat(ecs_server_t *s, conn_t *c) {
+  ecs_stat_reply_t st = stat_snapshot(s);
+  ecs__reply_begin(c);
+  ecs_proto_stat_write(&c->out, &st);
+  ecs__reply_finish(s, c, ECS_OK, 0, 0);
+}
+
+/* A re-put of a committed key whose stored bytes no longer match their
+ * checksum (memory corruption) replaces the object instead of reporting an
+ * idempotent success: the retry heals the store.  This costs one hash of
+ * the stored object per duplicate put, which only retries pay. */
+static ecs_obj_t *drop_if_corrupt(ecs_server_t *s, ecs_obj_t *o) {
+  if (ecs_checksum(ecs_objstore_data(s->os, o), (size_t)o->nbytes) == o->checksum)
+    return o;
+  ECS_LOG_W("stored object failed its checksum; replacing it with the new put");
+  ecs_objstore_remove(s->os, o->key, o->key_len);
+  return NULL;
+}
+
+static int same_content(const ecs_obj_t *o, const ecs_put_item_t *it) {
+  if (o->nbytes != it->nbytes || o->checksum != it->checksum || o->codec != it->codec ||
+      o->raw_nbytes != it->raw_nbytes || o->desc.dtype != it->desc.dtype || o->desc.ndim != it->desc.ndim)
+    return 0;
+  for (unsigned d = 0; d < o->desc.ndim; d++)
+    if (o->desc.shape[d] != it->desc.shape[d])
+      return 0;
+  return 1;
+}
+
+/* PUT, step 1: parse records, reserve blocks, then go read the payload. */
+static void handle_put_begin(ecs_server_t *s, conn_t *c) {
+  uint32_t n = c->hdr.count;
+  if (n > c->slots_cap) {
+    put_slot_t *ns = realloc(c->slots, (size_t)n * sizeof *ns);
+    if (!ns) {
+      ecs__reply_error(s, c, ECS_ENOMEM, 1);
+      return;
+    }
+    c->slots = ns;
+    c->slots_cap = n;
+  }
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    put_slot_t *sl = &c->slots[i];
+    memset(sl, 0, sizeof *sl);
+    int rc = ecs_proto_put_item_read(&r, &sl->item);
+    if (rc == ECS_EPROTO || r.err) {
+      /* A record we cannot parse leaves the stream's framing in doubt. */
+      ecs__reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    /* A bad key or dtype fails that item alone; its payload is discarded. */
+    sl->status = rc;
+    if (sl->item.nbytes > UINT64_MAX - total) {
+      ecs__reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    total += sl->item.nbytes;
+  }
+  if (r.pos != r.len || total != c->hdr.data_len) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  c->nslots = n;
+  for (uint32_t i = 0; i < n; i++) {
+    put_slot_t *sl = &c->slots[i];
+    if (sl->status != ECS_OK)
+      continue;
+    int upsert = (sl->item.flags & ECS_PUT_F_UPSERT) != 0;
+    ecs_obj_t *o = ecs_objstore_find(s->os, sl->item.key, sl->item.key_len);
+    if (o && o->state == ECS_OBJ_COMMITTED && same_content(o, &sl->item))
+      o = drop_if_corrupt(s, o);
+    /* An upsert of other content goes on to replace it; of the same content
+     * it is as idempotent as a put. */
+    if (o && o->state == ECS_OBJ_COMMITTED && (!upsert || same_content(o, &sl->item))) {
+      sl->status = same_content(o, &sl->item) ? ECS_OK : ECS_ECONFLICT;
+      continue;
+    }
+    int rc = upsert ? ecs_objstore_reserve_replace(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes,
+                                                   &sl->obj)
+                    : ecs_objstore_reserve(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes, &sl->obj);
+    if (rc == ECS_EBUSY)
+      sl->status = SLOT_DUP_PENDING; /* settled after the batch commits */
+    else
+      sl->status = rc;
+    if (rc != ECS_OK)
+      sl->obj = NULL;
+  }
+  ecs__server_meta_flush(s); /* deletions of anything evicted to make room */
+  c->data_item = 0;
+  c->data_off = 0;
+  c->st = C_DATA;
+}
+
+/* PUT, step 3: verify checksums, commit, publish, reply. */
+void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
+  uint64_t now = ecs_wall_ms();
+  for (size_t i = 0; i < c->nslots; i++) {
+    put_slot_t *sl = &c->slots[i];
+    if (!sl->obj)
+      continue;
+    ecs_obj_t *o = sl->obj;
+    sl->obj = NULL;
+    uint64_t sum = ecs_checksum(ecs_objstore_data(s->os, o), (size_t)o->nbytes);
+    if (sum != sl->item.checksum) {
+      ecs_objstore_abort(s->os, o);
+      sl->status = ECS_ECHECKSUM;
+      continue;
+    }
+    o->codec = sl->item.codec;
+    o->raw_nbytes = sl->item.raw_nbytes;
+    o->checksum = sum;
+    o->desc = sl->item.desc;
+    o->commit_ms = now;
+    ecs_objstore_commit(s->os, o);
+    s->puts++;
+    if (s->meta) {
+      ecs_meta_rec_t rec;
+      ecs__server_rec(s, o, &rec);
+      ecs_meta_queue_put(s->meta, &rec);
+    }
+  }
+  for (size_t i = 0; i < c->nslots; i++) {
+    put_slot_t *sl = &c->slots[i];
+    if (sl->status != SLOT_DUP_PENDING)
+      continue;
+    ecs_obj_t *o = ecs_objstore_find(s->os, sl->item.key, sl->item.key_len);
+    if (!o || o->state != ECS_OBJ_COMMITTED)
+      sl->status = ECS_EBUSY;
+    else if (same_content(o, &sl->item))
+      sl->status = ECS_OK;
+    else /* an upsert lost to a concurrent writer of the key: busy, not a conflict */
+      sl->status = (sl->item.flags & ECS_PUT_F_UPSERT) ? ECS_EBUSY : ECS_ECONFLICT;
+  }
+  /* Records reach Redis before the reply, so a client that saw OK can find
+   * the object through Redis at once (exists_batch). */
+  ecs__server_meta_flush(s);
+  ecs__reply_begin(c);
+  for (size_t i = 0; i < c->nslots; i++)
+    ecs_proto_status_write(&c->out, c->slots[i].status);
+  ecs__reply_finish(s, c, ECS_OK, (uint32_t)c->nslots, 0);
+  c->nslots = 0;
+}
+
+static void handle_get(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  ecs__reply_begin(c);
+  uint64_t data_len = 0;
+  for (uint32_t i = 0; i < c->hdr.count; i++) {
+    ecs_get_item_t it;
+    int rc = ecs_proto_get_item_read(&r, &it);
+    if (rc == ECS_EPROTO || r.err) {
+      ecs__reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    ecs_get_reply_t rep;
+    memset(&rep, 0, sizeof rep);
+    s->gets++;
+    ecs_obj_t *o = rc == ECS_OK ? ecs_objstore_acquire(s->os, it.key, it.key_len) : NULL;
+    if (rc != ECS_OK) {
+      rep.status = rc; /* a bad key fails that item alone */
+    } else if (!o) {
+      s->misses++;
+      rep.status = ECS_ENOTFOUND;
+    } else {
+      s->hits++;
+      rep.codec = o->codec;
+      rep.desc = o->desc;
+      rep.nbytes = o->nbytes;
+      rep.raw_nbytes = o->raw_nbytes;
+      rep.checksum = o->checksum;
+      if (o->nbytes > it.capacity) {
+        rep.status = ECS_EBUFSMALL;
+        ecs_objstore_release(s->os, o);
+      } else if (ecs__conn_hold(c, o) != ECS_OK) {
+        ecs_objstore_release(s->os, o);
+        rep.status = ECS_ENOMEM;
+      } else {
+        rep.status = ECS_OK;
+        if (o->nbytes && ecs__conn_wiov_add(c, ecs_objstore_data(s->os, o), (size_t)o->nbytes) != ECS_OK) {
+          ecs__reply_error(s, c, ECS_ENOMEM, 0);
+          return;
+        }
+        data_len += o->nbytes;
+      }
+    }
+    ecs_proto_get_reply_write(&c->out, &rep);
+  }
+  if (r.pos != r.len) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  ecs__reply_finish(s, c, ECS_OK, c->hdr.count, data_len);
+}
+
+/* EXISTS and REMOVE: key items in, one status per item out. */
+static void handle_keys(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  ecs__reply_begin(c);
+  for (uint32_t i = 0; i < c->hdr.count; i++) {
+    const uint8_t *key;
+    uint16_t klen;
+    int rc = ecs_proto_key_read(&r, &key, &klen);
+    if (rc == ECS_EPROTO || r.err) {
+      ecs__reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    int st;
+    if (rc != ECS_OK) {
+      st = rc; /* a bad key fails that item alone */
+    } else if (c->hdr.opcode == ECS_OP_REMOVE) {
+      st = ecs_objstore_remove(s->os, key, klen);
+    } else {
+      ecs_obj_t *o = ecs_objstore_find(s->os, key, klen);
+      st = o && o->state == ECS_OBJ_COMMITTED ? ECS_OK : ECS_ENOTFOUND;
+    }
+    ecs_proto_status_write(&c->out, st);
+  }
+  if (r.pos != r.len) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  if (c->hdr.opcode == ECS_OP_REMOVE)
+    ecs__server_meta_flush(s);
+  ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
+}
+
+/* LEASE: pin committed objects and say where their bytes are. */
+static void handle_lease(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  ecs__reply_begin(c);
+  uint64_t dl = ecs__pin_deadline(s);
+  for (uint32_t i = 0; i < c->hdr.count; i++) {
+    const uint8_t *key;
+    uint16_t klen;
+    int rc = ecs_proto_key_read(&r, &key, &klen);
+    if (rc == ECS_EPROTO || r.err) {
+      ecs__reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    ecs_lease_reply_t lr;
+    memset(&lr, 0, sizeof lr);
+    s->gets++;
+    ecs_obj_t *o = rc == ECS_OK ? ecs_objstore_acquire(s->os, key, klen) : NULL;
+    if (rc != ECS_OK) {
+      lr.status = rc;
+    } else if (!o) {
+      s->misses++;
+      lr.status = ECS_ENOTFOUND;
+    } else {
+      s->hits++;
+      lr.lease_id = ecs__pin_add(c, o, PIN_LEASE, dl);
+      if (lr.lease_id == 0) {
+        ecs_objstore_release(s->os, o);
+        lr.status = ECS_ENOMEM;
+      } else {
+        lr.status = ECS_OK;
+        lr.codec = o->codec;
+        lr.desc = o->desc;
+        lr.off = o->off;
+        lr.nbytes = o->nbytes;
+        lr.raw_nbytes = o->raw_nbytes;
+        lr.checksum = o->checksum;
+      }
+    }
+    ecs_proto_lease_reply_write(&c->out, &lr);
+  }
+  if (r.pos != r.len) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
+}
+
+/* RELEASE: unpin leases; with NOREPLY the client reads nothing back. */
+static void handle_release(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  int noreply = (c->hdr.flags & ECS_FLAG_NOREPLY) != 0;
+  ecs__reply_begin(c);
+  for (uint32_t i = 0; i < c->hdr.count; i++) {
+    uint64_t id;
+    if (ecs_proto_u64_read(&r, &id) != ECS_OK) {
+      ecs__reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    ecs_obj_t *o = ecs__pin_take(c, id, PIN_LEASE);
+    if (o)
+      ecs_objstore_release(s->os, o);
+    ecs_proto_status_write(&c->out, o ? ECS_OK : ECS_ENOTFOUND);
+  }
+  if (r.pos != r.len) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  if (noreply) {
+    c->st = C_HDR; /* nothing to send; read the next request */
+    return;
+  }
+  ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
+}
+
+/* RESERVE: allocate blocks a local or RDMA client writes in place. */
+static void handle_reserve(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  ecs__reply_begin(c);
+  uint64_t dl = ecs__pin_deadline(s);
+  for (uint32_t i = 0; i < c->hdr.count; i++) {
+    ecs_put_item_t it;
+    int rc = ecs_proto_put_item_read(&r, &it);
+    if (rc == ECS_EPROTO || r.err) {
+      ecs__reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    ecs_reserve_reply_t rr = {.status = rc};
+    if (rc == ECS_OK) {
+      int upsert = (it.flags & ECS_PUT_F_UPSERT) != 0;
+      ecs_obj_t *o = ecs_objstore_find(s->os, it.key, it.key_len);
+      if (o && o->state == ECS_OBJ_COMMITTED && same_content(o, &it))
+        o = drop_if_corrupt(s, o);
+      if (o && o->state == ECS_OBJ_COMMITTED && (!upsert || same_content(o, &it))) {
+        /* already stored: same content is fine (resv_id 0), else a conflict */
+        rr.status = same_content(o, &it) ? ECS_OK : ECS_ECONFLICT;
+      } else {
+        rr.status = upsert ? ecs_objstore_reserve_replace(s->os, it.key, it.key_len, it.nbytes, &o)
+                           : ecs_objstore_reserve(s->os, it.key, it.key_len, it.nbytes, &o);
+        if (rr.status == ECS_OK) {
+          o->codec = it.codec;
+          o->raw_nbytes = it.raw_nbytes;
+          o->desc = it.desc;
+          rr.off = o->off;
+          rr.resv_id = ecs__pin_add(c, o, PIN_RESV, dl);
+          if (rr.resv_id == 0) {
+            ecs_objstore_abort(s->os, o);
+            rr.status = ECS_ENOMEM;
+            rr.off = 0;
+          }
+        }
+      }
+    }
+    ecs_proto_reserve_reply_write(&c->out, &rr);
+  }
+  if (r.pos != r.len) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  ecs__server_meta_flush(s); /* deletions of anything evicted to make room */
+  ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
+}
+
+/* COMMIT: the bytes are in place; verify, index and publish them. */
+static void handle_commit(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  ecs__reply_begin(c);
+  uint64_t now = ecs_wall_ms();
+  for (uint32_t i = 0; i < c->hdr.count; i++) {
+    ecs_commit_item_t ci;
+    if (ecs_proto_commit_item_read(&r, &ci) != ECS_OK) {
+      ecs__reply_error(s, c, ECS_EPROTO, 1);
+      return;
+    }
+    int st = ECS_OK;
+    ecs_obj_t *o = ecs__pin_take(c, ci.resv_id, PIN_RESV);
+    if (!o) {
+      st = ECS_ENOTFOUND; /* unknown, expired or already committed */
+    } else if (ci.abort) {
+      ecs_objstore_abort(s->os, o);
+    } else if (ecs_checksum(ecs_objstore_data(s->os, o), (size_t)o->nbytes) != ci.checksum) {
+      ecs_objstore_abort(s->os, o);
+      st = ECS_ECHECKSUM;
+    } else {
+      o->checksum = ci.checksum;
+      o->commit_ms = now;
+      ecs_objstore_commit(s->os, o);
+      s->puts++;
+      if (s->meta) {
+        ecs_meta_rec_t rec;
+        ecs__server_rec(s, o, &rec);
+        ecs_meta_queue_put(s->meta, &rec);
+      }
+    }
+    ecs_proto_status_write(&c->out, st);
+  }
+  if (r.pos != r.len) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  ecs__server_meta_flush(s);
+  ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
+}
+
+/* ATTACH (Unix socket only): pass the pool's memfd.  A client that only
+ * reads gets a read-only descriptor, reopened through /proc, so it cannot
+ * map the pool writable even by mistake. */
+static void handle_attach(ecs_server_t *s, conn_t *c) {
+  if (!c->local) {
+    ecs__reply_error(s, c, ECS_ENOTSUP, 0);
+    return;
+  }
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  uint32_t flags = ecs_rbuf_u32(&r);
+  if (r.err) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", ecs_pool_fd(s->pool));
+  int want_write = (flags & ECS_ATTACH_WRITE) != 0;
+  int fd = open(path, (want_write ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) {
+    ECS_LOG_W("conn %llu: cannot reopen the pool fd: %s", (unsigned long long)c->id, strerror(errno));
+    ecs__reply_error(s, c, ECS_EIO, 0);
+    return;
+  }
+  ecs_attach_reply_t ar = {.pool_size = ecs_pool_size(s->pool), .flags = want_write ? ECS_ATTACH_WRITE : 0};
+  ecs__reply_begin(c);
+  ecs_proto_attach_reply_write(&c->out, &ar);
+  ecs__reply_finish(s, c, ECS_OK, 0, 0);
+  c->send_fd = fd;
+}
+
+/* RDMA_CONNECT: the client's blob in, ours out.  The endpoint (one RC QP
+ * per connection) is made on first use and rebuilt on every later connect,
+ * which is how a client recovers from an error completion. */
+static void handle_rdma_connect(ecs_server_t *s, conn_t *c) {
+  if (!s->rdma) {
+    ecs__reply_error(s, c, ECS_ENOTSUP, 0);
+    return;
+  }
+  if (c->hdr.meta_len != ECS_RDMA_BLOB_SIZE) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  int rc = c->ep ? ecs_rdma_ep_reset(c->ep) : ecs_rdma_ep_create(s->rdma, s->pool_mr, &c->ep);
+  if (rc == ECS_OK)
+    rc = ecs_rdma_ep_connect(c->ep, c->meta, ECS_RDMA_BLOB_SIZE);
+  uint8_t blob[ECS_RDMA_BLOB_SIZE];
+  if (rc == ECS_OK)
+    rc = ecs_rdma_ep_local_blob(c->ep, blob);
+  if (rc != ECS_OK) {
+    ECS_LOG_W("conn %llu: rdma connect failed: %s", (unsigned long long)c->id, ecs_strerror(rc));
+    ecs__reply_error(s, c, rc, 0);
+    return;
+  }
+  ecs__reply_begin(c);
+  ecs_wbuf_put(&c->out, blob, sizeof blob);
+  ecs__reply_finish(s, c, ECS_OK, 0, 0);
+}
+
+/* Test-only hooks, refused unless --enable-debug-ops. */
+static void handle_debug(ecs_server_t *s, conn_t *c) {
+  if (!s->o.enable_debug_ops) {
+    ecs__reply_error(s, c, ECS_ENOTSUP, 0);
+    return;
+  }
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  uint32_t sub = ecs_rbuf_u32(&r);
+  const uint8_t *key;
+  uint16_t klen;
+  if (r.err || sub != DEBUG_CORRUPT || ecs_proto_key_read(&r, &key, &klen) != ECS_OK) {
+    ecs__reply_error(s, c, ECS_EINVAL, 0);
+    return;
+  }
+  ecs_obj_t *o = ecs_objstore_find(s->os, key, klen);
+  int st = ECS_ENOTFOUND;
+  if (o && o->state == ECS_OBJ_COMMITTED && o->nbytes > 0) {
+    uint8_t *p = ecs_objstore_data(s->os, o);
+    p[o->nbytes / 2] ^= 0x5a;
+    st = ECS_OK;
+  }
+  ecs__reply_error(s, c, st, 0);
+}
+
+/* The header and records of a request are in; dispatch. */
+/* PING: an empty reply. */
+static void handle_ping(ecs_server_t *s, conn_t *c) {
+  ecs__reply_error(s, c, ECS_OK, 0);
+}
+
+/* What the server does with each opcode.  Flags say what the request may
+ * carry: only PUT a data section from the client, only RELEASE the
+ * NOREPLY flag.  name labels the opcode's latency histogram in /metrics
+ * (NULL: not exported). */
+enum { OP_DATA = 1, OP_NOREPLY = 2 };
+
+typedef struct op_entry {
+  void (*handle)(ecs_server_t *s, conn_t *c); /* NULL: unknown opcode */
+  uint8_t flags;                              /* OP_DATA, OP_NOREPLY */
+  const char *name;                           /* metrics label, or NULL */
+} op_entry_t;
+
+static const op_entry_t ops[] = {
+    [ECS_OP_HELLO] = {handle_hello, 0, "hello"},
+    [ECS_OP_PUT] = {handle_put_begin, OP_DATA, "put"},
+    [ECS_OP_GET] = {handle_get, 0, "get"},
+    [ECS_OP_EXISTS] = {handle_keys, 0, "exists"},
+    [ECS_OP_REMOVE] = {handle_keys, 0, "remove"},
+    [ECS_OP_STAT] = {handle_stat, 0, "stat"},
+    [ECS_OP_PING] = {handle_ping, 0, "ping"},
+    [ECS_OP_LEASE] = {handle_lease, 0, "lease"},
+    [ECS_OP_RELEASE] = {handle_release, OP_NOREPLY, "release"},
+    [ECS_OP_RESERVE] = {handle_reserve, 0, "reserve"},
+    [ECS_OP_COMMIT] = {handle_commit, 0, "commit"},
+    [ECS_OP_ATTACH] = {handle_attach, 0, "attach"},
+    [ECS_OP_RDMA_CONNECT] = {handle_rdma_connect, 0, "rdma_connect"},
+    [ECS_OP_DEBUG] = {handle_debug, 0, NULL},
+};
+#define N_OPS (sizeof ops / sizeof ops[0])
+
+/* The header and records of a request are in; dispatch.  Authentication
+ * is checked before the opcode, so an unauthenticated peer learns nothing
+ * about which opcodes exist. */
+void ecs__server_dispatch(ecs_server_t *s, conn_t *c) {
+  c->req_t0_ns = ecs__now_ns();
+  if (!c->authed && c->hdr.opcode != ECS_OP_HELLO) {
+    ecs__reply_error(s, c, ECS_EAUTH, 1);
+    return;
+  }
+  const op_entry_t *op = c->hdr.opcode < N_OPS ? &ops[c->hdr.opcode] : NULL;
+  if (!op || !op->handle || (c->hdr.data_len != 0 && !(op->flags & OP_DATA)) ||
+      ((c->hdr.flags & ECS_FLAG_NOREPLY) && !(op->flags & OP_NOREPLY))) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  op->handle(s, c);
+}
+
+/* The body of a /metrics scrape: STAT's figures, then a latency histogram
+ * per opcode that has a name. */
+void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b) {
+  ecs_server_t *s = ctx;
+  ecs_stat_reply_t st = stat_snapshot(s);
+  ecs_objstore_stats_t os;
+  ecs_objstore_stats(s->os, &os);
+  char epoch[32];
+  snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)s->epoch);
+  ecs_metrics_info(b, "ecstore_server_info", "This server: node id and epoch (start time, us).", "node",
+                   s->o.node_id, "epoch", epoch);
+  ecs_metrics_gauge(b, "ecstore_pool_bytes", "Pool size.", (double)st.pool_size);
+  ecs_metrics_gauge(b, "ecstore_pool_used_bytes", "Pool bytes in blocks handed out.",
+                    (double)st.bytes_in_use);
+  ecs_metrics_gauge(b, "ecstore_pool_requested_bytes", "Bytes the stored objects asked for.",
+                    (double)st.bytes_requested);
+  ecs_metrics_gauge(b, "ecstore_pool_free_bytes", "Pool bytes free.", (double)st.bytes_free);
+  ecs_metrics_gauge(b, "ecstore_pool_largest_free_bytes", "Largest free block.", (double)st.largest_free);
+  ecs_metrics_gauge(b, "ecstore_pool_pinned", "1 when the pool is mlock'd.", (double)st.pool_locked);
+  ecs_metrics_gauge(b, "ecstore_objects", "Committed objects.", (double)st.objects);
+  ecs_metrics_gauge(b, "ecstore_objects_pending", "Objects reserved, not yet committed.", (double)os.pending);
+  ecs_metrics_gauge(b, "ecstore_connections", "Open client connections.", (double)st.connections);
+  ecs_metrics_gauge(b, "ecstore_redis_up", "1 while the Redis link is up.", (double)st.redis_ok);
+  ecs_metrics_counter(b, "ecstore_puts_total", "Objects put.", st.puts);
+  ecs_metrics_counter(b, "ecstore_gets_total", "Objects asked for by get or lease.", st.gets);
+  ecs_metrics_counter(b, "ecstore_get_hits_total", "Gets that found their object.", st.hits);
+  ecs_metrics_counter(b, "ecstore_get_misses_total", "Gets that did not.", st.misses);
+  ecs_metrics_counter(b, "ecstore_evictions_total", "Objects evicted (FIFO) to make room.", st.evictions);
+  ecs_metrics_counter(b, "ecstore_removes_total", "Objects removed on request.", st.removes);
+  const char *vals[N_OPS];
+  const ecs_hist_t *hs[N_OPS];
+  size_t n = 0;
+  for (size_t op = 0; op < N_OPS && op < sizeof s->latency / sizeof s->latency[0]; op++)
+    if (ops[op].name) {
+      vals[n] = ops[op].name;
+      hs[n++] = &s->latency[op];
+    }
+  ecs_metrics_histograms(b, "ecstore_request_duration_seconds",
+                         "Requests by opcode, from parsed to reply ready (puts include receiving the data).",
+                         "op", vals, hs, n);
+}
