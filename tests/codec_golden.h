@@ -4,9 +4,9 @@
 #define GOLDEN_ZSTD_VERSION 10504
 static const struct golden {
   int dtype, codec;
-  uint8_t used; /* the codec byte stored */
+  uint8_t used;      /* the codec byte stored */
   uint64_t raw_xxh3; /* of the raw input */
-  const char *hex; /* the stored bytes */
+  const char *hex;   /* the stored bytes */
 } goldens[] = {
     {1, 1, 0x81, 0x6dda0eb97ac65735ull,
      "f0bcbeb13775c31cb39b6faefdde3911aac2ff1f1f73961764e3daaa6de25e8591316994fe9b966a04da8731f2739362"

@@ -18,11 +18,10 @@
 #include "store/codec.h"
 #include "support/tensors.h"
 
-static const int all_dtypes[] = {ECS_DTYPE_F32,    ECS_DTYPE_F16,    ECS_DTYPE_BF16,
-                                 ECS_DTYPE_F8E4M3, ECS_DTYPE_F8E5M2, ECS_DTYPE_I8,
-                                 ECS_DTYPE_U8,     ECS_DTYPE_I32,    ECS_DTYPE_I64,
-                                 ECS_DTYPE_F64,    ECS_DTYPE_I16,    ECS_DTYPE_U16,
-                                 ECS_DTYPE_U32,    ECS_DTYPE_U64,    ECS_DTYPE_BOOL};
+static const int all_dtypes[] = {ECS_DTYPE_F32,    ECS_DTYPE_F16, ECS_DTYPE_BF16, ECS_DTYPE_F8E4M3,
+                                 ECS_DTYPE_F8E5M2, ECS_DTYPE_I8,  ECS_DTYPE_U8,   ECS_DTYPE_I32,
+                                 ECS_DTYPE_I64,    ECS_DTYPE_F64, ECS_DTYPE_I16,  ECS_DTYPE_U16,
+                                 ECS_DTYPE_U32,    ECS_DTYPE_U64, ECS_DTYPE_BOOL};
 static const int all_codecs[] = {ECS_CODEC_NONE, ECS_CODEC_LZ4, ECS_CODEC_ZSTD,
                                  ECS_CODEC_AUTO | ECS_CODEC_LZ4, ECS_CODEC_AUTO | ECS_CODEC_ZSTD};
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
