@@ -106,6 +106,7 @@ class ClientConfig(ctypes.Structure):
         ("rdma_gid_index", ctypes.c_int),
         ("compression", ctypes.c_char_p),
         ("shm_read_only", ctypes.c_int),
+        ("max_object_size", ctypes.c_uint64),
     ]
 
 
