@@ -41,6 +41,7 @@ void ecs_client_config_init(ecs_client_config_t *cfg) {
   cfg->timeout_ms = 10000;
   cfg->verify_checksum = 1;
   cfg->max_object_size = ECS_DEFAULT_MAX_OBJECT_SIZE;
+  cfg->shm_server_uid = -1;
 }
 
 void ecs_free(void *p) {

@@ -8,6 +8,9 @@
  * The original attack: two compressed items of 2^64-8 and 24 bytes whose
  * sizes sum (wrapping) to 16, so the client allocated a 16-byte scratch
  * buffer and read the server's bytes past it.
+ *
+ * And a squatter: another user listening at the shm socket path a server
+ * advertises, hoping for the client's HELLO and its auth token.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,7 +24,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -44,6 +51,7 @@ typedef struct fake {
   size_t nlies;        /* how many */
   uint64_t data_len;   /* the reply header's data_len */
   uint64_t get_cap;    /* out: the capacity the client's first GET item asked for */
+  const char *shm_path; /* the Unix socket its HELLO reply advertises ("" none) */
   pthread_t th;        /* the thread that serves one connection */
 } fake_t;
 
@@ -109,6 +117,7 @@ static void *fake_serve(void *arg) {
     goto out;
   ecs_hello_reply_t hr = {.epoch = 1, .pool_size = 1u << 20, .max_items = 1024, .max_data = 1u << 20};
   snprintf(hr.node_id, sizeof hr.node_id, "fake");
+  snprintf(hr.shm_path, sizeof hr.shm_path, "%s", f->shm_path ? f->shm_path : "");
   ecs_proto_hello_reply_write(&w, &hr);
   if (send_reply(fd, ECS_OP_HELLO, h.req_id, 0, &w, 0))
     goto out;
@@ -148,8 +157,9 @@ out:
   return NULL;
 }
 
-static void fake_start(fake_t *f, const lie_t *lies, size_t n, uint64_t data_len) {
+static void fake_start(fake_t *f, const lie_t *lies, size_t n, uint64_t data_len, const char *shm_path) {
   memset(f, 0, sizeof *f);
+  f->shm_path = shm_path;
   f->lies = lies;
   f->nlies = n;
   f->data_len = data_len;
@@ -192,7 +202,7 @@ static void fake_stop(fake_t *f, ecs_client_t *c) {
 static int get_against(const lie_t *lies, size_t n, uint64_t data_len, int alloc, uint64_t max_object,
                        uint64_t *asked_cap) {
   fake_t f;
-  fake_start(&f, lies, n, data_len);
+  fake_start(&f, lies, n, data_len, NULL);
   ecs_client_t *c = connect_to(&f, max_object);
   ecs_key_t keys[2] = {{"k0", 2}, {"k1", 2}};
   uint8_t dst[2][64];
@@ -240,11 +250,95 @@ static void test_over_what_was_asked(void **state) {
   assert_int_equal(asked, ECS_DEFAULT_MAX_OBJECT_SIZE);
 }
 
+/* A squatter at the shm socket path the server advertises, listening as
+ * another user (uid 65534): it must receive nothing (no HELLO, so no
+ * token); "shm" fails saying why, "auto" quietly stays on TCP.  The
+ * squatter reports through a pipe how many bytes it was sent. */
+static pid_t squat(const char *path, int report_fd) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid != 0)
+    return pid;
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof a.sun_path)
+    _exit(3);
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  int l = socket(AF_UNIX, SOCK_STREAM, 0);
+  /* bound as root (the directory is root's), then listening as nobody:
+   * SO_PEERCRED reports the listener's credentials at listen() */
+  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || chmod(path, 0666) != 0 || setgid(65534) != 0 ||
+      setuid(65534) != 0 || listen(l, 4) != 0)
+    _exit(3);
+  if (write(report_fd, "L", 1) != 1) /* listening */
+    _exit(3);
+  long got = 0;
+  for (int conns = 0; conns < 2; conns++) { /* one per connect below */
+    struct pollfd p = {.fd = l, .events = POLLIN};
+    if (poll(&p, 1, 5000) != 1)
+      break;
+    int fd = accept(l, NULL, NULL);
+    char buf[512];
+    ssize_t r;
+    p.fd = fd;
+    while (poll(&p, 1, 5000) == 1 && (r = recv(fd, buf, sizeof buf, 0)) > 0)
+      got += r;
+    close(fd);
+  }
+  _exit(write(report_fd, &got, sizeof got) == sizeof got ? 0 : 3);
+}
+
+static void test_shm_squatter(void **state) {
+  (void)state;
+  if (geteuid() != 0)
+    skip(); /* needs setuid to play another user */
+  char dir[] = "/tmp/ecs-squat-XXXXXX", path[128];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/shm.sock", dir);
+  int pfd[2];
+  assert_int_equal(pipe(pfd), 0);
+  pid_t pid = squat(path, pfd[1]);
+  assert_true(pid > 0);
+  char ready;
+  assert_int_equal(read(pfd[0], &ready, 1), 1);
+  const char *modes[2] = {"shm", "auto"};
+  for (int i = 0; i < 2; i++) {
+    fake_t f;
+    fake_start(&f, NULL, 0, 0, path);
+    char addr[64], err[256] = "";
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", f.port);
+    ecs_client_config_t cfg;
+    ecs_client_config_init(&cfg);
+    cfg.servers = addr;
+    cfg.transport = modes[i];
+    cfg.auth_token = "s3cret";
+    ecs_client_t *c = NULL;
+    int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
+    if (i == 0) {
+      assert_int_equal(rc, ECS_ENOTSUP);
+      assert_non_null(strstr(err, "is held by uid 65534, not by root or uid 0"));
+    } else {
+      assert_int_equal(rc, ECS_OK); /* on TCP */
+    }
+    fake_stop(&f, c);
+  }
+  long got = -1;
+  assert_int_equal(read(pfd[0], &got, sizeof got), (ssize_t)sizeof got);
+  assert_int_equal(got, 0); /* not one byte, so not the token */
+  int ws;
+  assert_int_equal(waitpid(pid, &ws, 0), pid);
+  assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  close(pfd[0]);
+  close(pfd[1]);
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wrapping_sizes),
       cmocka_unit_test(test_compressed_over_bound),
       cmocka_unit_test(test_over_what_was_asked),
+      cmocka_unit_test(test_shm_squatter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,6 +69,10 @@ typedef struct ecs_client_config {
                                ECS_DEFAULT_MAX_OBJECT_SIZE; 0: the default); a larger one
                                gets ECS_EBUFSMALL with nbytes set, so a server's word alone
                                never sizes a malloc */
+  int shm_server_uid;       /* shm: a uid trusted to own the server's Unix socket besides
+                               root and this process's own (default -1: none); a socket
+                               held by any other uid is refused before the HELLO (and its
+                               token) is sent */
 } ecs_client_config_t;
 
 /* max_object_size's default: 4 GiB, far above any embedding tensor. */

@@ -107,6 +107,7 @@ class ClientConfig(ctypes.Structure):
         ("compression", ctypes.c_char_p),
         ("shm_read_only", ctypes.c_int),
         ("max_object_size", ctypes.c_uint64),
+        ("shm_server_uid", ctypes.c_int),
     ]
 
 
