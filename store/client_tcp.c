@@ -231,6 +231,13 @@ static int compressed_size_ok(const ecs_get_reply_t *rep) {
   return bound != 0 && rep->nbytes <= bound;
 }
 
+/* What a GET item asks the server for at most, and so the most the client
+ * accepts in the reply: the caller's capacity (0 without a buffer), or for
+ * an allocating get the configured max_object_size, never unbounded. */
+static uint64_t asked_capacity(const ecs_client_t *c, const ecs_get_buf_t *b, int alloc) {
+  return alloc ? c->cfg.max_object_size : (b->data ? b->capacity : 0);
+}
+
 /* Reads the reply's records into items[] and sets each buffer's status;
  * points iov[] at where each raw payload goes (allocating it with alloc)
  * and places compressed ones in a scratch area of *ztotal bytes.  Returns
@@ -258,7 +265,7 @@ static int plan_payloads(ecs_client_t *c, const ecs_hdr_t *h, ecs_get_buf_t *buf
      * sums (2^64-8 + 24 = 16) into a small buffer and write past it.  The
      * request said how much each item may take (the caller's capacity, or
      * max_object_size for an allocating get); data_len bounds the sum. */
-    uint64_t cap = alloc ? c->cfg.max_object_size : b->capacity;
+    uint64_t cap = asked_capacity(c, b, alloc);
     if (rep->nbytes > cap || rep->nbytes > h->data_len - total)
       return ECS_EPROTO; /* more than we asked for, or than the reply holds */
     total += rep->nbytes;
@@ -300,7 +307,7 @@ static int tcp_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs
   for (size_t j = 0; j < m; j++) {
     ecs_get_item_t it = {.key = keys[idx[j]].data,
                          .key_len = (uint16_t)keys[idx[j]].len,
-                         .capacity = alloc ? c->cfg.max_object_size : (bufs[idx[j]].data ? bufs[idx[j]].capacity : 0)};
+                         .capacity = asked_capacity(c, &bufs[idx[j]], alloc)};
     ecs_proto_get_item_write(&c->w, &it);
   }
   ecs_hdr_t h;

@@ -198,7 +198,9 @@ static void fake_stop(fake_t *f, ecs_client_t *c) {
   close(f->lfd);
 }
 
-/* Runs one GET of n keys against the lies; returns the batch's result. */
+/* Runs one GET of n keys against the lies; returns the batch's result.
+ * alloc: 1 ecs_get_batch_alloc; 0 ecs_get_batch into 64-byte buffers; 2
+ * ecs_get_batch with no buffers (data NULL, capacity 64: asks for 0). */
 static int get_against(const lie_t *lies, size_t n, uint64_t data_len, int alloc, uint64_t max_object,
                        uint64_t *asked_cap) {
   fake_t f;
@@ -206,11 +208,11 @@ static int get_against(const lie_t *lies, size_t n, uint64_t data_len, int alloc
   ecs_client_t *c = connect_to(&f, max_object);
   ecs_key_t keys[2] = {{"k0", 2}, {"k1", 2}};
   uint8_t dst[2][64];
-  ecs_get_buf_t bufs[2] = {{.data = alloc ? NULL : dst[0], .capacity = alloc ? 0 : sizeof dst[0]},
-                           {.data = alloc ? NULL : dst[1], .capacity = alloc ? 0 : sizeof dst[1]}};
+  ecs_get_buf_t bufs[2] = {{.data = alloc ? NULL : dst[0], .capacity = alloc == 1 ? 0 : sizeof dst[0]},
+                           {.data = alloc ? NULL : dst[1], .capacity = alloc == 1 ? 0 : sizeof dst[1]}};
   assert_true(n <= 2);
-  int rc = alloc ? ecs_get_batch_alloc(c, keys, bufs, n) : ecs_get_batch(c, keys, bufs, n);
-  for (size_t i = 0; alloc && i < n; i++)
+  int rc = alloc == 1 ? ecs_get_batch_alloc(c, keys, bufs, n) : ecs_get_batch(c, keys, bufs, n);
+  for (size_t i = 0; alloc == 1 && i < n; i++)
     ecs_free(bufs[i].data);
   fake_stop(&f, c);
   if (asked_cap)
@@ -243,7 +245,10 @@ static void test_over_what_was_asked(void **state) {
   (void)state;
   lie_t raw[1] = {{ECS_CODEC_NONE, 4096, 4096}};
   assert_int_equal(get_against(raw, 1, 4096, 0, 0, NULL), ECS_EPROTO);
-  uint64_t asked = 0;
+  lie_t small[1] = {{ECS_CODEC_NONE, 16, 16}};
+  uint64_t asked = 1;
+  assert_int_equal(get_against(small, 1, 16, 2, 0, &asked), ECS_EPROTO); /* bytes for no buffer */
+  assert_int_equal(asked, 0);
   assert_int_equal(get_against(raw, 1, 4096, 1, 1024, &asked), ECS_EPROTO);
   assert_int_equal(asked, 1024); /* the cap went into the request */
   assert_int_equal(get_against(raw, 1, 8, 1, 0, &asked), ECS_EPROTO); /* data_len says 8 */
