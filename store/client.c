@@ -40,6 +40,8 @@ void ecs_client_config_init(ecs_client_config_t *cfg) {
   cfg->connect_timeout_ms = 2000;
   cfg->timeout_ms = 10000;
   cfg->verify_checksum = 1;
+  cfg->max_object_size = ECS_DEFAULT_MAX_OBJECT_SIZE;
+  cfg->shm_server_uid = -1;
 }
 
 void ecs_free(void *p) {
@@ -150,6 +152,8 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     c->cfg.connect_timeout_ms = def.connect_timeout_ms;
   if (c->cfg.timeout_ms <= 0)
     c->cfg.timeout_ms = def.timeout_ms;
+  if (c->cfg.max_object_size == 0) /* a zeroed config: the default, never "no cap" */
+    c->cfg.max_object_size = def.max_object_size;
   c->servers_s = strdup(cfg->servers ? cfg->servers : def.servers);
   c->ns_s = strdup(cfg->ns && *cfg->ns ? cfg->ns : def.ns);
   c->redis_s = cfg->redis_url && *cfg->redis_url ? strdup(cfg->redis_url) : NULL;

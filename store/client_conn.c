@@ -174,6 +174,10 @@ int ecs__cli_deliver(ecs_client_t *c, ecs_get_buf_t *b, const void *src, uint8_t
                      uint64_t raw_nbytes, uint64_t checksum, int alloc) {
   if (c->cfg.verify_checksum && ecs_checksum(src, (size_t)nbytes) != checksum)
     return ECS_ECHECKSUM;
+  if (alloc && raw_nbytes > c->cfg.max_object_size) {
+    b->nbytes = raw_nbytes; /* the caller's cap, not the server's word, bounds a malloc */
+    return ECS_EBUFSMALL;
+  }
   if (alloc) {
     free(b->data); /* a retry's first attempt may have allocated it */
     b->data = malloc(raw_nbytes ? (size_t)raw_nbytes : 1);

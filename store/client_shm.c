@@ -92,11 +92,28 @@ static int attach(ecs_client_t *c, ecs_cli_srv_t *u, uint64_t deadline, ecs_shm_
   return rc;
 }
 
-/* shm when the server is on this host: its Unix socket answers as the
- * same node and epoch. */
+/* Whether uid may own the shm socket: root, this process's own user, or
+ * the one the config names.  Anyone else listening at the advertised path
+ * is a squatter (a server's socket in a shared /tmp, removed and taken
+ * over): it would get the auth token in our HELLO and could serve us
+ * anything. */
+static int trusted_uid(const ecs_client_t *c, unsigned uid) {
+  return uid == 0 || uid == (unsigned)geteuid() ||
+         (c->cfg.shm_server_uid >= 0 && uid == (unsigned)c->cfg.shm_server_uid);
+}
+
+/* shm when the server is on this host: its Unix socket is held by a
+ * trusted uid (checked before a byte is sent there) and answers as the
+ * same node and epoch.  In auto mode the Unix path is tried only for a
+ * server whose address is on this host: a remote server's advertised
+ * path names nothing of its own here. */
 static int shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
   if (!s->shm_path[0]) {
     ecs__cli_err(c, "%s has shared memory turned off", s->addr);
+    return ECS_ENOTSUP;
+  }
+  if (c->fallback != ECS_FALLBACK_NONE && !ecs_net_peer_is_local(s->fd)) {
+    ecs__cli_err(c, "%s is not on this host", s->addr);
     return ECS_ENOTSUP;
   }
   ecs_cli_srv_t u = *s; /* the Unix-socket side, checked before it replaces s */
@@ -105,6 +122,15 @@ static int shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
   if (rc) {
     ecs__cli_err(c, "%s: cannot open its shm socket %s (not on this host?)", s->addr, s->shm_path);
     return rc;
+  }
+  unsigned uid = 0;
+  if (ecs_net_peer_uid(u.fd, &uid) != ECS_OK || !trusted_uid(c, uid)) {
+    ecs__cli_err(c,
+                 "%s: the shm socket %s is held by uid %u, not by root or uid %u (set shm_server_uid "
+                 "to trust the server's user); nothing was sent to it",
+                 s->addr, s->shm_path, uid, (unsigned)geteuid());
+    close(u.fd);
+    return ECS_ENOTSUP;
   }
   rc = ecs__cli_hello(c, &u, deadline);
   if (rc == ECS_ECONN && !c->errmsg[0])

@@ -216,6 +216,28 @@ static int recv_payloads(ecs_client_t *c, ecs_cli_srv_t *s, const struct iovec *
   return rc;
 }
 
+/* A compressed item's size against its codec: a known codec id (with or
+ * without the byte shuffle, which does not change sizes) and no more bytes
+ * than that codec's bound for the raw size, the most a real compressor can
+ * emit (the client compresses into exactly that bound).  The decoder then
+ * never sees a frame larger than its output could justify. */
+static int compressed_size_ok(const ecs_get_reply_t *rep) {
+  int id = rep->codec & ECS_CODEC_ID_MASK;
+  if ((rep->codec & ~(ECS_CODEC_ID_MASK | ECS_CODEC_SHUFFLE)) || (id != ECS_CODEC_LZ4 && id != ECS_CODEC_ZSTD))
+    return 0;
+  if (rep->raw_nbytes > SIZE_MAX)
+    return 0;
+  size_t bound = ecs_codec_bound(id, (size_t)rep->raw_nbytes);
+  return bound != 0 && rep->nbytes <= bound;
+}
+
+/* What a GET item asks the server for at most, and so the most the client
+ * accepts in the reply: the caller's capacity (0 without a buffer), or for
+ * an allocating get the configured max_object_size, never unbounded. */
+static uint64_t asked_capacity(const ecs_client_t *c, const ecs_get_buf_t *b, int alloc) {
+  return alloc ? c->cfg.max_object_size : (b->data ? b->capacity : 0);
+}
+
 /* Reads the reply's records into items[] and sets each buffer's status;
  * points iov[] at where each raw payload goes (allocating it with alloc)
  * and places compressed ones in a scratch area of *ztotal bytes.  Returns
@@ -238,10 +260,26 @@ static int plan_payloads(ecs_client_t *c, const ecs_hdr_t *h, ecs_get_buf_t *buf
     b->desc = rep->desc;
     if (rep->status != ECS_OK)
       continue;
+    /* Every size here is the server's word: each is bounded before it is
+     * added, allocated or read into, so a hostile server cannot wrap the
+     * sums (2^64-8 + 24 = 16) into a small buffer and write past it.  The
+     * request said how much each item may take (the caller's capacity, or
+     * max_object_size for an allocating get); data_len bounds the sum. */
+    uint64_t cap = asked_capacity(c, b, alloc);
+    if (rep->nbytes > cap || rep->nbytes > h->data_len - total)
+      return ECS_EPROTO; /* more than we asked for, or than the reply holds */
     total += rep->nbytes;
     if (rep->codec != ECS_CODEC_NONE) {
+      if (!compressed_size_ok(rep))
+        return ECS_EPROTO;
+      if (alloc && rep->raw_nbytes > cap) {
+        /* its compressed bytes fit but the tensor does not: drained into
+         * the scratch buffer, never decoded */
+        b->status = ECS_EBUFSMALL;
+        b->nbytes = rep->raw_nbytes;
+      }
       items[j].zoff = *ztotal;
-      *ztotal += rep->nbytes;
+      *ztotal += rep->nbytes; /* <= total <= data_len: cannot wrap */
       continue;
     }
     if (alloc) {
@@ -250,8 +288,6 @@ static int plan_payloads(ecs_client_t *c, const ecs_hdr_t *h, ecs_get_buf_t *buf
       if (!b->data)
         return ECS_ENOMEM;
       b->capacity = rep->nbytes;
-    } else if (rep->nbytes > b->capacity) {
-      return ECS_EPROTO; /* the server sent more than we asked for */
     }
     if (rep->nbytes) {
       iov[niov].iov_base = b->data;
@@ -271,7 +307,7 @@ static int tcp_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs
   for (size_t j = 0; j < m; j++) {
     ecs_get_item_t it = {.key = keys[idx[j]].data,
                          .key_len = (uint16_t)keys[idx[j]].len,
-                         .capacity = alloc ? UINT64_MAX : (bufs[idx[j]].data ? bufs[idx[j]].capacity : 0)};
+                         .capacity = asked_capacity(c, &bufs[idx[j]], alloc)};
     ecs_proto_get_item_write(&c->w, &it);
   }
   ecs_hdr_t h;

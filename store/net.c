@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -335,6 +336,50 @@ int ecs_net_connect_unix(const char *path, uint64_t deadline_ms, int *fd_out) {
   }
   *fd_out = fd;
   return ECS_OK;
+}
+
+int ecs_net_peer_uid(int fd, unsigned *uid) {
+  struct ucred cr;
+  socklen_t len = sizeof cr;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || len != sizeof cr)
+    return ECS_ECONN;
+  *uid = (unsigned)cr.uid;
+  return ECS_OK;
+}
+
+/* The peer's address as 16 bytes (IPv4 mapped into IPv6), for comparing. */
+static int addr16(const struct sockaddr *sa, uint8_t out[16]) {
+  if (sa->sa_family == AF_INET) {
+    memset(out, 0, 10);
+    out[10] = out[11] = 0xff;
+    memcpy(out + 12, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+    return 1;
+  }
+  if (sa->sa_family == AF_INET6) {
+    memcpy(out, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+    return 1;
+  }
+  return 0;
+}
+
+int ecs_net_peer_is_local(int fd) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  uint8_t peer[16], mine[16];
+  if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0 || !addr16((struct sockaddr *)&ss, peer))
+    return 0;
+  static const uint8_t v6_loop[16] = {[15] = 1};
+  static const uint8_t v4_mapped[12] = {[10] = 0xff, [11] = 0xff};
+  if (!memcmp(peer, v6_loop, 16) || (!memcmp(peer, v4_mapped, 12) && peer[12] == 127))
+    return 1;
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0)
+    return 0;
+  int local = 0;
+  for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next)
+    local = i->ifa_addr && addr16(i->ifa_addr, mine) && !memcmp(peer, mine, 16);
+  freeifaddrs(ifs);
+  return local;
 }
 
 int ecs_net_read_all(int fd, void *buf, size_t n, uint64_t deadline_ms) {

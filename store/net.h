@@ -56,6 +56,15 @@ int ecs_net_read_all_fd(int fd, void *buf, size_t n, uint64_t deadline_ms, int *
  * ECS_OK, ECS_ECONN or ECS_ETIMEDOUT. */
 int ecs_net_connect_unix(const char *path, uint64_t deadline_ms, int *fd_out);
 
+/* The uid of the process at the other end of a connected Unix socket, as
+ * the kernel recorded it at connect() or listen() (SO_PEERCRED).  ECS_OK
+ * or ECS_ECONN. */
+int ecs_net_peer_uid(int fd, unsigned *uid);
+
+/* 1 when the peer of connected TCP socket fd is on this host (a loopback
+ * address, or an address of one of its interfaces), else 0. */
+int ecs_net_peer_is_local(int fd);
+
 /* readv_all of one buffer. */
 int ecs_net_read_all(int fd, void *buf, size_t n, uint64_t deadline_ms);
 

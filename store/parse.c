@@ -106,6 +106,19 @@ static int push(int *argc, char ***argv, size_t *cap, const char *s) {
   return ECS_OK;
 }
 
+/* Ends line at its comment: a '#' at the start or after whitespace, as in
+ * a shell.  A '#' inside a value ("--redis redis://h:6379/0#x", a token
+ * file "tok#en") is part of it: cutting there would silently run with a
+ * different value than the one written. */
+static void cut_comment(char *line) {
+  for (char *p = line; *p; p++) {
+    if (*p == '#' && (p == line || isspace((unsigned char)p[-1]))) {
+      *p = '\0';
+      return;
+    }
+  }
+}
+
 int ecs_conf_to_argv(const char *path, int *argc_out, char ***argv_out, char *err, size_t errlen) {
   *argc_out = 0;
   *argv_out = NULL;
@@ -125,9 +138,7 @@ int ecs_conf_to_argv(const char *path, int *argc_out, char ***argv_out, char *er
       rc = ECS_EINVAL;
       break;
     }
-    char *hash = strchr(line, '#');
-    if (hash)
-      *hash = '\0';
+    cut_comment(line);
     char *l = trim(line);
     if (!*l)
       continue;

@@ -21,7 +21,8 @@ int ecs_parse_int(const char *s, long long lo, long long hi, long long *out);
 int ecs_parse_double(const char *s, double lo, double hi, double *out);
 
 /* Reads a config file of "name = value" (or "name value") lines, '#'
- * comments and blank lines, and appends "--name" "value" pairs to a
+ * comments (at a line's start or after whitespace: a '#' inside a value is
+ * part of it) and blank lines, and appends "--name" "value" pairs to a
  * NULL-terminated argv it allocates (*argv_out; free with
  * ecs_conf_free_argv).  A line "name" alone, or "name = true", becomes
  * "--name" alone; "name = false" is dropped.  On a malformed line returns

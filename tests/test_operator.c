@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include "ecstore/ecstore.h"
 #include "store/metrics.h"
 #include "store/net.h"
+#include "store/parse.h"
 #include "support/ts.h"
 
 #define RUN_TIMEOUT_MS 20000 /* one CLI or server run; ASan builds are slow */
@@ -520,6 +522,106 @@ static void test_metrics_scrape(void **state) {
   ecs_ts_stop(&redis, 5000);
 }
 
+/* A '#' inside a config value is part of it (a Redis URL's fragment, a
+ * path); only a '#' at a line's start or after whitespace opens a comment. */
+static void test_config_hash_in_value(void **state) {
+  (void)state;
+  char dir[256], path[300], err[256];
+  assert_int_equal(ecs_ts_mkdtemp(dir, sizeof dir), 0);
+  snprintf(path, sizeof path, "%s/server.conf", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "# a comment line\n"
+             "ns = team#7   # the namespace\n"
+             "log-level=debug#x\n"
+             "  #indented comment\n"
+             "redis\tnone\t#tab before it\n");
+  fclose(f);
+  int argc = 0;
+  char **argv = NULL;
+  assert_int_equal(ecs_conf_to_argv(path, &argc, &argv, err, sizeof err), ECS_OK);
+  assert_int_equal(argc, 6);
+  assert_string_equal(argv[0], "--ns");
+  assert_string_equal(argv[1], "team#7");
+  assert_string_equal(argv[2], "--log-level");
+  assert_string_equal(argv[3], "debug#x"); /* no space before it: not a comment */
+  assert_string_equal(argv[4], "--redis");
+  assert_string_equal(argv[5], "none");
+  ecs_conf_free_argv(argc, argv);
+  unlink(path);
+  rmdir(dir);
+}
+
+/* --port-file where an attacker planted a symlink to a file they want
+ * overwritten: the link is replaced by the port file, the victim keeps its
+ * bytes. */
+static void test_port_file_symlink(void **state) {
+  (void)state;
+  char dir[256], victim[300], link_path[300];
+  assert_int_equal(ecs_ts_mkdtemp(dir, sizeof dir), 0);
+  snprintf(victim, sizeof victim, "%s/victim", dir);
+  snprintf(link_path, sizeof link_path, "%s/port", dir);
+  FILE *f = fopen(victim, "w");
+  assert_non_null(f);
+  fputs("precious\n", f);
+  fclose(f);
+  assert_int_equal(symlink(victim, link_path), 0);
+  ecs_ts_proc_t srv = {0};
+  assert_int_equal(ecs_ts_server_start(&srv, 1,
+                                       (const char *const[]){"--redis", "none", "--port-file", link_path, NULL}),
+                   0);
+  /* the port file is written once the listener is up: wait for it */
+  struct stat st;
+  uint64_t deadline = ecs_now_ms() + RUN_TIMEOUT_MS;
+  while ((lstat(link_path, &st) != 0 || S_ISLNK(st.st_mode)) && ecs_now_ms() < deadline)
+    usleep(20000);
+  assert_int_equal(lstat(link_path, &st), 0);
+  assert_true(S_ISREG(st.st_mode));
+  char buf[64] = "", want[32];
+  f = fopen(link_path, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(buf, sizeof buf, f));
+  fclose(f);
+  snprintf(want, sizeof want, "%d\n", srv.port);
+  assert_string_equal(buf, want);
+  f = fopen(victim, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(buf, sizeof buf, f));
+  fclose(f);
+  assert_string_equal(buf, "precious\n");
+  assert_int_equal(ecs_ts_stop(&srv, 5000), 0);
+  unlink(victim);
+  unlink(link_path);
+  rmdir(dir);
+}
+
+/* A token file group or others can read: the server refuses to start and
+ * says which chmod fixes it. */
+static void test_token_file_too_open(void **state) {
+  (void)state;
+  char dir[256], tok[300], out[OUT_CAP], bin[512], want[1024];
+  assert_int_equal(ecs_ts_mkdtemp(dir, sizeof dir), 0);
+  snprintf(tok, sizeof tok, "%s/token", dir);
+  FILE *f = fopen(tok, "w");
+  assert_non_null(f);
+  fputs("s3cret\n", f);
+  fclose(f);
+  assert_int_equal(chmod(tok, 0644), 0);
+  snprintf(bin, sizeof bin, "%s", ecs_ts_bin("ecstore-server"));
+  char *argv[] = {bin, "--listen", "127.0.0.1:0", "--redis", "none", "--pool-size", "8M",
+                  "--shm-socket", "off", "--auth-token-file", tok, NULL};
+  int st = run(argv, NULL, out, sizeof out);
+  show("ecstore-server with a 0644 token file", out);
+  assert_int_equal(st, 2);
+  snprintf(want, sizeof want,
+           "ecstore-server: --auth-token-file '%s': permissions 0644 are too open (group or others may "
+           "access it); run: chmod 600 '%s'\n",
+           tok, tok);
+  assert_string_equal(out, want);
+  unlink(tok);
+  rmdir(dir);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -530,6 +632,9 @@ int main(void) {
       cmocka_unit_test(test_cli_with_redis_down),
       cmocka_unit_test(test_http_parse),
       cmocka_unit_test(test_metrics_scrape),
+      cmocka_unit_test(test_config_hash_in_value),
+      cmocka_unit_test(test_port_file_symlink),
+      cmocka_unit_test(test_token_file_too_open),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -40,6 +41,7 @@ static void test_auth_and_namespace(void **state) {
   assert_non_null(f);
   fprintf(f, "s3cret-token\n");
   fclose(f);
+  assert_int_equal(chmod(tok, 0600), 0); /* the server refuses a token others can read */
   ecs_ts_env_t e;
   memset(&e, 0, sizeof e);
   assert_int_equal(ecs_ts_redis_start(&e.redis), 0);

@@ -65,7 +65,18 @@ typedef struct ecs_client_config {
                               returns the raw tensor (docs/codec.md); shm puts stay raw */
   int shm_read_only;       /* 1: map the shared pool read-only (puts then go through the
                               socket); for clients that only get (default 0) */
+  uint64_t max_object_size; /* the largest object ecs_get_batch_alloc allocates for (default
+                               ECS_DEFAULT_MAX_OBJECT_SIZE; 0: the default); a larger one
+                               gets ECS_EBUFSMALL with nbytes set, so a server's word alone
+                               never sizes a malloc */
+  int shm_server_uid;       /* shm: a uid trusted to own the server's Unix socket besides
+                               root and this process's own (default -1: none); a socket
+                               held by any other uid is refused before the HELLO (and its
+                               token) is sent */
 } ecs_client_config_t;
+
+/* max_object_size's default: 4 GiB, far above any embedding tensor. */
+#define ECS_DEFAULT_MAX_OBJECT_SIZE (UINT64_C(4) << 30)
 
 /* A key: 1..ECS_MAX_KEY opaque bytes (borrowed for the call). */
 typedef struct ecs_key {
@@ -144,7 +155,10 @@ ECS_API int ecs_get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t 
 
 /* As ecs_get_batch, but allocates each found object's buffer (one round
  * trip: the sizes arrive before the bytes).  bufs[i].data is NULL unless
- * status is ECS_OK; free it with ecs_free(). */
+ * status is ECS_OK; free it with ecs_free().  An object over the config's
+ * max_object_size gives ECS_EBUFSMALL with bufs[i].nbytes its size; a
+ * reply whose sizes exceed what was asked, the reply's data section or a
+ * codec's bound fails the batch with ECS_EPROTO before any byte is read. */
 ECS_API int ecs_get_batch_alloc(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n);
 
 /* A zero-copy view of a stored object (shared-memory path only). */

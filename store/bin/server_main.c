@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ecstore/error.h"
 #include "store/log.h"
@@ -38,7 +40,8 @@ static void usage(FILE *f) {
           "                            (default 127.0.0.1:6379)\n"
           "  --ns NAME                 namespace served, e.g. the model name (default 'default')\n"
           "  --node-id ID              node id in Redis (default HOST:PORT)\n"
-          "  --auth-token-file FILE    clients must present this token (first line of FILE)\n"
+          "  --auth-token-file FILE    clients must present this token (first line of FILE, which\n"
+          "                            group and others must not access: chmod 600)\n"
           "  --io-timeout-ms MS        drop a request stalled this long (default 30000)\n"
           "  --redis-timeout-ms MS     bound on each Redis call (default 500)\n"
           "  --heartbeat-ttl S         registry TTL in seconds (default 10)\n"
@@ -55,7 +58,8 @@ static void usage(FILE *f) {
           "  --rdma-device NAME        RDMA device (default: the first one)\n"
           "  --rdma-port N             RDMA port (default 1)\n"
           "  --rdma-gid-index N        RoCE GID index (default 0)\n"
-          "  --port-file FILE          write the bound port to FILE once listening\n"
+          "  --port-file FILE          write the bound port to FILE once listening (a new file\n"
+          "                            renamed over FILE: a symlink there is replaced, not followed)\n"
           "  --metrics-listen HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics (default off)\n"
           "  --log-level LEVEL         error, warn, info or debug (default info)\n"
           "  --config FILE             read options from FILE ('name = value' lines);\n"
@@ -140,10 +144,29 @@ static int bad(const char *opt, const char *val, const char *why) {
   return 2;
 }
 
+/* Reads the token from the first line of path.  A file that anyone but
+ * its owner may read or write is refused, as ssh refuses a private key:
+ * the token is the whole of the servers' authentication, and a copy
+ * readable by every local user is no secret.  The message says the chmod
+ * that fixes it. */
 static int read_token(const char *path, char *out, size_t cap) {
   FILE *f = fopen(path, "r");
   if (!f) {
     fprintf(stderr, "ecstore-server: --auth-token-file '%s': %s\n", path, strerror(errno));
+    return 2;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) {
+    fprintf(stderr, "ecstore-server: --auth-token-file '%s': %s\n", path, strerror(errno));
+    fclose(f);
+    return 2;
+  }
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    fclose(f);
+    fprintf(stderr,
+            "ecstore-server: --auth-token-file '%s': permissions %04o are too open (group or others "
+            "may access it); run: chmod 600 '%s'\n",
+            path, (unsigned)(st.st_mode & 07777), path);
     return 2;
   }
   char line[512];
@@ -161,6 +184,33 @@ static int read_token(const char *path, char *out, size_t cap) {
 }
 
 /* Applies one option.  Returns 0, or an exit status. */
+/* Writes "PORT\n" to path without following a link there: into a new
+ * file (O_EXCL) beside it, then renamed over it.  rename() replaces a
+ * symlink at path itself, so one planted there (the server often runs as
+ * root, the directory may be shared) cannot aim the write at another file;
+ * and a reader never sees a half-written port.  0, or -1 with errno. */
+static int write_port_file(const char *path, int port) {
+  char tmp[600];
+  if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
+    return errno = ENAMETOOLONG, -1;
+  int fd = mkstemp(tmp); /* O_CREAT | O_EXCL, mode 0600 */
+  if (fd < 0)
+    return -1;
+  char line[16];
+  int n = snprintf(line, sizeof line, "%d\n", port);
+  int rc = fchmod(fd, 0644) == 0 && write(fd, line, (size_t)n) == n ? 0 : -1;
+  int err = errno;
+  if (close(fd) != 0 && rc == 0)
+    rc = -1, err = errno;
+  if (rc == 0 && rename(tmp, path) != 0)
+    rc = -1, err = errno;
+  if (rc != 0) {
+    unlink(tmp);
+    errno = err;
+  }
+  return rc;
+}
+
 static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, size_t pf_cap) {
   long long v;
   uint64_t sz;
@@ -399,13 +449,10 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  if (port_file[0]) {
-    FILE *f = fopen(port_file, "w");
-    if (!f || fprintf(f, "%d\n", ecs_server_port(g_server)) < 0 || fclose(f) != 0) {
-      fprintf(stderr, "ecstore-server: cannot write --port-file '%s'\n", port_file);
-      ecs_server_destroy(g_server);
-      return 1;
-    }
+  if (port_file[0] && write_port_file(port_file, ecs_server_port(g_server)) != 0) {
+    fprintf(stderr, "ecstore-server: cannot write --port-file '%s': %s\n", port_file, strerror(errno));
+    ecs_server_destroy(g_server);
+    return 1;
   }
   rc = ecs_server_run(g_server);
   ecs_server_destroy(g_server);

@@ -106,6 +106,8 @@ class ClientConfig(ctypes.Structure):
         ("rdma_gid_index", ctypes.c_int),
         ("compression", ctypes.c_char_p),
         ("shm_read_only", ctypes.c_int),
+        ("max_object_size", ctypes.c_uint64),
+        ("shm_server_uid", ctypes.c_int),
     ]
 
 

@@ -56,6 +56,8 @@ _CONFIG = {
     "rdma_gid_index": ("rdma_gid_index", "int"),
     "compression": ("compression", "str"),
     "shm_read_only": ("shm_read_only", "bool"),
+    "max_object_size": ("max_object_size", "int"),
+    "shm_server_uid": ("shm_server_uid", "int"),
 }
 
 
@@ -164,7 +166,8 @@ class Store:
         ``timeout_ms``, ``verify_checksum``, ``transport`` (alias
         ``protocol``: auto, tcp, shm, rdma), ``rdma_device`` (alias
         ``device``), ``rdma_port``, ``rdma_gid_index``, ``compression``,
-        ``shm_read_only``.
+        ``shm_read_only``, ``max_object_size``,
+        ``shm_server_uid``.
         Unknown keys are an error.  Unlike Mooncake's positional setup(),
         only these names are taken.  Connects this thread's handle now,
         so a wrong address or token raises here (with the C library's
