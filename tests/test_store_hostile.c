@@ -1,0 +1,144 @@
+/*
+ * test_store_hostile: peers that attack the server rather than use it
+ * (issue 13).  Each test is the attack: silent sockets that would hold
+ * every connection slot, a pre-auth frame header announcing megabytes, a
+ * token guesser.  Each starts its own server.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ecstore/ecstore.h"
+#include "store/net.h"
+#include "store/proto.h"
+#include "support/fixture.h"
+#include "support/raw.h"
+
+#define NSILENT 8
+
+/* Lines of the file at path that contain needle. */
+static int log_lines_with(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  char line[1024];
+  int k = 0;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, needle))
+      k++;
+  fclose(f);
+  return k;
+}
+
+/* --max-conns silent sockets no longer lock everyone out: a client that
+ * says HELLO gets in at once (the oldest silent one makes room), and the
+ * silent ones are closed at the HELLO deadline. */
+static void test_silent_peers_do_not_hold_the_slots(void **state) {
+  (void)state;
+  ecs_ts_env_t e;
+  static const char *const extra[] = {"--max-conns", "8", "--hello-timeout-ms", "1000", NULL};
+  assert_int_equal(ecs_ts_env_start(&e, extra), 0);
+  int fds[NSILENT];
+  usleep(200 * 1000); /* the start-up probe's connection is gone */
+  for (int i = 0; i < NSILENT; i++)
+    assert_int_equal(ecs_net_connect("127.0.0.1", e.server.port, 2000, &fds[i]), ECS_OK);
+  usleep(200 * 1000); /* all accepted */
+  uint64_t t0 = ecs_now_ms();
+  ecs_client_t *c = ecs_ts_client(e.servers, NULL, NULL, 3000);
+  assert_non_null(c);
+  assert_true(ecs_now_ms() - t0 < 800); /* at once, not after the deadline */
+  uint8_t a[4096], b[4096];
+  ecs_ts_fill(a, sizeof a, 5);
+  assert_int_equal(ecs_ts_put1(c, "after-the-silent-ones", a, sizeof a, ECS_DTYPE_U8), ECS_OK);
+  assert_int_equal(ecs_ts_get1(c, "after-the-silent-ones", b, sizeof b, NULL), ECS_OK);
+  assert_memory_equal(a, b, sizeof a);
+  /* every silent socket is closed by the deadline (one was already, to
+   * admit the client) */
+  for (int i = 0; i < NSILENT; i++) {
+    assert_true(ecs_ts_raw_wait_close(fds[i], 3000) >= 0);
+    close(fds[i]);
+  }
+  assert_int_equal(ecs_ping(c), ECS_OK); /* the authenticated client stays */
+  ecs_client_close(c);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
+}
+
+/* A pre-auth header announcing 4 MiB of records is refused on sight: the
+ * connection closes at once instead of the server allocating the 4 MiB
+ * and waiting (up to --io-timeout-ms) for them. */
+static void test_preauth_big_frame_refused(void **state) {
+  (void)state;
+  ecs_ts_env_t e;
+  assert_int_equal(ecs_ts_env_start(&e, NULL), 0);
+  for (int i = 0; i < 2; i++) {
+    int fd;
+    assert_int_equal(ecs_net_connect("127.0.0.1", e.server.port, 2000, &fd), ECS_OK);
+    uint8_t h[ECS_PROTO_HDR_SIZE];
+    /* a HELLO, then a PUT, each too big to be a HELLO */
+    ecs_ts_raw_hdr(h, i == 0 ? ECS_OP_HELLO : ECS_OP_PUT, 0, ECS_PROTO_MAX_META, i == 0 ? 0 : 1u << 30);
+    assert_int_equal(ecs_ts_raw_send(fd, h, sizeof h), ECS_OK);
+    long ms = ecs_ts_raw_wait_close(fd, 2000);
+    assert_true(ms >= 0 && ms < 1000);
+    close(fd);
+  }
+  ecs_client_t *c = ecs_ts_client(e.servers, NULL, NULL, 3000);
+  assert_non_null(c);
+  assert_int_equal(ecs_ping(c), ECS_OK);
+  ecs_client_close(c);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
+}
+
+/* A token guesser: past a burst of 5 bad tokens, the source's HELLOs are
+ * refused without their token being looked at, so even the right token
+ * fails until a delay is over; and the log does not get a line per guess.
+ * (test_store_cluster checks that one bad token does not lock out.) */
+static void test_token_guessing_throttled(void **state) {
+  (void)state;
+  char dir[256], path[300];
+  assert_int_equal(ecs_ts_mkdtemp(dir, sizeof dir), 0);
+  snprintf(path, sizeof path, "%s/token", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("s3cret-token\n", f);
+  fclose(f);
+  ecs_ts_env_t e;
+  const char *const extra[] = {"--auth-token-file", path, "--auth-fail-delay-ms", "700", NULL};
+  assert_int_equal(ecs_ts_env_start(&e, extra), 0);
+  enum { GUESSES = 40 };
+  for (int i = 0; i < GUESSES; i++) {
+    char guess[32];
+    snprintf(guess, sizeof guess, "guess-%d", i);
+    int fd = -1;
+    assert_int_equal(ecs_ts_raw_hello(e.server.port, "test", guess, &fd), ECS_EAUTH);
+  }
+  /* the right token, right after the guesses: refused unchecked */
+  int fd = -1;
+  assert_int_equal(ecs_ts_raw_hello(e.server.port, "test", "s3cret-token", &fd), ECS_EAUTH);
+  usleep(900 * 1000);
+  /* after the delay it is accepted */
+  assert_int_equal(ecs_ts_raw_hello(e.server.port, "test", "s3cret-token", &fd), ECS_OK);
+  close(fd);
+  int lines = log_lines_with(e.server.log, "failed HELLOs since");
+  assert_true(lines >= 1 && lines <= 3);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
+  unlink(path);
+  rmdir(dir);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_silent_peers_do_not_hold_the_slots),
+      cmocka_unit_test(test_preauth_big_frame_refused),
+      cmocka_unit_test(test_token_guessing_throttled),
+  };
+  return cmocka_run_group_tests_name("store_hostile", tests, NULL, NULL) ? 1 : 0;
+}
