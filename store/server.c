@@ -302,6 +302,10 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   if (!s)
     return ECS_ENOMEM;
   s->o = *o;
+  if (!s->o.max_pinned_bytes) /* default: 3/4 of the pool per connection: a big batch fits, others keep room */
+    s->o.max_pinned_bytes = o->pool_size / 4 * 3;
+  if (!s->o.max_pins)
+    s->o.max_pins = 4096;
   s->lfd = s->ufd = s->epfd = s->evfd = -1;
   s->epoch = ecs_wall_us();
   int rc = ECS_ENOMEM;

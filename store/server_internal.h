@@ -74,6 +74,7 @@ typedef struct conn {
   uint32_t npins, pins_cap;            /* slots used (high-water), allocated */
   uint32_t pin_free;                   /* first free slot or PIN_NONE */
   uint32_t live_pins;                  /* pins held */
+  uint64_t pinned_bytes;               /* bytes of the objects those pins hold */
   ecs_rdma_ep *ep;                     /* RDMA endpoint of this client, or NULL */
   uint64_t id;                         /* for logs */
   int authed;                          /* HELLO accepted */
@@ -186,6 +187,9 @@ void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b);
 
 /* server_lease.c: leases and reservations. */
 
+/* Whether c may pin nbytes more: ECS_OK, or ECS_EBUSY past its quota
+ * (--max-pins-per-conn, --max-pinned-per-conn). */
+int ecs__pin_room(const ecs_server_t *s, const conn_t *c, uint64_t nbytes);
 /* Pins obj for c until expires_ms; returns its id, 0 when out of memory. */
 uint64_t ecs__pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_ms);
 /* Removes the pin named id if it is of the given kind; returns its object. */

@@ -378,6 +378,9 @@ static void handle_lease(ecs_server_t *s, conn_t *c) {
     } else if (!o) {
       s->misses++;
       lr.status = ECS_ENOTFOUND;
+    } else if (ecs__pin_room(s, c, o->nbytes) != ECS_OK) {
+      ecs_objstore_release(s->os, o);
+      lr.status = ECS_EBUSY; /* this connection's pin quota is spent */
     } else {
       s->hits++;
       lr.lease_id = ecs__pin_add(c, o, PIN_LEASE, dl);
@@ -453,6 +456,9 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
       if (o && o->state == ECS_OBJ_COMMITTED && (!upsert || same_content(o, &it))) {
         /* already stored: same content is fine (resv_id 0), else a conflict */
         rr.status = same_content(o, &it) ? ECS_OK : ECS_ECONFLICT;
+      } else if (it.nbytes <= ecs_pool_size(s->pool) && ecs__pin_room(s, c, it.nbytes) != ECS_OK) {
+        /* (larger than the pool: the objstore says ETOOBIG, which is the truth) */
+        rr.status = ECS_EBUSY; /* this connection's pin quota is spent */
       } else {
         rr.status = upsert ? ecs_objstore_reserve_replace(s->os, it.key, it.key_len, it.nbytes, &o)
                            : ecs_objstore_reserve(s->os, it.key, it.key_len, it.nbytes, &o);

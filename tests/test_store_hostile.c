@@ -133,12 +133,108 @@ static void test_token_guessing_throttled(void **state) {
   rmdir(dir);
 }
 
+/* One raw request on an authenticated socket; the reply's header and
+ * records (*meta, malloc'd, meta_len bytes) come back. */
+static void raw_call(int fd, uint8_t op, uint32_t count, const ecs_wbuf_t *w, ecs_hdr_t *rh, uint8_t **meta) {
+  uint8_t h[ECS_PROTO_HDR_SIZE];
+  ecs_ts_raw_hdr(h, op, count, (uint32_t)w->len, 0);
+  assert_int_equal(ecs_ts_raw_send(fd, h, sizeof h), ECS_OK);
+  assert_int_equal(ecs_ts_raw_send(fd, w->p, w->len), ECS_OK);
+  assert_int_equal(ecs_net_read_all(fd, h, sizeof h, ecs_now_ms() + 5000), ECS_OK);
+  assert_int_equal(ecs_proto_hdr_decode(h, UINT64_MAX, rh), ECS_OK);
+  assert_int_equal(rh->status, ECS_OK);
+  *meta = malloc(rh->meta_len + 1u);
+  assert_non_null(*meta);
+  assert_int_equal(ecs_net_read_all(fd, *meta, rh->meta_len, ecs_now_ms() + 5000), ECS_OK);
+}
+
+/* One client reserving and leasing as much as it can: its quota ends it
+ * with ECS_EBUSY per item, and another client still puts and gets.
+ * Before, the reservations took the whole pool and everyone else got
+ * ECS_ENOSPC. */
+static void test_one_client_cannot_pin_the_pool(void **state) {
+  (void)state;
+  ecs_ts_env_t e;
+  static const char *const extra[] = {"--max-pins-per-conn", "16", "--max-pinned-per-conn", "8M", NULL};
+  assert_int_equal(ecs_ts_env_open(&e, extra, 5000), 0);
+  enum { HOG = 80, MB = 1 << 20 };
+  int fd;
+  assert_int_equal(ecs_ts_raw_open(e.server.port, "test", &fd), ECS_OK);
+  /* RESERVE 80 blocks of 1 MiB in a 64 MiB pool, never committed */
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  char keys[HOG][16];
+  for (int i = 0; i < HOG; i++) {
+    snprintf(keys[i], sizeof keys[i], "hog-%d", i);
+    ecs_put_item_t it = {.key = (const uint8_t *)keys[i], .key_len = (uint16_t)strlen(keys[i]),
+                         .desc = {.dtype = ECS_DTYPE_U8, .ndim = 1, .shape = {MB}}, .nbytes = MB,
+                         .raw_nbytes = MB};
+    ecs_proto_put_item_write(&w, &it);
+  }
+  ecs_hdr_t rh;
+  uint8_t *meta;
+  raw_call(fd, ECS_OP_RESERVE, HOG, &w, &rh, &meta);
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, meta, rh.meta_len);
+  int ok = 0, busy = 0;
+  for (int i = 0; i < HOG; i++) {
+    ecs_reserve_reply_t rr;
+    assert_int_equal(ecs_proto_reserve_reply_read(&r, &rr), ECS_OK);
+    ok += rr.status == ECS_OK;
+    busy += rr.status == ECS_EBUSY;
+  }
+  free(meta);
+  assert_int_equal(ok, 8); /* 8 MiB */
+  assert_int_equal(busy, HOG - 8);
+  /* LEASE one small object 32 times on a second connection: 16 pins */
+  uint8_t a[4096], b[4096];
+  ecs_ts_fill(a, sizeof a, 9);
+  assert_int_equal(ecs_ts_put1(e.c, "shared", a, sizeof a, ECS_DTYPE_U8), ECS_OK);
+  int fd2;
+  assert_int_equal(ecs_ts_raw_open(e.server.port, "test", &fd2), ECS_OK);
+  ecs_wbuf_reset(&w);
+  for (int i = 0; i < 32; i++)
+    ecs_proto_key_write(&w, "shared", 6);
+  raw_call(fd2, ECS_OP_LEASE, 32, &w, &rh, &meta);
+  ecs_rbuf_init(&r, meta, rh.meta_len);
+  ok = busy = 0;
+  for (int i = 0; i < 32; i++) {
+    ecs_lease_reply_t lr;
+    assert_int_equal(ecs_proto_lease_reply_read(&r, &lr), ECS_OK);
+    ok += lr.status == ECS_OK;
+    busy += lr.status == ECS_EBUSY;
+  }
+  free(meta);
+  assert_int_equal(ok, 16);
+  assert_int_equal(busy, 16);
+  ecs_wbuf_free(&w);
+  /* everyone else is unaffected: 40 MiB more goes in and comes back */
+  uint8_t *big = malloc(MB), *back = malloc(MB);
+  assert_non_null(big);
+  assert_non_null(back);
+  for (int i = 0; i < 40; i++) {
+    char k[32];
+    snprintf(k, sizeof k, "other-%d", i);
+    ecs_ts_fill(big, MB, (uint32_t)i + 1);
+    assert_int_equal(ecs_ts_put1(e.c, k, big, MB, ECS_DTYPE_U8), ECS_OK);
+    assert_int_equal(ecs_ts_get1(e.c, k, back, MB, NULL), ECS_OK);
+    assert_memory_equal(big, back, MB);
+  }
+  assert_int_equal(ecs_ts_get1(e.c, "shared", b, sizeof b, NULL), ECS_OK);
+  free(big);
+  free(back);
+  close(fd);
+  close(fd2);
+  assert_int_equal(ecs_ts_env_close(&e), 0);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_silent_peers_do_not_hold_the_slots),
       cmocka_unit_test(test_preauth_big_frame_refused),
       cmocka_unit_test(test_token_guessing_throttled),
+      cmocka_unit_test(test_one_client_cannot_pin_the_pool),
   };
   return cmocka_run_group_tests_name("store_hostile", tests, NULL, NULL) ? 1 : 0;
 }
