@@ -54,6 +54,7 @@ typedef struct ecs_server_opts {
   int auth_fail_delay_ms;      /* a source's failed HELLOs: 5 at once, then one per this (1000) */
   uint32_t max_pins;           /* leases + reservations one connection may hold (4096) */
   uint64_t max_pinned_bytes;   /* bytes one connection may hold pinned (0: 3/4 of the pool) */
+  uint64_t max_objects;        /* objects held, empty ones included (0: pool size / min block) */
   int unprotected;             /* allow a non-loopback listen address without an auth token */
 } ecs_server_opts_t;
 

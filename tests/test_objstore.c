@@ -944,7 +944,42 @@ static void test_many_keys(void **state) {
   assert_int_equal(in_use(f->pool), f->base_in_use);
 }
 
+/* Zero-byte objects hold no block, yet count: past max_objects the
+ * oldest go (FIFO), so a flood of empty puts cannot grow the index
+ * without end.  The default is one object per minimum block. */
+static void test_zero_byte_flood_evicted(void **state) {
+  fx_t *f = *state;
+  enum { FLOOD = 3 * (POOL_SIZE / 4096) };
+  char key[32];
+  for (int i = 0; i < FLOOD; i++) {
+    snprintf(key, sizeof key, "empty-%d", i);
+    assert_int_equal(put(f, key, 0), ECS_OK);
+    assert_true(stats(f).objects <= POOL_SIZE / 4096);
+  }
+  assert_int_equal(stats(f).objects, POOL_SIZE / 4096);
+  assert_int_equal(stats(f).evictions, FLOOD - POOL_SIZE / 4096);
+  /* oldest first: the first ones went, the last ones stay */
+  assert_null(ecs_objstore_find(f->os, "empty-0", 7));
+  snprintf(key, sizeof key, "empty-%d", FLOOD - 1);
+  assert_non_null(ecs_objstore_find(f->os, key, (uint16_t)strlen(key)));
+}
+
 static int fx_setup_counting(void **state) {
+  fx_t *f = fx_new(0.95, 0.85);
+  ecs_objstore_destroy(f->os);
+  static uint64_t drops;
+  ecs_objstore_opts_t o;
+  ecs_objstore_opts_init(&o);
+  o.on_drop = count_drop;
+  o.cb_ctx = &drops;
+  o.max_objects = NMANY; /* more than the pool's blocks: the table's growth is under test */
+  assert_int_equal(ecs_objstore_create(f->pool, &o, &f->os), ECS_OK);
+  *state = f;
+  return 0;
+}
+
+/* As fx_setup_counting, with the default max_objects. */
+static int fx_setup_counting_default(void **state) {
   fx_t *f = fx_new(0.95, 0.85);
   ecs_objstore_destroy(f->os);
   static uint64_t drops;
@@ -1017,6 +1052,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_background, NULL, fx_teardown),
       cmocka_unit_test_setup_teardown(test_randomized, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_many_keys, fx_setup_counting, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_zero_byte_flood_evicted, fx_setup_counting_default, fx_teardown),
       cmocka_unit_test_setup_teardown(test_destroy_frees_all, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,6 +53,8 @@ static void usage(FILE *f) {
           "  --low-watermark F         ...and stops at this fill (default 0.85)\n"
           "  --max-request SIZE        largest payload of one request (default 4G)\n"
           "  --max-conns N             connection limit (default 1024)\n"
+          "  --max-objects N           objects held, empty ones included; the oldest are evicted\n"
+          "                            past it (default: pool size / min block)\n"
           "  --shm-socket PATH|off     Unix socket for clients on this host: shared-memory gets and puts\n"
           "                            (default /tmp/ecstore-PORT.sock)\n"
           "  --shm-allow-uid LIST      uids allowed on the shm socket besides the server's and root's\n"
@@ -113,6 +115,7 @@ enum {
   O_UNPROT,
   O_MAXPINS,
   O_MAXPINBYTES,
+  O_MAXOBJ,
   O_HELP
 };
 
@@ -153,6 +156,7 @@ static const struct option long_opts[] = {
     {"unprotected", no_argument, 0, O_UNPROT},
     {"max-pins-per-conn", required_argument, 0, O_MAXPINS},
     {"max-pinned-per-conn", required_argument, 0, O_MAXPINBYTES},
+    {"max-objects", required_argument, 0, O_MAXOBJ},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -298,6 +302,11 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     if (ecs_parse_size(arg, &sz) || sz == 0)
       return bad("max-pinned-per-conn", arg, "expected a size such as 256M");
     o->max_pinned_bytes = sz;
+    return 0;
+  case O_MAXOBJ:
+    if (ecs_parse_int(arg, 1, 1ll << 40, &v))
+      return bad("max-objects", arg, "expected 1..2^40");
+    o->max_objects = (uint64_t)v;
     return 0;
   case O_PORTFILE: snprintf(port_file, pf_cap, "%s", arg); return 0;
   case O_LOG: {
