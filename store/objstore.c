@@ -82,10 +82,14 @@ static uint64_t largest_block(uint64_t size, uint64_t min_block) {
 }
 
 /* Frees an object that is in no list, with its block.  Returns the bytes
- * this gave back to the pool. */
+ * this gave back to the pool.  With scrub_freed the bytes are zeroed
+ * first: a removed tensor must not outlive its removal in a pool that
+ * other clients map (shm) or read (RDMA), nor in a core dump. */
 static uint64_t obj_free(ecs_objstore_t *os, ecs_obj_t *o) {
   uint64_t freed = 0;
   if (o->nbytes) {
+    if (os->opts.scrub_freed)
+      memset(ecs_pool_ptr(os->pool, o->off), 0, (size_t)o->nbytes);
     int rc = ecs_pool_free(os->pool, o->off, o->nbytes);
     assert(rc == ECS_OK); /* a failure here is our bookkeeping bug */
     (void)rc;

@@ -359,6 +359,7 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   oo.high_watermark = o->high_watermark;
   oo.low_watermark = o->low_watermark;
   oo.max_objects = o->max_objects;
+  oo.scrub_freed = o->scrub_freed;
   oo.on_drop = on_drop;
   oo.cb_ctx = s;
   rc = ecs_objstore_create(s->pool, &oo, &s->os);

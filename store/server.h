@@ -55,6 +55,7 @@ typedef struct ecs_server_opts {
   uint32_t max_pins;           /* leases + reservations one connection may hold (4096) */
   uint64_t max_pinned_bytes;   /* bytes one connection may hold pinned (0: 3/4 of the pool) */
   uint64_t max_objects;        /* objects held, empty ones included (0: pool size / min block) */
+  int scrub_freed;             /* zero an object's pool bytes when it is freed */
   int unprotected;             /* allow a non-loopback listen address without an auth token */
 } ecs_server_opts_t;
 

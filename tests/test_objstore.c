@@ -964,6 +964,30 @@ static void test_zero_byte_flood_evicted(void **state) {
   assert_non_null(ecs_objstore_find(f->os, key, (uint16_t)strlen(key)));
 }
 
+/* With scrub_freed a removed object's bytes are gone from the pool: the
+ * next block of that size (the same one, the buddy allocator reuses it)
+ * reads as zeros.  Without it they would still be there. */
+static void test_scrub_freed(void **state) {
+  fx_t *f = *state;
+  ecs_objstore_destroy(f->os);
+  ecs_objstore_opts_t o;
+  ecs_objstore_opts_init(&o);
+  o.scrub_freed = 1;
+  assert_int_equal(ecs_objstore_create(f->pool, &o, &f->os), ECS_OK);
+  ecs_obj_t *obj = NULL;
+  assert_int_equal(ecs_objstore_reserve(f->os, "secret", 6, 8192, &obj), ECS_OK);
+  memset(ecs_objstore_data(f->os, obj), 0xA5, 8192);
+  uint64_t off = obj->off;
+  ecs_objstore_commit(f->os, obj);
+  assert_int_equal(ecs_objstore_remove(f->os, "secret", 6), ECS_OK);
+  assert_int_equal(ecs_objstore_reserve(f->os, "next", 4, 8192, &obj), ECS_OK);
+  assert_int_equal(obj->off, off);
+  const uint8_t *p = ecs_objstore_data(f->os, obj);
+  for (size_t i = 0; i < 8192; i++)
+    assert_int_equal(p[i], 0);
+  ecs_objstore_abort(f->os, obj);
+}
+
 static int fx_setup_counting(void **state) {
   fx_t *f = fx_new(0.95, 0.85);
   ecs_objstore_destroy(f->os);
@@ -1053,6 +1077,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_randomized, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_many_keys, fx_setup_counting, fx_teardown),
       cmocka_unit_test_setup_teardown(test_zero_byte_flood_evicted, fx_setup_counting_default, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_scrub_freed, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_destroy_frees_all, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,6 +53,8 @@ static void usage(FILE *f) {
           "  --low-watermark F         ...and stops at this fill (default 0.85)\n"
           "  --max-request SIZE        largest payload of one request (default 4G)\n"
           "  --max-conns N             connection limit (default 1024)\n"
+          "  --scrub-freed             zero an object's pool bytes when it is removed, evicted or\n"
+          "                            aborted (costs a memset per free)\n"
           "  --max-objects N           objects held, empty ones included; the oldest are evicted\n"
           "                            past it (default: pool size / min block)\n"
           "  --shm-socket PATH|off     Unix socket for clients on this host: shared-memory gets and puts\n"
@@ -116,6 +118,7 @@ enum {
   O_MAXPINS,
   O_MAXPINBYTES,
   O_MAXOBJ,
+  O_SCRUB,
   O_HELP
 };
 
@@ -157,6 +160,7 @@ static const struct option long_opts[] = {
     {"max-pins-per-conn", required_argument, 0, O_MAXPINS},
     {"max-pinned-per-conn", required_argument, 0, O_MAXPINBYTES},
     {"max-objects", required_argument, 0, O_MAXOBJ},
+    {"scrub-freed", no_argument, 0, O_SCRUB},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -303,6 +307,7 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
       return bad("max-pinned-per-conn", arg, "expected a size such as 256M");
     o->max_pinned_bytes = sz;
     return 0;
+  case O_SCRUB: o->scrub_freed = 1; return 0;
   case O_MAXOBJ:
     if (ecs_parse_int(arg, 1, 1ll << 40, &v))
       return bad("max-objects", arg, "expected 1..2^40");
