@@ -988,7 +988,9 @@ static void test_scrub_freed(void **state) {
   ecs_objstore_abort(f->os, obj);
 }
 
-static int fx_setup_counting(void **state) {
+/* A fixture whose store only counts drops, holding at most max_objects
+ * objects (0: the default). */
+static fx_t *fx_counting(uint64_t max_objects) {
   fx_t *f = fx_new(0.95, 0.85);
   ecs_objstore_destroy(f->os);
   static uint64_t drops;
@@ -996,23 +998,18 @@ static int fx_setup_counting(void **state) {
   ecs_objstore_opts_init(&o);
   o.on_drop = count_drop;
   o.cb_ctx = &drops;
-  o.max_objects = NMANY; /* more than the pool's blocks: the table's growth is under test */
+  o.max_objects = max_objects;
   assert_int_equal(ecs_objstore_create(f->pool, &o, &f->os), ECS_OK);
-  *state = f;
+  return f;
+}
+
+static int fx_setup_counting(void **state) {
+  *state = fx_counting(NMANY); /* more than the pool's blocks: the table's growth is under test */
   return 0;
 }
 
-/* As fx_setup_counting, with the default max_objects. */
 static int fx_setup_counting_default(void **state) {
-  fx_t *f = fx_new(0.95, 0.85);
-  ecs_objstore_destroy(f->os);
-  static uint64_t drops;
-  ecs_objstore_opts_t o;
-  ecs_objstore_opts_init(&o);
-  o.on_drop = count_drop;
-  o.cb_ctx = &drops;
-  assert_int_equal(ecs_objstore_create(f->pool, &o, &f->os), ECS_OK);
-  *state = f;
+  *state = fx_counting(0);
   return 0;
 }
 
