@@ -35,6 +35,7 @@ struct ecs_objstore {
   ecs_objstore_opts_t opts; /* watermarks and callback, as given */
   uint64_t max_alloc;       /* the largest request the pool could ever serve */
   uint64_t min_block;       /* the pool's granule: what one block really costs */
+  uint64_t max_objects;     /* bound on nkeys: what the index may cost in host memory */
   uint64_t high_bytes;      /* bytes_in_use above this starts background eviction */
   uint64_t low_bytes;       /* ...and at or below this stops it */
   int bg_active;            /* 1 between crossing high and reaching low */
@@ -81,10 +82,14 @@ static uint64_t largest_block(uint64_t size, uint64_t min_block) {
 }
 
 /* Frees an object that is in no list, with its block.  Returns the bytes
- * this gave back to the pool. */
+ * this gave back to the pool.  With scrub_freed the bytes are zeroed
+ * first: a removed tensor must not outlive its removal in a pool that
+ * other clients map (shm) or read (RDMA), nor in a core dump. */
 static uint64_t obj_free(ecs_objstore_t *os, ecs_obj_t *o) {
   uint64_t freed = 0;
   if (o->nbytes) {
+    if (os->opts.scrub_freed)
+      memset(ecs_pool_ptr(os->pool, o->off), 0, (size_t)o->nbytes);
     int rc = ecs_pool_free(os->pool, o->off, o->nbytes);
     assert(rc == ECS_OK); /* a failure here is our bookkeeping bug */
     (void)rc;
@@ -239,13 +244,16 @@ static ecs_obj_t *first_unreferenced(ecs_obj_t *from) {
   return from;
 }
 
-/* Evicts oldest-first until the pool can serve nbytes.  The scan resumes
+/* Evicts oldest-first until the pool can serve nbytes and the index has
+ * room for one more object.  The count matters for zero-byte objects,
+ * which hold no block: bounded by bytes alone, a flood of them grew the
+ * index (host memory) without end and was never evicted.  The scan resumes
  * after the last victim instead of at the head: the referenced objects
  * it skipped cannot be released meanwhile (one thread, and the callback
  * must not call back), so one reserve costs O(skipped + evicted). */
 static int make_room(ecs_objstore_t *os, uint64_t nbytes) {
   ecs_obj_t *cur = os->head;
-  while (!ecs_pool_can_fit(os->pool, nbytes)) {
+  while (os->nkeys >= os->max_objects || (nbytes && !ecs_pool_can_fit(os->pool, nbytes))) {
     ecs_obj_t *victim = first_unreferenced(cur);
     if (!victim)
       return ECS_ENOSPC;
@@ -292,6 +300,9 @@ int ecs_objstore_create(ecs_pool_t *pool, const ecs_objstore_opts_t *o, ecs_objs
   os->opts = *o;
   os->min_block = ps.min_block ? ps.min_block : 1;
   os->max_alloc = largest_block(ps.size, os->min_block);
+  os->max_objects = o->max_objects ? o->max_objects : ps.size / os->min_block;
+  if (!os->max_objects)
+    os->max_objects = 1;
   /* Integer thresholds: bytes_in_use > high * size <=> > floor(high * size). */
   os->high_bytes = (uint64_t)(o->high_watermark * (double)ps.size);
   os->low_bytes = (uint64_t)(o->low_watermark * (double)ps.size);
@@ -343,14 +354,12 @@ static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64
   ecs_obj_t *o = calloc(1, sizeof *o);
   if (!o)
     return ECS_ENOMEM;
-  if (nbytes) {
-    int rc = make_room(os, nbytes);
-    if (rc == ECS_OK)
-      rc = ecs_pool_alloc(os->pool, nbytes, &o->off);
-    if (rc != ECS_OK) {
-      free(o);
-      return rc;
-    }
+  int rc = make_room(os, nbytes);
+  if (rc == ECS_OK && nbytes)
+    rc = ecs_pool_alloc(os->pool, nbytes, &o->off);
+  if (rc != ECS_OK) {
+    free(o);
+    return rc;
   }
   memcpy(o->key, key, key_len);
   o->key_len = key_len;

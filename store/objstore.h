@@ -73,6 +73,8 @@ typedef void (*ecs_drop_cb)(void *ctx, const ecs_obj_t *obj, ecs_drop_reason_t w
 typedef struct ecs_objstore_opts {
   double high_watermark; /* background eviction starts above this fill (0.95) */
   double low_watermark;  /* ...and stops at or below this fill (0.85) */
+  uint64_t max_objects;  /* objects in the index, pending included (0: one per minimum block of the pool) */
+  int scrub_freed;       /* zero a block's bytes before it goes back to the pool */
   ecs_drop_cb on_drop;   /* may be NULL */
   void *cb_ctx;          /* passed to on_drop */
 } ecs_objstore_opts_t;

@@ -7,7 +7,9 @@
  */
 #include "store/server_internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,10 @@ void ecs_server_opts_init(ecs_server_opts_t *o) {
   o->max_request = 4ull << 30;
   o->max_conns = 1024;
   o->lease_timeout_ms = 30000;
+  o->hello_timeout_ms = 5000;
+  o->max_preauth_conns = 64;
+  o->auth_fail_delay_ms = 1000;
+  o->max_pins = 4096;
   snprintf(o->rdma, sizeof o->rdma, "auto");
 }
 
@@ -138,6 +144,11 @@ static void tick(ecs_server_t *s) {
     conn_t *c = s->conns[i];
     if (c->live_pins)
       ecs__pins_expire(s, c, now);
+    if (!c->authed && now - c->accept_ms > (uint64_t)s->o.hello_timeout_ms) {
+      ECS_LOG_D("conn %llu: no HELLO within %d ms; closing", (unsigned long long)c->id, s->o.hello_timeout_ms);
+      ecs__conn_close(s, c); /* swaps the last connection into slot i */
+      continue;
+    }
     int mid = c->st != C_HDR || c->hdr_got > 0;
     if (mid && now - c->last_ms > (uint64_t)s->o.io_timeout_ms) {
       ECS_LOG_W("conn %llu: stalled for %d ms mid-request; closing", (unsigned long long)c->id,
@@ -265,12 +276,36 @@ static void pool_fail_log(const ecs_server_opts_t *o, int rc) {
   ECS_LOG_E("cannot start: cannot create a pool of %llu MiB: %s", mib, ecs_strerror(rc));
 }
 
+/* Protected mode: whether the listening socket is reachable only from this
+ * host (127.0.0.0/8, ::1, or ::ffff:127.x).  Asked of the bound socket, not
+ * of the name given, so "localhost" and "0.0.0.0" are judged by what they
+ * became. */
+static int bound_to_loopback(int fd) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+    return 0;
+  if (ss.ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+    return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)&ss)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+  }
+  return 0;
+}
+
 int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   *out = NULL;
   ecs_server_t *s = calloc(1, sizeof *s);
   if (!s)
     return ECS_ENOMEM;
   s->o = *o;
+  if (!s->o.max_pinned_bytes) /* default: 3/4 of the pool per connection: a big batch fits, others keep room */
+    s->o.max_pinned_bytes = o->pool_size / 4 * 3;
+  if (!s->o.max_pins)
+    s->o.max_pins = 4096;
   s->lfd = s->ufd = s->epfd = s->evfd = -1;
   s->epoch = ecs_wall_us();
   int rc = ECS_ENOMEM;
@@ -289,6 +324,14 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     goto fail;
   }
   s->port = ecs_net_local_port(s->lfd);
+  if (!o->auth_token[0] && !o->unprotected && !bound_to_loopback(s->lfd)) {
+    ECS_LOG_E("cannot start: listening on %s without an auth token lets anyone on the network read and "
+              "write the store; give clients a token with --auth-token-file FILE, or pass --unprotected "
+              "to run open anyway",
+              o->listen_host);
+    rc = ECS_EINVAL;
+    goto fail;
+  }
   if (!s->o.node_id[0])
     snprintf(s->o.node_id, sizeof s->o.node_id, "%.50s:%d", o->listen_host, s->port);
   if (!s->o.advertise[0])
@@ -315,6 +358,8 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   ecs_objstore_opts_init(&oo);
   oo.high_watermark = o->high_watermark;
   oo.low_watermark = o->low_watermark;
+  oo.max_objects = o->max_objects;
+  oo.scrub_freed = o->scrub_freed;
   oo.on_drop = on_drop;
   oo.cb_ctx = s;
   rc = ecs_objstore_create(s->pool, &oo, &s->os);
@@ -423,12 +468,16 @@ int ecs_server_run(ecs_server_t *s) {
       ECS_LOG_E("epoll_wait: %s", strerror(errno));
       return ECS_EIO;
     }
+    /* Accepting comes after the batch's other events: admitting a
+     * connection may close an unauthenticated one, whose pointer could
+     * otherwise still be waiting further down evs. */
+    int accept_tcp = 0, accept_unix = 0;
     for (int i = 0; i < n; i++) {
       void *p = evs[i].data.ptr;
       if (p == NULL)
-        ecs__conn_accept_all(s, s->lfd, 0);
+        accept_tcp = 1;
       else if (p == &s->ufd)
-        ecs__conn_accept_all(s, s->ufd, 1);
+        accept_unix = 1;
       else if (p == &s->evfd)
         s->stopping = 1;
       else if (ecs_metrics_owns(s->metrics, p))
@@ -436,6 +485,10 @@ int ecs_server_run(ecs_server_t *s) {
       else
         ecs__conn_event(s, p, evs[i].events);
     }
+    if (accept_tcp)
+      ecs__conn_accept_all(s, s->lfd, 0);
+    if (accept_unix)
+      ecs__conn_accept_all(s, s->ufd, 1);
     tick(s);
   }
   ECS_LOG_I("stopping: closing %zu connections", s->nconns);

@@ -49,6 +49,14 @@ typedef struct ecs_server_opts {
   int rdma_port;               /* RDMA port (default 1) */
   int rdma_gid_index;          /* RoCE GID index (default 0) */
   char metrics_listen[160];    /* "HOST:PORT" of the Prometheus endpoint; "" (default): none */
+  int hello_timeout_ms;        /* a connection not authenticated by then is closed (5000) */
+  int max_preauth_conns;       /* connections yet to say HELLO (64); the oldest goes when full */
+  int auth_fail_delay_ms;      /* a source's failed HELLOs: 5 at once, then one per this (1000) */
+  uint32_t max_pins;           /* leases + reservations one connection may hold (4096) */
+  uint64_t max_pinned_bytes;   /* bytes one connection may hold pinned (0: 3/4 of the pool) */
+  uint64_t max_objects;        /* objects held, empty ones included (0: pool size / min block) */
+  int scrub_freed;             /* zero an object's pool bytes when it is freed */
+  int unprotected;             /* allow a non-loopback listen address without an auth token */
 } ecs_server_opts_t;
 
 void ecs_server_opts_init(ecs_server_opts_t *o);

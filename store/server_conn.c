@@ -51,6 +51,8 @@ static void conn_abort_slots(ecs_server_t *s, conn_t *c) {
 }
 
 void ecs__conn_close(ecs_server_t *s, conn_t *c) {
+  if (!c->authed)
+    s->npreauth--;
   conn_release_refs(s, c);
   conn_abort_slots(s, c);
   ecs__pins_expire(s, c, UINT64_MAX); /* a client that goes away leaves nothing pinned */
@@ -84,6 +86,12 @@ static int conn_set_events(ecs_server_t *s, conn_t *c, uint32_t ev) {
     return -1;
   c->events = ev;
   return 0;
+}
+
+void ecs__conn_authed(ecs_server_t *s, conn_t *c) {
+  if (!c->authed)
+    s->npreauth--;
+  c->authed = 1;
 }
 
 int ecs__conn_hold(conn_t *c, ecs_obj_t *obj) {
@@ -248,7 +256,16 @@ static int conn_on_readable(ecs_server_t *s, conn_t *c) {
       if (c->hdr_got < ECS_PROTO_HDR_SIZE)
         continue;
       c->hdr_got = 0;
+      /* Before HELLO a peer may send a HELLO and nothing else, so what it
+       * can make the server buffer is bounded by PREAUTH_MAX_META, not by
+       * --max-request: refuse anything else before allocating for it. */
       int rc = ecs_proto_hdr_decode(c->hdrbuf, s->o.max_request, &c->hdr);
+      if (rc == ECS_OK && !c->authed &&
+          (c->hdr.opcode != ECS_OP_HELLO || c->hdr.meta_len > PREAUTH_MAX_META || c->hdr.data_len)) {
+        ECS_LOG_D("conn %llu: request before HELLO refused", (unsigned long long)c->id);
+        ecs__reply_error(s, c, c->hdr.opcode != ECS_OP_HELLO ? ECS_EAUTH : ECS_EPROTO, 1);
+        return 1;
+      }
       if (rc != ECS_OK || (c->hdr.flags & ECS_FLAG_REPLY)) {
         ECS_LOG_W("conn %llu: bad header (%s); closing", (unsigned long long)c->id,
                   ecs_strerror(rc ? rc : ECS_EPROTO));
@@ -395,6 +412,40 @@ static int peer_allowed(const ecs_server_t *s, int fd) {
   return 0;
 }
 
+/* Closes the connection waiting longest for its HELLO; 0 when there is
+ * none.  Connection slots go to clients that authenticate: a peer that
+ * opens sockets and stays silent only ever displaces other silent peers. */
+static int evict_oldest_preauth(ecs_server_t *s) {
+  conn_t *old = NULL;
+  for (size_t i = 0; i < s->nconns; i++)
+    if (!s->conns[i]->authed && (!old || s->conns[i]->id < old->id))
+      old = s->conns[i];
+  if (!old)
+    return 0;
+  ECS_LOG_D("conn %llu: closed unauthenticated to admit a new connection", (unsigned long long)old->id);
+  ecs__conn_close(s, old);
+  return 1;
+}
+
+/* The peer's address folded into 64 bits, the key of the failed-auth
+ * throttle (the port is left out: one host, one source). */
+static uint64_t peer_source(int fd) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0)
+    return 0;
+  if (ss.ss_family == AF_INET)
+    return 1ull << 32 | ((struct sockaddr_in *)&ss)->sin_addr.s_addr;
+  if (ss.ss_family == AF_INET6) {
+    const uint8_t *a = ((struct sockaddr_in6 *)&ss)->sin6_addr.s6_addr;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (int i = 0; i < 16; i++)
+      h = (h ^ a[i]) * 1099511628211ull;
+    return h | 1; /* never 0, the Unix socket's */
+  }
+  return 0;
+}
+
 void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
   for (;;) {
     int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -405,7 +456,9 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
         ECS_LOG_W("accept: %s", strerror(errno));
       return;
     }
-    if (s->nconns >= (size_t)s->o.max_conns) {
+    if (s->npreauth >= (size_t)s->o.max_preauth_conns)
+      evict_oldest_preauth(s);
+    if (s->nconns >= (size_t)s->o.max_conns && !evict_oldest_preauth(s)) {
       ECS_LOG_W("connection limit (%d) reached; refusing", s->o.max_conns);
       close(fd);
       continue;
@@ -430,7 +483,8 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
     c->pin_free = PIN_NONE;
     c->id = ++s->next_conn_id;
     c->st = C_HDR;
-    c->last_ms = ecs_now_ms();
+    c->last_ms = c->accept_ms = ecs_now_ms();
+    c->src = local ? 0 : peer_source(fd);
     ecs_wbuf_init(&c->out);
     if (!local) {
       int one = 1;
@@ -445,6 +499,7 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
       continue;
     }
     s->conns[s->nconns++] = c;
+    s->npreauth++;
     ECS_LOG_D("conn %llu accepted%s", (unsigned long long)c->id, local ? " (local)" : "");
   }
 }

@@ -31,6 +31,9 @@
 #define SCRATCH_SIZE (256u << 10) /* discard buffer for refused payloads */
 #define IOV_BATCH 64              /* iovecs built per readv/sendmsg */
 #define TICK_MS 100               /* timer work period */
+#define PREAUTH_MAX_META 4096u  /* bound on what is read before HELLO: a HELLO is < 500 bytes */
+#define AUTH_FAIL_SLOTS 256     /* sources remembered by the failed-auth throttle */
+#define AUTH_FAIL_BURST 5       /* bad tokens a source may send at once before it is throttled */
 #define DEBUG_CORRUPT 1           /* DEBUG subcode: flip a byte of an object */
 
 /* Internal per-item status for a key that appears twice in one PUT batch. */
@@ -71,9 +74,12 @@ typedef struct conn {
   uint32_t npins, pins_cap;            /* slots used (high-water), allocated */
   uint32_t pin_free;                   /* first free slot or PIN_NONE */
   uint32_t live_pins;                  /* pins held */
+  uint64_t pinned_bytes;               /* bytes of the objects those pins hold */
   ecs_rdma_ep *ep;                     /* RDMA endpoint of this client, or NULL */
   uint64_t id;                         /* for logs */
   int authed;                          /* HELLO accepted */
+  uint64_t accept_ms;                  /* when accepted, for the HELLO deadline */
+  uint64_t src;                        /* the peer's address folded to 64 bits (0: Unix socket) */
   int close_after_write;               /* drop the connection once the reply is out */
   conn_state_t st;                     /* where the state machine is */
   uint64_t last_ms;                    /* last progress, for the stall timeout */
@@ -118,6 +124,13 @@ struct ecs_server {
   conn_t **conns;        /* open connections (unordered) */
   size_t nconns;         /* count */
   uint64_t next_conn_id; /* for logs */
+  size_t npreauth;       /* connections yet to say HELLO */
+  struct {
+    uint64_t src;       /* the source (conn_t.src) */
+    uint64_t tat_ms;    /* its bucket's theoretical arrival time (GCRA) */
+  } auth_fail[AUTH_FAIL_SLOTS]; /* failed-auth throttle, hashed by source */
+  uint64_t auth_log_ms;         /* when a failed HELLO was last logged */
+  uint64_t auth_unlogged;       /* failed HELLOs since, not logged one by one */
   uint64_t last_tick_ms; /* when timer work last ran */
   /* counters for STAT */
   uint64_t puts, gets, hits, misses;
@@ -150,6 +163,8 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local);
 void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev);
 /* Releases everything c holds (references, reservations, pins) and frees it. */
 void ecs__conn_close(ecs_server_t *s, conn_t *c);
+/* Marks c authenticated (it no longer counts against --max-preauth-conns). */
+void ecs__conn_authed(ecs_server_t *s, conn_t *c);
 /* Keeps a reference to release once the reply has left. */
 int ecs__conn_hold(conn_t *c, ecs_obj_t *obj);
 /* Appends n bytes at p to the reply. */
@@ -172,6 +187,9 @@ void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b);
 
 /* server_lease.c: leases and reservations. */
 
+/* Whether c may pin nbytes more: ECS_OK, or ECS_EBUSY past its quota
+ * (--max-pins-per-conn, --max-pinned-per-conn). */
+int ecs__pin_room(const ecs_server_t *s, const conn_t *c, uint64_t nbytes);
 /* Pins obj for c until expires_ms; returns its id, 0 when out of memory. */
 uint64_t ecs__pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_ms);
 /* Removes the pin named id if it is of the given kind; returns its object. */

@@ -10,8 +10,23 @@
 
 #include <stdlib.h>
 
+#include "ecstore/error.h"
 #include "store/log.h"
 #include "store/net.h"
+
+/* Per-connection quotas: without them one client could lease or reserve
+ * the whole pool (everyone else gets ENOSPC) and grow its pin table
+ * without bound.  A refused item is ECS_EBUSY; other clients are not
+ * affected, and the client's own pins free room as they go.  A
+ * connection that holds nothing may always pin one object, so an object
+ * larger than the byte quota can still be stored and read in place. */
+int ecs__pin_room(const ecs_server_t *s, const conn_t *c, uint64_t nbytes) {
+  if (c->live_pins == 0)
+    return ECS_OK;
+  if (c->live_pins >= s->o.max_pins || nbytes > s->o.max_pinned_bytes - c->pinned_bytes)
+    return ECS_EBUSY;
+  return ECS_OK;
+}
 
 uint64_t ecs__pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_ms) {
   uint32_t slot;
@@ -36,6 +51,7 @@ uint64_t ecs__pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_
   p->expires_ms = expires_ms;
   p->gen++;
   c->live_pins++;
+  c->pinned_bytes += obj->nbytes;
   return (uint64_t)p->gen << 32 | (uint64_t)(slot + 1);
 }
 
@@ -52,11 +68,13 @@ ecs_obj_t *ecs__pin_take(conn_t *c, uint64_t id, uint8_t kind) {
   p->next_free = c->pin_free;
   c->pin_free = slot - 1;
   c->live_pins--;
+  c->pinned_bytes -= o->nbytes;
   return o;
 }
 
 static void pin_drop(ecs_server_t *s, conn_t *c, uint32_t slot) {
   pin_t *p = &c->pins[slot];
+  c->pinned_bytes -= p->obj->nbytes;
   if (p->kind == PIN_LEASE)
     ecs_objstore_release(s->os, p->obj);
   else

@@ -21,6 +21,44 @@
 /* ------------------------------------------------------------------ */
 /* request handlers                                                    */
 
+/* A failed HELLO: one log line a second at most (a token guesser must not
+ * flood the log), the rest counted into the next line. */
+static void log_auth_failure(ecs_server_t *s, conn_t *c, const char *why) {
+  uint64_t now = ecs_now_ms();
+  if (s->auth_log_ms && now - s->auth_log_ms < 1000) {
+    s->auth_unlogged++;
+    return;
+  }
+  ECS_LOG_W("conn %llu: %s; closing (%llu more failed HELLOs since the last such line)",
+            (unsigned long long)c->id, why, (unsigned long long)s->auth_unlogged);
+  s->auth_log_ms = now;
+  s->auth_unlogged = 0;
+}
+
+/* The failed-auth throttle, a token bucket per source (GCRA): a source may
+ * fail AUTH_FAIL_BURST HELLOs at once, then one per --auth-fail-delay-ms;
+ * past that its HELLOs are refused without their token being looked at.
+ * So a guesser gets about one real try per delay however many sockets it
+ * opens (before: ~5,300 a second on one socket), while a client that got
+ * its token wrong once or twice does not lock its neighbours out.  A
+ * source shares its slot with others that hash alike; a slot holds the
+ * last one to fail. */
+static int auth_throttled(ecs_server_t *s, const conn_t *c) {
+  size_t i = (size_t)(c->src % AUTH_FAIL_SLOTS);
+  uint64_t slack = (uint64_t)(AUTH_FAIL_BURST - 1) * (uint64_t)s->o.auth_fail_delay_ms;
+  return s->auth_fail[i].src == c->src && s->auth_fail[i].tat_ms > ecs_now_ms() + slack;
+}
+
+static void auth_failed(ecs_server_t *s, const conn_t *c) {
+  size_t i = (size_t)(c->src % AUTH_FAIL_SLOTS);
+  uint64_t now = ecs_now_ms();
+  if (s->auth_fail[i].src != c->src || s->auth_fail[i].tat_ms < now) {
+    s->auth_fail[i].src = c->src;
+    s->auth_fail[i].tat_ms = now;
+  }
+  s->auth_fail[i].tat_ms += (uint64_t)s->o.auth_fail_delay_ms;
+}
+
 static void handle_hello(ecs_server_t *s, conn_t *c) {
   ecs_rbuf_t r;
   ecs_hello_t h;
@@ -29,8 +67,14 @@ static void handle_hello(ecs_server_t *s, conn_t *c) {
     ecs__reply_error(s, c, ECS_EPROTO, 1);
     return;
   }
+  if (s->o.auth_token[0] && auth_throttled(s, c)) {
+    log_auth_failure(s, c, "HELLO refused unchecked (too many bad tokens from this source)");
+    ecs__reply_error(s, c, ECS_EAUTH, 1);
+    return;
+  }
   if (s->o.auth_token[0] && !ecs_ct_equal(h.token, h.token_len, s->o.auth_token, strlen(s->o.auth_token))) {
-    ECS_LOG_W("conn %llu: bad auth token; closing", (unsigned long long)c->id);
+    auth_failed(s, c);
+    log_auth_failure(s, c, "bad auth token");
     ecs__reply_error(s, c, ECS_EAUTH, 1);
     return;
   }
@@ -39,7 +83,7 @@ static void handle_hello(ecs_server_t *s, conn_t *c) {
     ecs__reply_error(s, c, ECS_EINVAL, 1);
     return;
   }
-  c->authed = 1;
+  ecs__conn_authed(s, c);
   ecs_hello_reply_t hr;
   memset(&hr, 0, sizeof hr);
   snprintf(hr.node_id, sizeof hr.node_id, "%s", s->o.node_id);
@@ -334,6 +378,9 @@ static void handle_lease(ecs_server_t *s, conn_t *c) {
     } else if (!o) {
       s->misses++;
       lr.status = ECS_ENOTFOUND;
+    } else if (ecs__pin_room(s, c, o->nbytes) != ECS_OK) {
+      ecs_objstore_release(s->os, o);
+      lr.status = ECS_EBUSY; /* this connection's pin quota is spent */
     } else {
       s->hits++;
       lr.lease_id = ecs__pin_add(c, o, PIN_LEASE, dl);
@@ -409,6 +456,9 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
       if (o && o->state == ECS_OBJ_COMMITTED && (!upsert || same_content(o, &it))) {
         /* already stored: same content is fine (resv_id 0), else a conflict */
         rr.status = same_content(o, &it) ? ECS_OK : ECS_ECONFLICT;
+      } else if (it.nbytes <= ecs_pool_size(s->pool) && ecs__pin_room(s, c, it.nbytes) != ECS_OK) {
+        /* (larger than the pool: the objstore says ETOOBIG, which is the truth) */
+        rr.status = ECS_EBUSY; /* this connection's pin quota is spent */
       } else {
         rr.status = upsert ? ecs_objstore_reserve_replace(s->os, it.key, it.key_len, it.nbytes, &o)
                            : ecs_objstore_reserve(s->os, it.key, it.key_len, it.nbytes, &o);

@@ -944,7 +944,53 @@ static void test_many_keys(void **state) {
   assert_int_equal(in_use(f->pool), f->base_in_use);
 }
 
-static int fx_setup_counting(void **state) {
+/* Zero-byte objects hold no block, yet count: past max_objects the
+ * oldest go (FIFO), so a flood of empty puts cannot grow the index
+ * without end.  The default is one object per minimum block. */
+static void test_zero_byte_flood_evicted(void **state) {
+  fx_t *f = *state;
+  enum { FLOOD = 3 * (POOL_SIZE / 4096) };
+  char key[32];
+  for (int i = 0; i < FLOOD; i++) {
+    snprintf(key, sizeof key, "empty-%d", i);
+    assert_int_equal(put(f, key, 0), ECS_OK);
+    assert_true(stats(f).objects <= POOL_SIZE / 4096);
+  }
+  assert_int_equal(stats(f).objects, POOL_SIZE / 4096);
+  assert_int_equal(stats(f).evictions, FLOOD - POOL_SIZE / 4096);
+  /* oldest first: the first ones went, the last ones stay */
+  assert_null(ecs_objstore_find(f->os, "empty-0", 7));
+  snprintf(key, sizeof key, "empty-%d", FLOOD - 1);
+  assert_non_null(ecs_objstore_find(f->os, key, (uint16_t)strlen(key)));
+}
+
+/* With scrub_freed a removed object's bytes are gone from the pool: the
+ * next block of that size (the same one, the buddy allocator reuses it)
+ * reads as zeros.  Without it they would still be there. */
+static void test_scrub_freed(void **state) {
+  fx_t *f = *state;
+  ecs_objstore_destroy(f->os);
+  ecs_objstore_opts_t o;
+  ecs_objstore_opts_init(&o);
+  o.scrub_freed = 1;
+  assert_int_equal(ecs_objstore_create(f->pool, &o, &f->os), ECS_OK);
+  ecs_obj_t *obj = NULL;
+  assert_int_equal(ecs_objstore_reserve(f->os, "secret", 6, 8192, &obj), ECS_OK);
+  memset(ecs_objstore_data(f->os, obj), 0xA5, 8192);
+  uint64_t off = obj->off;
+  ecs_objstore_commit(f->os, obj);
+  assert_int_equal(ecs_objstore_remove(f->os, "secret", 6), ECS_OK);
+  assert_int_equal(ecs_objstore_reserve(f->os, "next", 4, 8192, &obj), ECS_OK);
+  assert_int_equal(obj->off, off);
+  const uint8_t *p = ecs_objstore_data(f->os, obj);
+  for (size_t i = 0; i < 8192; i++)
+    assert_int_equal(p[i], 0);
+  ecs_objstore_abort(f->os, obj);
+}
+
+/* A fixture whose store only counts drops, holding at most max_objects
+ * objects (0: the default). */
+static fx_t *fx_counting(uint64_t max_objects) {
   fx_t *f = fx_new(0.95, 0.85);
   ecs_objstore_destroy(f->os);
   static uint64_t drops;
@@ -952,8 +998,18 @@ static int fx_setup_counting(void **state) {
   ecs_objstore_opts_init(&o);
   o.on_drop = count_drop;
   o.cb_ctx = &drops;
+  o.max_objects = max_objects;
   assert_int_equal(ecs_objstore_create(f->pool, &o, &f->os), ECS_OK);
-  *state = f;
+  return f;
+}
+
+static int fx_setup_counting(void **state) {
+  *state = fx_counting(NMANY); /* more than the pool's blocks: the table's growth is under test */
+  return 0;
+}
+
+static int fx_setup_counting_default(void **state) {
+  *state = fx_counting(0);
   return 0;
 }
 
@@ -1017,6 +1073,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_background, NULL, fx_teardown),
       cmocka_unit_test_setup_teardown(test_randomized, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_many_keys, fx_setup_counting, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_zero_byte_flood_evicted, fx_setup_counting_default, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_scrub_freed, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_destroy_frees_all, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

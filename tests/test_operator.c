@@ -127,6 +127,33 @@ static void show(const char *what, const char *out) { /* for the log of a failed
   fprintf(stderr, "--- %s printed:\n%s---\n", what, out);
 }
 
+/* Protected mode: a non-loopback listen address without a token is
+ * refused, with one line naming both ways out; --unprotected runs open. */
+static void test_protected_mode(void **state) {
+  (void)state;
+  char out[OUT_CAP], bin[512], listen[32];
+  int port = ecs_ts_free_port();
+  snprintf(listen, sizeof listen, "0.0.0.0:%d", port);
+  snprintf(bin, sizeof bin, "%s", ecs_ts_bin("ecstore-server"));
+  char *argv[] = {bin,           "--listen", listen,         "--redis", "none",
+                  "--pool-size", "8M",       "--shm-socket", "off",     NULL};
+  int st = run(argv, NULL, out, sizeof out);
+  show("ecstore-server on 0.0.0.0 without a token", out);
+  assert_int_equal(st, 1);
+  char want[160];
+  snprintf(want, sizeof want, "cannot start: listening on 0.0.0.0 without an auth token");
+  assert_int_equal(lines_with(out, want), 1);
+  assert_int_equal(lines_with(out, "--auth-token-file FILE, or pass --unprotected"), 1);
+  assert_int_equal(lines_with(out, "cannot start"), 1);
+  /* told so, it starts */
+  ecs_ts_proc_t srv = {0};
+  srv.port = port;
+  assert_int_equal(ecs_ts_server_start(&srv, 1,
+                                       (const char *const[]){"--redis", "none", "--listen", listen, "--unprotected", NULL}),
+                   0);
+  assert_int_equal(ecs_ts_stop(&srv, 5000), 0);
+}
+
 /* A second server on a port in use: one line that names the address and
  * the cause, and no generic second line. */
 static void test_port_in_use(void **state) {
@@ -626,6 +653,7 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_port_in_use),
+      cmocka_unit_test(test_protected_mode),
       cmocka_unit_test(test_hugepages_required_none_free),
       cmocka_unit_test(test_cli_server_not_running),
       cmocka_unit_test(test_ready_line),

@@ -42,6 +42,13 @@ static void usage(FILE *f) {
           "  --node-id ID              node id in Redis (default HOST:PORT)\n"
           "  --auth-token-file FILE    clients must present this token (first line of FILE, which\n"
           "                            group and others must not access: chmod 600)\n"
+          "  --unprotected             allow a non-loopback --listen without --auth-token-file\n"
+          "                            (refused by default: anyone who can connect could read and write)\n"
+          "  --hello-timeout-ms MS     close a connection that has not said HELLO by then (default 5000)\n"
+          "  --max-preauth-conns N     connections yet to say HELLO; the oldest is closed to admit\n"
+          "                            a new one (default 64)\n"
+          "  --auth-fail-delay-ms MS   an address may send 5 bad tokens, then one per MS; HELLOs\n"
+          "                            past that are refused unchecked (default 1000)\n"
           "  --io-timeout-ms MS        drop a request stalled this long (default 30000)\n"
           "  --redis-timeout-ms MS     bound on each Redis call (default 500)\n"
           "  --heartbeat-ttl S         registry TTL in seconds (default 10)\n"
@@ -49,10 +56,17 @@ static void usage(FILE *f) {
           "  --low-watermark F         ...and stops at this fill (default 0.85)\n"
           "  --max-request SIZE        largest payload of one request (default 4G)\n"
           "  --max-conns N             connection limit (default 1024)\n"
+          "  --scrub-freed             zero an object's pool bytes when it is removed, evicted or\n"
+          "                            aborted (costs a memset per free)\n"
+          "  --max-objects N           objects held, empty ones included; the oldest are evicted\n"
+          "                            past it (default: pool size / min block)\n"
           "  --shm-socket PATH|off     Unix socket for clients on this host: shared-memory gets and puts\n"
           "                            (default /tmp/ecstore-PORT.sock)\n"
           "  --shm-allow-uid LIST      uids allowed on the shm socket besides the server's and root's\n"
           "  --lease-timeout-ms MS     drop a shm/RDMA lease or reservation held this long (default 30000)\n"
+          "  --max-pins-per-conn N     leases plus reservations one connection may hold (default 4096)\n"
+          "  --max-pinned-per-conn SIZE  bytes one connection may hold pinned (default: 3/4 of\n"
+          "                            the pool; one object always)\n"
           "  --rdma auto|on|off        register the pool for RDMA clients: auto uses a device when one\n"
           "                            exists (default), on refuses to start without one\n"
           "  --rdma-device NAME        RDMA device (default: the first one)\n"
@@ -101,6 +115,14 @@ enum {
   O_RDMAPORT,
   O_RDMAGID,
   O_METRICS,
+  O_HELLOTO,
+  O_MAXPREAUTH,
+  O_AUTHDELAY,
+  O_UNPROT,
+  O_MAXPINS,
+  O_MAXPINBYTES,
+  O_MAXOBJ,
+  O_SCRUB,
   O_HELP
 };
 
@@ -135,6 +157,14 @@ static const struct option long_opts[] = {
     {"log-level", required_argument, 0, O_LOG},
     {"config", required_argument, 0, O_CONFIG},
     {"enable-debug-ops", no_argument, 0, O_DEBUGOPS},
+    {"hello-timeout-ms", required_argument, 0, O_HELLOTO},
+    {"max-preauth-conns", required_argument, 0, O_MAXPREAUTH},
+    {"auth-fail-delay-ms", required_argument, 0, O_AUTHDELAY},
+    {"unprotected", no_argument, 0, O_UNPROT},
+    {"max-pins-per-conn", required_argument, 0, O_MAXPINS},
+    {"max-pinned-per-conn", required_argument, 0, O_MAXPINBYTES},
+    {"max-objects", required_argument, 0, O_MAXOBJ},
+    {"scrub-freed", no_argument, 0, O_SCRUB},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -300,6 +330,38 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     if (ecs_parse_int(arg, 1, 65536, &v))
       return bad("max-conns", arg, "expected 1..65536");
     o->max_conns = (int)v;
+    return 0;
+  case O_HELLOTO:
+    if (ecs_parse_int(arg, 100, 3600000, &v))
+      return bad("hello-timeout-ms", arg, "expected 100..3600000");
+    o->hello_timeout_ms = (int)v;
+    return 0;
+  case O_MAXPREAUTH:
+    if (ecs_parse_int(arg, 1, 65536, &v))
+      return bad("max-preauth-conns", arg, "expected 1..65536");
+    o->max_preauth_conns = (int)v;
+    return 0;
+  case O_AUTHDELAY:
+    if (ecs_parse_int(arg, 0, 60000, &v))
+      return bad("auth-fail-delay-ms", arg, "expected 0..60000");
+    o->auth_fail_delay_ms = (int)v;
+    return 0;
+  case O_UNPROT: o->unprotected = 1; return 0;
+  case O_MAXPINS:
+    if (ecs_parse_int(arg, 1, 1 << 24, &v))
+      return bad("max-pins-per-conn", arg, "expected 1..16777216");
+    o->max_pins = (uint32_t)v;
+    return 0;
+  case O_MAXPINBYTES:
+    if (ecs_parse_size(arg, &sz) || sz == 0)
+      return bad("max-pinned-per-conn", arg, "expected a size such as 256M");
+    o->max_pinned_bytes = sz;
+    return 0;
+  case O_SCRUB: o->scrub_freed = 1; return 0;
+  case O_MAXOBJ:
+    if (ecs_parse_int(arg, 1, 1ll << 40, &v))
+      return bad("max-objects", arg, "expected 1..2^40");
+    o->max_objects = (uint64_t)v;
     return 0;
   case O_PORTFILE: snprintf(port_file, pf_cap, "%s", arg); return 0;
   case O_LOG: {

@@ -39,13 +39,19 @@ void ecs_ts_raw_hdr(uint8_t out[32], uint8_t op, uint32_t count, uint32_t meta_l
   ecs_proto_hdr_encode(&hd, out);
 }
 
-int ecs_ts_raw_open(int port, const char *ns, int *fd) {
+int ecs_ts_raw_open(int port, const char *ns, int *fd) { return ecs_ts_raw_hello(port, ns, NULL, fd); }
+
+int ecs_ts_raw_hello(int port, const char *ns, const char *token, int *fd) {
   int rc = ecs_net_connect("127.0.0.1", port, RAW_IO_MS, fd);
   if (rc != ECS_OK)
     return rc;
   ecs_wbuf_t w;
   ecs_wbuf_init(&w);
   ecs_hello_t h = {.ns = (const uint8_t *)ns, .ns_len = (uint16_t)strlen(ns)};
+  if (token) {
+    h.token = (const uint8_t *)token;
+    h.token_len = (uint16_t)strlen(token);
+  }
   ecs_proto_hello_write(&w, &h);
   uint8_t hb[ECS_PROTO_HDR_SIZE];
   ecs_ts_raw_hdr(hb, ECS_OP_HELLO, 0, (uint32_t)w.len, 0);

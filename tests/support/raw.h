@@ -14,6 +14,9 @@
  * ECS_OK (*fd is the socket) or an ECS_E* code. */
 int ecs_ts_raw_open(int port, const char *ns, int *fd);
 
+/* ecs_ts_raw_open with an auth token (NULL: none). */
+int ecs_ts_raw_hello(int port, const char *ns, const char *token, int *fd);
+
 /* Writes all n bytes within 2 s.  ECS_OK or an ECS_E* code. */
 int ecs_ts_raw_send(int fd, const void *p, size_t n);
 
