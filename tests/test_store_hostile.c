@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
@@ -109,6 +111,7 @@ static void test_token_guessing_throttled(void **state) {
   assert_non_null(f);
   fputs("s3cret-token\n", f);
   fclose(f);
+  assert_int_equal(chmod(path, 0600), 0); /* the server refuses a token file others can read */
   ecs_ts_env_t e;
   const char *const extra[] = {"--auth-token-file", path, "--auth-fail-delay-ms", "700", NULL};
   assert_int_equal(ecs_ts_env_start(&e, extra), 0);
@@ -166,8 +169,10 @@ static void test_one_client_cannot_pin_the_pool(void **state) {
   char keys[HOG][16];
   for (int i = 0; i < HOG; i++) {
     snprintf(keys[i], sizeof keys[i], "hog-%d", i);
-    ecs_put_item_t it = {.key = (const uint8_t *)keys[i], .key_len = (uint16_t)strlen(keys[i]),
-                         .desc = {.dtype = ECS_DTYPE_U8, .ndim = 1, .shape = {MB}}, .nbytes = MB,
+    ecs_put_item_t it = {.key = (const uint8_t *)keys[i],
+                         .key_len = (uint16_t)strlen(keys[i]),
+                         .desc = {.dtype = ECS_DTYPE_U8, .ndim = 1, .shape = {MB}},
+                         .nbytes = MB,
                          .raw_nbytes = MB};
     ecs_proto_put_item_write(&w, &it);
   }
