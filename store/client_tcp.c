@@ -223,7 +223,8 @@ static int recv_payloads(ecs_client_t *c, ecs_cli_srv_t *s, const struct iovec *
  * never sees a frame larger than its output could justify. */
 static int compressed_size_ok(const ecs_get_reply_t *rep) {
   int id = rep->codec & ECS_CODEC_ID_MASK;
-  if ((rep->codec & ~(ECS_CODEC_ID_MASK | ECS_CODEC_SHUFFLE)) || (id != ECS_CODEC_LZ4 && id != ECS_CODEC_ZSTD))
+  if ((rep->codec & ~(ECS_CODEC_ID_MASK | ECS_CODEC_SHUFFLE)) ||
+      (id != ECS_CODEC_LZ4 && id != ECS_CODEC_ZSTD))
     return 0;
   if (rep->raw_nbytes > SIZE_MAX)
     return 0;

@@ -145,7 +145,8 @@ static void tick(ecs_server_t *s) {
     if (c->live_pins)
       ecs__pins_expire(s, c, now);
     if (!c->authed && now - c->accept_ms > (uint64_t)s->o.hello_timeout_ms) {
-      ECS_LOG_D("conn %llu: no HELLO within %d ms; closing", (unsigned long long)c->id, s->o.hello_timeout_ms);
+      ECS_LOG_D("conn %llu: no HELLO within %d ms; closing", (unsigned long long)c->id,
+                s->o.hello_timeout_ms);
       ecs__conn_close(s, c); /* swaps the last connection into slot i */
       continue;
     }
@@ -302,7 +303,8 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   if (!s)
     return ECS_ENOMEM;
   s->o = *o;
-  if (!s->o.max_pinned_bytes) /* default: 3/4 of the pool per connection: a big batch fits, others keep room */
+  if (!s->o.max_pinned_bytes) /* default: 3/4 of the pool per connection: a big batch fits, others keep room
+                               */
     s->o.max_pinned_bytes = o->pool_size / 4 * 3;
   if (!s->o.max_pins)
     s->o.max_pins = 4096;

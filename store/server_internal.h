@@ -31,9 +31,9 @@
 #define SCRATCH_SIZE (256u << 10) /* discard buffer for refused payloads */
 #define IOV_BATCH 64              /* iovecs built per readv/sendmsg */
 #define TICK_MS 100               /* timer work period */
-#define PREAUTH_MAX_META 4096u  /* bound on what is read before HELLO: a HELLO is < 500 bytes */
-#define AUTH_FAIL_SLOTS 256     /* sources remembered by the failed-auth throttle */
-#define AUTH_FAIL_BURST 5       /* bad tokens a source may send at once before it is throttled */
+#define PREAUTH_MAX_META 4096u    /* bound on what is read before HELLO: a HELLO is < 500 bytes */
+#define AUTH_FAIL_SLOTS 256       /* sources remembered by the failed-auth throttle */
+#define AUTH_FAIL_BURST 5         /* bad tokens a source may send at once before it is throttled */
 #define DEBUG_CORRUPT 1           /* DEBUG subcode: flip a byte of an object */
 
 /* Internal per-item status for a key that appears twice in one PUT batch. */
@@ -126,12 +126,12 @@ struct ecs_server {
   uint64_t next_conn_id; /* for logs */
   size_t npreauth;       /* connections yet to say HELLO */
   struct {
-    uint64_t src;       /* the source (conn_t.src) */
-    uint64_t tat_ms;    /* its bucket's theoretical arrival time (GCRA) */
+    uint64_t src;               /* the source (conn_t.src) */
+    uint64_t tat_ms;            /* its bucket's theoretical arrival time (GCRA) */
   } auth_fail[AUTH_FAIL_SLOTS]; /* failed-auth throttle, hashed by source */
   uint64_t auth_log_ms;         /* when a failed HELLO was last logged */
   uint64_t auth_unlogged;       /* failed HELLOs since, not logged one by one */
-  uint64_t last_tick_ms; /* when timer work last ran */
+  uint64_t last_tick_ms;        /* when timer work last ran */
   /* counters for STAT */
   uint64_t puts, gets, hits, misses;
   int redis_was_up;                            /* link state at the last tick, to log each change once */

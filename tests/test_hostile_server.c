@@ -38,21 +38,21 @@
 
 /* One lying item of the crafted reply. */
 typedef struct lie {
-  uint8_t codec;       /* its codec byte */
-  uint64_t nbytes;     /* the payload size it claims */
-  uint64_t shape0;     /* a 1-D u8 tensor of this many bytes (raw_nbytes) */
+  uint8_t codec;   /* its codec byte */
+  uint64_t nbytes; /* the payload size it claims */
+  uint64_t shape0; /* a 1-D u8 tensor of this many bytes (raw_nbytes) */
 } lie_t;
 
 /* The fake server: a listener, and what it answers a GET with. */
 typedef struct fake {
-  int lfd;             /* listening socket on 127.0.0.1 */
-  int port;            /* its port */
-  const lie_t *lies;   /* the reply's items */
-  size_t nlies;        /* how many */
-  uint64_t data_len;   /* the reply header's data_len */
-  uint64_t get_cap;    /* out: the capacity the client's first GET item asked for */
+  int lfd;              /* listening socket on 127.0.0.1 */
+  int port;             /* its port */
+  const lie_t *lies;    /* the reply's items */
+  size_t nlies;         /* how many */
+  uint64_t data_len;    /* the reply header's data_len */
+  uint64_t get_cap;     /* out: the capacity the client's first GET item asked for */
   const char *shm_path; /* the Unix socket its HELLO reply advertises ("" none) */
-  pthread_t th;        /* the thread that serves one connection */
+  pthread_t th;         /* the thread that serves one connection */
 } fake_t;
 
 static int read_full(int fd, void *p, size_t n) {
@@ -250,7 +250,7 @@ static void test_over_what_was_asked(void **state) {
   assert_int_equal(get_against(small, 1, 16, 2, 0, &asked), ECS_EPROTO); /* bytes for no buffer */
   assert_int_equal(asked, 0);
   assert_int_equal(get_against(raw, 1, 4096, 1, 1024, &asked), ECS_EPROTO);
-  assert_int_equal(asked, 1024); /* the cap went into the request */
+  assert_int_equal(asked, 1024);                                      /* the cap went into the request */
   assert_int_equal(get_against(raw, 1, 8, 1, 0, &asked), ECS_EPROTO); /* data_len says 8 */
   assert_int_equal(asked, ECS_DEFAULT_MAX_OBJECT_SIZE);
 }
@@ -271,8 +271,8 @@ static pid_t squat(const char *path, int report_fd) {
   int l = socket(AF_UNIX, SOCK_STREAM, 0);
   /* bound as root (the directory is root's), then listening as nobody:
    * SO_PEERCRED reports the listener's credentials at listen() */
-  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || chmod(path, 0666) != 0 || setgid(65534) != 0 ||
-      setuid(65534) != 0 || listen(l, 4) != 0)
+  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || chmod(path, 0666) != 0 ||
+      setgid(65534) != 0 || setuid(65534) != 0 || listen(l, 4) != 0)
     _exit(3);
   if (write(report_fd, "L", 1) != 1) /* listening */
     _exit(3);

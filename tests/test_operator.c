@@ -148,9 +148,10 @@ static void test_protected_mode(void **state) {
   /* told so, it starts */
   ecs_ts_proc_t srv = {0};
   srv.port = port;
-  assert_int_equal(ecs_ts_server_start(&srv, 1,
-                                       (const char *const[]){"--redis", "none", "--listen", listen, "--unprotected", NULL}),
-                   0);
+  assert_int_equal(
+      ecs_ts_server_start(
+          &srv, 1, (const char *const[]){"--redis", "none", "--listen", listen, "--unprotected", NULL}),
+      0);
   assert_int_equal(ecs_ts_stop(&srv, 5000), 0);
 }
 
@@ -594,9 +595,9 @@ static void test_port_file_symlink(void **state) {
   fclose(f);
   assert_int_equal(symlink(victim, link_path), 0);
   ecs_ts_proc_t srv = {0};
-  assert_int_equal(ecs_ts_server_start(&srv, 1,
-                                       (const char *const[]){"--redis", "none", "--port-file", link_path, NULL}),
-                   0);
+  assert_int_equal(
+      ecs_ts_server_start(&srv, 1, (const char *const[]){"--redis", "none", "--port-file", link_path, NULL}),
+      0);
   /* the port file is written once the listener is up: wait for it */
   struct stat st;
   uint64_t deadline = ecs_now_ms() + RUN_TIMEOUT_MS;
@@ -635,8 +636,8 @@ static void test_token_file_too_open(void **state) {
   fclose(f);
   assert_int_equal(chmod(tok, 0644), 0);
   snprintf(bin, sizeof bin, "%s", ecs_ts_bin("ecstore-server"));
-  char *argv[] = {bin, "--listen", "127.0.0.1:0", "--redis", "none", "--pool-size", "8M",
-                  "--shm-socket", "off", "--auth-token-file", tok, NULL};
+  char *argv[] = {bin,  "--listen",     "127.0.0.1:0", "--redis",           "none", "--pool-size",
+                  "8M", "--shm-socket", "off",         "--auth-token-file", tok,    NULL};
   int st = run(argv, NULL, out, sizeof out);
   show("ecstore-server with a 0644 token file", out);
   assert_int_equal(st, 2);

@@ -44,27 +44,27 @@ extern "C" {
 typedef struct ecs_client ecs_client_t;
 
 typedef struct ecs_client_config {
-  const char *servers;     /* "HOST:PORT[,HOST:PORT...]" (default "127.0.0.1:7700") */
-  const char *redis_url;   /* "redis://HOST:PORT[/DB]" or NULL: exists_batch then asks the servers */
-  const char *ns;          /* namespace, e.g. the model name (default "default") */
-  const char *auth_token;  /* token the servers require, or NULL */
-  int connect_timeout_ms;  /* per connection attempt (default 2000) */
-  int timeout_ms;          /* deadline of one call (default 10000) */
-  int verify_checksum;     /* 1: check xxh3 of every object received (default 1) */
-  const char *transport;   /* "auto" (default: shm when the server is on this host, else
-                              tcp), "tcp", "shm" (fails connect with ECS_ENOTSUP, saying
-                              why, when it cannot be used) or "rdma" (without a device,
-                              or against a server without one: one line on stderr, then
-                              tcp) */
-  const char *rdma_device; /* RDMA device name (NULL: the first one) */
-  int rdma_port;           /* RDMA port number (default 1) */
-  int rdma_gid_index;      /* RoCE GID index (default 0) */
-  const char *compression; /* "none" (default), "lz4", "zstd" or "auto" (zstd where a sample
-                              shrinks >= 1.1x): codec for puts over TCP, with a byte shuffle
-                              for 16/32-bit dtypes; objects are stored as sent and every get
-                              returns the raw tensor (docs/codec.md); shm puts stay raw */
-  int shm_read_only;       /* 1: map the shared pool read-only (puts then go through the
-                              socket); for clients that only get (default 0) */
+  const char *servers;      /* "HOST:PORT[,HOST:PORT...]" (default "127.0.0.1:7700") */
+  const char *redis_url;    /* "redis://HOST:PORT[/DB]" or NULL: exists_batch then asks the servers */
+  const char *ns;           /* namespace, e.g. the model name (default "default") */
+  const char *auth_token;   /* token the servers require, or NULL */
+  int connect_timeout_ms;   /* per connection attempt (default 2000) */
+  int timeout_ms;           /* deadline of one call (default 10000) */
+  int verify_checksum;      /* 1: check xxh3 of every object received (default 1) */
+  const char *transport;    /* "auto" (default: shm when the server is on this host, else
+                               tcp), "tcp", "shm" (fails connect with ECS_ENOTSUP, saying
+                               why, when it cannot be used) or "rdma" (without a device,
+                               or against a server without one: one line on stderr, then
+                               tcp) */
+  const char *rdma_device;  /* RDMA device name (NULL: the first one) */
+  int rdma_port;            /* RDMA port number (default 1) */
+  int rdma_gid_index;       /* RoCE GID index (default 0) */
+  const char *compression;  /* "none" (default), "lz4", "zstd" or "auto" (zstd where a sample
+                               shrinks >= 1.1x): codec for puts over TCP, with a byte shuffle
+                               for 16/32-bit dtypes; objects are stored as sent and every get
+                               returns the raw tensor (docs/codec.md); shm puts stay raw */
+  int shm_read_only;        /* 1: map the shared pool read-only (puts then go through the
+                               socket); for clients that only get (default 0) */
   uint64_t max_object_size; /* the largest object ecs_get_batch_alloc allocates for (default
                                ECS_DEFAULT_MAX_OBJECT_SIZE; 0: the default); a larger one
                                gets ECS_EBUFSMALL with nbytes set, so a server's word alone

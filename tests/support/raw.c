@@ -39,7 +39,9 @@ void ecs_ts_raw_hdr(uint8_t out[32], uint8_t op, uint32_t count, uint32_t meta_l
   ecs_proto_hdr_encode(&hd, out);
 }
 
-int ecs_ts_raw_open(int port, const char *ns, int *fd) { return ecs_ts_raw_hello(port, ns, NULL, fd); }
+int ecs_ts_raw_open(int port, const char *ns, int *fd) {
+  return ecs_ts_raw_hello(port, ns, NULL, fd);
+}
 
 int ecs_ts_raw_hello(int port, const char *ns, const char *token, int *fd) {
   int rc = ecs_net_connect("127.0.0.1", port, RAW_IO_MS, fd);
