@@ -34,7 +34,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,8 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "ec_connector" / "python"))
+sys.path.insert(0, str(REPO / "tests" / "python"))
+from conftest import free_port, wait_port  # noqa: E402 - the tests' process helpers
 NS = "bench-mc"
 
 
@@ -54,25 +55,6 @@ def parse_size(s):
 
 def human(n):
     return "%d MiB" % (n >> 20) if n >= 1 << 20 else "%d KiB" % (n >> 10)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc, what, timeout=30.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            sys.exit("%s exited with %s" % (what, proc.returncode))
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit("%s: port %d not listening" % (what, port))
 
 
 # ---- the measuring worker (a child process per backend) --------------------------
@@ -141,7 +123,7 @@ class Procs:
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir, env=env)
         self.procs.append(p)
         if port:
-            wait_port(port, p, name)
+            wait_port(p, port, log.name, timeout=30.0)
         return p
 
     def stop_all(self):
@@ -183,7 +165,7 @@ def start_mooncake(procs, segment, env):
                  "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
                  "--http_metadata_server_port=%d" % http, "--metrics_port=%d" % metrics,
                  "--enable_metric_reporting=false"], "mooncake-master", rpc, env)
-    wait_port(http, procs.procs[-1], "mooncake http metadata")
+    wait_port(procs.procs[-1], http, os.path.join(procs.dir, "mooncake-master.log"), timeout=30.0)
     meta = "http://127.0.0.1:%d/metadata" % http
     master = "127.0.0.1:%d" % rpc
     store_args = ("127.0.0.1", meta, segment, 16 << 20, "tcp", "", master)
