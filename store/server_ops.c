@@ -59,6 +59,16 @@ static void auth_failed(ecs_server_t *s, const conn_t *c) {
   s->auth_fail[i].tat_ms += (uint64_t)s->o.auth_fail_delay_ms;
 }
 
+/* A request's records must fill its meta section exactly: bytes left over
+ * are a protocol error, answered (and the connection closed) here.
+ * Returns 1 when the reply built so far may be sent. */
+static int records_consumed(ecs_server_t *s, conn_t *c, const ecs_rbuf_t *r) {
+  if (r->pos == r->len)
+    return 1;
+  ecs__reply_error(s, c, ECS_EPROTO, 1);
+  return 0;
+}
+
 static void handle_hello(ecs_server_t *s, conn_t *c) {
   ecs_rbuf_t r;
   ecs_hello_t h;
@@ -315,10 +325,8 @@ static void handle_get(ecs_server_t *s, conn_t *c) {
     }
     ecs_proto_get_reply_write(&c->out, &rep);
   }
-  if (r.pos != r.len) {
-    ecs__reply_error(s, c, ECS_EPROTO, 1);
+  if (!records_consumed(s, c, &r))
     return;
-  }
   ecs__reply_finish(s, c, ECS_OK, c->hdr.count, data_len);
 }
 
@@ -346,10 +354,8 @@ static void handle_keys(ecs_server_t *s, conn_t *c) {
     }
     ecs_proto_status_write(&c->out, st);
   }
-  if (r.pos != r.len) {
-    ecs__reply_error(s, c, ECS_EPROTO, 1);
+  if (!records_consumed(s, c, &r))
     return;
-  }
   if (c->hdr.opcode == ECS_OP_REMOVE)
     ecs__server_meta_flush(s);
   ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
@@ -399,10 +405,8 @@ static void handle_lease(ecs_server_t *s, conn_t *c) {
     }
     ecs_proto_lease_reply_write(&c->out, &lr);
   }
-  if (r.pos != r.len) {
-    ecs__reply_error(s, c, ECS_EPROTO, 1);
+  if (!records_consumed(s, c, &r))
     return;
-  }
   ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
 }
 
@@ -423,10 +427,8 @@ static void handle_release(ecs_server_t *s, conn_t *c) {
       ecs_objstore_release(s->os, o);
     ecs_proto_status_write(&c->out, o ? ECS_OK : ECS_ENOTFOUND);
   }
-  if (r.pos != r.len) {
-    ecs__reply_error(s, c, ECS_EPROTO, 1);
+  if (!records_consumed(s, c, &r))
     return;
-  }
   if (noreply) {
     c->st = C_HDR; /* nothing to send; read the next request */
     return;
@@ -478,10 +480,8 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
     }
     ecs_proto_reserve_reply_write(&c->out, &rr);
   }
-  if (r.pos != r.len) {
-    ecs__reply_error(s, c, ECS_EPROTO, 1);
+  if (!records_consumed(s, c, &r))
     return;
-  }
   ecs__server_meta_flush(s); /* deletions of anything evicted to make room */
   ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
 }
@@ -520,10 +520,8 @@ static void handle_commit(ecs_server_t *s, conn_t *c) {
     }
     ecs_proto_status_write(&c->out, st);
   }
-  if (r.pos != r.len) {
-    ecs__reply_error(s, c, ECS_EPROTO, 1);
+  if (!records_consumed(s, c, &r))
     return;
-  }
   ecs__server_meta_flush(s);
   ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
 }
