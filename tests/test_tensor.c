@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "ecstore/tensor.h"
+#include "proto_util.h" /* mkdesc */
 #include "store/checksum.h"
 
 static void test_dtype_sizes_and_names(void **state) {
@@ -72,38 +73,28 @@ static void test_dtype_unknown(void **state) {
   assert_int_equal(ecs_dtype_parse(NULL, &d), ECS_EDTYPE);
 }
 
-static ecs_tensor_desc_t desc_of(int dtype, unsigned ndim, const uint64_t *shape) {
-  ecs_tensor_desc_t d;
-  memset(&d, 0, sizeof d);
-  d.dtype = (uint8_t)dtype;
-  d.ndim = (uint8_t)ndim;
-  for (unsigned i = 0; i < ndim && i < ECS_MAX_DIMS; i++)
-    d.shape[i] = shape[i];
-  return d;
-}
-
 static void test_nbytes(void **state) {
   (void)state;
   uint64_t n = 99;
-  ecs_tensor_desc_t d = desc_of(ECS_DTYPE_BF16, 2, (const uint64_t[]){650, 2048});
+  ecs_tensor_desc_t d = mkdesc(ECS_DTYPE_BF16, 2, (const uint64_t[]){650, 2048});
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_OK);
   assert_int_equal(n, 650u * 2048u * 2u);
 
-  d = desc_of(ECS_DTYPE_I64, 0, NULL); /* a scalar: one element */
+  d = mkdesc(ECS_DTYPE_I64, 0, NULL); /* a scalar: one element */
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_OK);
   assert_int_equal(n, 8);
 
-  d = desc_of(ECS_DTYPE_F32, 3, (const uint64_t[]){7, 0, 9});
+  d = mkdesc(ECS_DTYPE_F32, 3, (const uint64_t[]){7, 0, 9});
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_OK);
   assert_int_equal(n, 0);
 
   /* A zero dimension wins over dimensions whose product would overflow. */
-  d = desc_of(ECS_DTYPE_F32, 3, (const uint64_t[]){UINT64_MAX, UINT64_MAX, 0});
+  d = mkdesc(ECS_DTYPE_F32, 3, (const uint64_t[]){UINT64_MAX, UINT64_MAX, 0});
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_OK);
   assert_int_equal(n, 0);
 
   const uint64_t all8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  d = desc_of(ECS_DTYPE_U8, 8, all8);
+  d = mkdesc(ECS_DTYPE_U8, 8, all8);
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_OK);
   assert_int_equal(n, 40320);
 }
@@ -111,28 +102,28 @@ static void test_nbytes(void **state) {
 static void test_nbytes_errors(void **state) {
   (void)state;
   uint64_t n = 1234;
-  ecs_tensor_desc_t d = desc_of(ECS_DTYPE_INVALID, 1, (const uint64_t[]){4});
+  ecs_tensor_desc_t d = mkdesc(ECS_DTYPE_INVALID, 1, (const uint64_t[]){4});
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_EDTYPE);
-  d = desc_of(ECS_DTYPE__COUNT, 1, (const uint64_t[]){4});
+  d = mkdesc(ECS_DTYPE__COUNT, 1, (const uint64_t[]){4});
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_EDTYPE);
-  d = desc_of(ECS_DTYPE_F32, 1, (const uint64_t[]){4});
+  d = mkdesc(ECS_DTYPE_F32, 1, (const uint64_t[]){4});
   d.ndim = ECS_MAX_DIMS + 1;
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_EDTYPE);
   assert_int_equal(ecs_tensor_nbytes(NULL, &n), ECS_EDTYPE);
 
   /* Element count fits, bytes do not. */
-  d = desc_of(ECS_DTYPE_F32, 1, (const uint64_t[]){UINT64_MAX / 2});
+  d = mkdesc(ECS_DTYPE_F32, 1, (const uint64_t[]){UINT64_MAX / 2});
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_EOVERFLOW);
   /* The product of dimensions overflows. */
-  d = desc_of(ECS_DTYPE_U8, 2, (const uint64_t[]){1ull << 32, 1ull << 32});
+  d = mkdesc(ECS_DTYPE_U8, 2, (const uint64_t[]){1ull << 32, 1ull << 32});
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_EOVERFLOW);
   /* Exactly at the edge: 2^63 * 1 byte fits, 2^63 * 2 bytes does not. */
-  d = desc_of(ECS_DTYPE_U8, 2, (const uint64_t[]){1ull << 31, 1ull << 32});
+  d = mkdesc(ECS_DTYPE_U8, 2, (const uint64_t[]){1ull << 31, 1ull << 32});
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_OK);
   assert_int_equal(n, 1ull << 63);
   d.dtype = ECS_DTYPE_F16;
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_EOVERFLOW);
-  d = desc_of(ECS_DTYPE_U8, 1, (const uint64_t[]){UINT64_MAX});
+  d = mkdesc(ECS_DTYPE_U8, 1, (const uint64_t[]){UINT64_MAX});
   assert_int_equal(ecs_tensor_nbytes(&d, &n), ECS_OK);
   assert_int_equal(n, UINT64_MAX);
 }
