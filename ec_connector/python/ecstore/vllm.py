@@ -209,7 +209,7 @@ class ECStoreConnector(ECConnectorBase):
         self._saving = set()  # mm_hashes saved but not yet reported finished
         self._finished_loads = set()  # mm_hashes loaded since the last get_finished
         self._failed_loads = set()  # req ids, for build_connector_worker_meta
-        self._row = {"last": _model_row(vllm_config)}  # (dtype code, row shape), see _predict
+        self._row = _model_row(vllm_config)  # (dtype code, one token's shape) or None, see _predict
         self._stream = None  # CUDA side stream of the saves
         self._copy_q = None  # CUDA saves waiting for their copy, see _copier
         self._copier = None
@@ -465,7 +465,7 @@ class ECStoreConnector(ECConnectorBase):
         last load returned.  A wrong guess costs one more round trip for
         that item only (the load reports the stored dtype and shape), never
         wrong bytes; with no guess at all the buffer is empty."""
-        row = self._row["last"]
+        row = self._row
         if row is None:
             return torch.empty(0, dtype=torch.uint8)
         code, tail = row
@@ -528,7 +528,7 @@ class ECStoreConnector(ECConnectorBase):
     def _learn(self, spec, desc):
         code, shape = desc
         if len(shape) >= 1 and shape[0] == spec.num_embeds:
-            self._row["last"] = (code, tuple(shape[1:]))
+            self._row = (code, tuple(shape[1:]))
 
     def get_finished(self, finished_req_ids):
         """(mm_hashes whose saves are stored, mm_hashes loaded) since the
