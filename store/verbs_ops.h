@@ -68,6 +68,12 @@ typedef struct ecs_verbs_ops {
   /* ibv_reg_mr(3): pins [addr, addr+len) and gives it an lkey and an rkey.
    * IBV_ACCESS_REMOTE_WRITE requires IBV_ACCESS_LOCAL_WRITE (EINVAL). */
   struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access);
+  /* ibv_reg_mr_iova(3): as reg_mr, but the peer addresses the region as
+   * [iova, iova+len) (and local SGEs naming its lkey do too).  With iova 0
+   * the region is zero-based: the peer never learns addr.  The transport
+   * registers one such region per lease and per reservation, each in the
+   * PD of the one connection allowed to use it. */
+  struct ibv_mr *(*reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access);
   /* ibv_dereg_mr(3): the keys stop working; 0 or errno. */
   int (*dereg_mr)(struct ibv_mr *mr);
   /* ibv_create_cq(3): a completion queue of at least cqe entries; this

@@ -1,7 +1,7 @@
 /*
  * The verbs operations table over libibverbs: one thin function per entry.
  * Some of these are macros or static inline functions in verbs.h
- * (ibv_query_port, ibv_reg_mr, ibv_post_send, ibv_poll_cq), which is why
+ * (ibv_query_port, ibv_reg_mr, ibv_reg_mr_iova, ibv_post_send, ibv_poll_cq), which is why
  * each gets a real function here rather than a bare function pointer.
  */
 #ifdef ECS_HAVE_RDMA
@@ -55,6 +55,10 @@ static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int
   return ibv_reg_mr(pd, addr, len, access);
 }
 
+static struct ibv_mr *real_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access) {
+  return ibv_reg_mr_iova(pd, addr, len, iova, access);
+}
+
 static int real_dereg_mr(struct ibv_mr *mr) {
   return ibv_dereg_mr(mr);
 }
@@ -102,6 +106,7 @@ static const ecs_verbs_ops real_ops = {
     .alloc_pd = real_alloc_pd,
     .dealloc_pd = real_dealloc_pd,
     .reg_mr = real_reg_mr,
+    .reg_mr_iova = real_reg_mr_iova,
     .dereg_mr = real_dereg_mr,
     .create_cq = real_create_cq,
     .destroy_cq = real_destroy_cq,

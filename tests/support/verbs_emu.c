@@ -54,7 +54,8 @@ typedef struct emu_pd {
 
 typedef struct emu_mr {
   struct ibv_mr mr;
-  int access; /* IBV_ACCESS_* given to reg_mr */
+  uint64_t iova; /* where requests address it: mr.addr, or reg_mr_iova's iova */
+  int access;    /* IBV_ACCESS_* given to reg_mr */
   struct emu_mr *next;
 } emu_mr;
 
@@ -156,9 +157,14 @@ static emu_mr *find_mr(ecs_verbs_emu *e, struct ibv_pd *pd, uint32_t key, int re
   return NULL;
 }
 
+/* Is [addr, addr+len), in the MR's request address space (its iova), inside it? */
 static int in_mr(const emu_mr *m, uint64_t addr, uint64_t len) {
-  uint64_t lo = (uint64_t)(uintptr_t)m->mr.addr;
-  return addr >= lo && len <= m->mr.length && addr - lo <= m->mr.length - len;
+  return addr >= m->iova && len <= m->mr.length && addr - m->iova <= m->mr.length - len;
+}
+
+/* The memory behind a request address that in_mr accepted. */
+static void *mr_ptr(const emu_mr *m, uint64_t addr) {
+  return (char *)m->mr.addr + (addr - m->iova);
 }
 
 static int gid_zero(const union ibv_gid *g) {
@@ -323,11 +329,11 @@ static int emu_dealloc_pd(struct ibv_pd *pd) {
   return 0;
 }
 
-static struct ibv_mr *emu_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
+static struct ibv_mr *emu_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access) {
   ecs_verbs_emu *e = emu_of(pd->context);
   const int known = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   if ((access & ~known) || ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE)) ||
-      (!addr && len)) {
+      (!addr && len) || iova > UINT64_MAX - len) {
     errno = EINVAL;
     return NULL;
   }
@@ -342,6 +348,7 @@ static struct ibv_mr *emu_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int 
   m->mr.pd = pd;
   m->mr.addr = addr;
   m->mr.length = len;
+  m->iova = iova;
   m->mr.lkey = (k << 8) | 0x5a;
   m->mr.rkey = (k << 8) | 0xa5;
   m->access = access;
@@ -350,6 +357,10 @@ static struct ibv_mr *emu_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int 
   ((emu_pd *)pd)->refs++;
   unlock(e);
   return &m->mr;
+}
+
+static struct ibv_mr *emu_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
+  return emu_reg_mr_iova(pd, addr, len, (uint64_t)(uintptr_t)addr, access);
 }
 
 static int emu_dereg_mr(struct ibv_mr *mr) {
@@ -702,7 +713,7 @@ static int execute(ecs_verbs_emu *e, emu_qp *q, const emu_wr *w, struct ibv_wc *
     qp_to_err(p);
     return 0;
   }
-  void *lp = (void *)(uintptr_t)w->laddr, *rp = (void *)(uintptr_t)w->raddr;
+  void *lp = mr_ptr(lm, w->laddr), *rp = mr_ptr(rm, w->raddr);
   if (w->len)
     memmove(w->opcode == IBV_WR_RDMA_READ ? lp : rp, w->opcode == IBV_WR_RDMA_READ ? rp : lp, w->len);
   wc->status = IBV_WC_SUCCESS;
@@ -800,6 +811,7 @@ int ecs_verbs_emu_create(int ndevices, ecs_verbs_emu **out) {
       .alloc_pd = emu_alloc_pd,
       .dealloc_pd = emu_dealloc_pd,
       .reg_mr = emu_reg_mr,
+      .reg_mr_iova = emu_reg_mr_iova,
       .dereg_mr = emu_dereg_mr,
       .create_cq = emu_create_cq,
       .destroy_cq = emu_destroy_cq,
