@@ -149,6 +149,7 @@ struct ecs_rdma_ctx {
 struct ecs_rdma_mr {
   ecs_rdma_ctx *ctx; /* owner */
   struct ibv_mr *mr; /* the registration */
+  int window;        /* made by ecs_rdma_ep_window: zero-based, remote use only */
 };
 
 /* Where one item of the running batch stands. */
@@ -166,6 +167,7 @@ typedef struct item_track {
 
 struct ecs_rdma_ep {
   ecs_rdma_ctx *ctx;         /* owner */
+  struct ibv_pd *own_pd;     /* an isolated endpoint's own PD, or NULL (the context's) */
   const ecs_rdma_mr *advert; /* region advertised in our blobs, or NULL */
   struct ibv_cq *cq;         /* NULL while no QP is built */
   struct ibv_qp *qp;         /* current QP, or NULL */
@@ -374,7 +376,7 @@ void ecs_rdma_dereg(ecs_rdma_mr *m) {
 }
 
 uint64_t ecs_rdma_mr_addr(const ecs_rdma_mr *m) {
-  return (uint64_t)(uintptr_t)m->mr->addr;
+  return m->window ? 0 : (uint64_t)(uintptr_t)m->mr->addr;
 }
 
 uint64_t ecs_rdma_mr_len(const ecs_rdma_mr *m) {
@@ -417,7 +419,7 @@ static int ep_build(ecs_rdma_ep *ep) {
       .qp_type = IBV_QPT_RC,
       .sq_sig_all = 0,
   };
-  ep->qp = o->create_qp(c->pd, &ia);
+  ep->qp = o->create_qp(ep->own_pd ? ep->own_pd : c->pd, &ia);
   if (!ep->qp) {
     int rc = EP_ERR(ep, ECS_EIO, "rdma: create_qp: %s", strerror(errno));
     ep_teardown(ep);
@@ -446,7 +448,7 @@ static void ep_rebuild(ecs_rdma_ep *ep) {
   (void)ep_build(ep); /* on failure qp stays NULL; the next call retries */
 }
 
-int ecs_rdma_ep_create(ecs_rdma_ctx *c, const ecs_rdma_mr *advertise, ecs_rdma_ep **out) {
+static int ep_create(ecs_rdma_ctx *c, const ecs_rdma_mr *advertise, int isolated, ecs_rdma_ep **out) {
   if (!out)
     return ECS_EINVAL;
   *out = NULL;
@@ -462,12 +464,22 @@ int ecs_rdma_ep_create(ecs_rdma_ctx *c, const ecs_rdma_mr *advertise, ecs_rdma_e
   int rc = ECS_ENOMEM;
   if (!ep->wrs || !ep->sges)
     goto out_free;
+  if (isolated) {
+    ep->own_pd = c->ops->alloc_pd(c->vctx);
+    if (!ep->own_pd) {
+      rc = errno == ENOMEM ? ECS_ENOMEM : ECS_EIO;
+      goto out_free;
+    }
+  }
   rc = ep_build(ep);
   if (rc)
-    goto out_free;
+    goto out_pd;
   *out = ep;
   return ECS_OK;
 
+out_pd:
+  if (ep->own_pd)
+    c->ops->dealloc_pd(ep->own_pd);
 out_free:
   free(ep->wrs);
   free(ep->sges);
@@ -475,10 +487,49 @@ out_free:
   return rc;
 }
 
+int ecs_rdma_ep_create(ecs_rdma_ctx *c, const ecs_rdma_mr *advertise, ecs_rdma_ep **out) {
+  return ep_create(c, advertise, 0, out);
+}
+
+int ecs_rdma_ep_create_isolated(ecs_rdma_ctx *c, ecs_rdma_ep **out) {
+  return ep_create(c, NULL, 1, out);
+}
+
+int ecs_rdma_ep_window(ecs_rdma_ep *ep, void *ptr, size_t len, int access, ecs_rdma_mr **out) {
+  if (!out)
+    return ECS_EINVAL;
+  *out = NULL;
+  if (!ep || !ep->own_pd || !ptr || !len || !access ||
+      (access & ~(ECS_RDMA_REMOTE_READ | ECS_RDMA_REMOTE_WRITE)))
+    return ECS_EINVAL;
+  /* Only the access asked for: a lease's window cannot be written, a
+   * reservation's is written (verbs wants local write with remote write). */
+  int flags = 0;
+  if (access & ECS_RDMA_REMOTE_READ)
+    flags |= IBV_ACCESS_REMOTE_READ;
+  if (access & ECS_RDMA_REMOTE_WRITE)
+    flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+  ecs_rdma_mr *m = calloc(1, sizeof(*m));
+  if (!m)
+    return ECS_ENOMEM;
+  m->ctx = ep->ctx;
+  m->window = 1;
+  m->mr = ep->ctx->ops->reg_mr_iova(ep->own_pd, ptr, len, 0, flags);
+  if (!m->mr) {
+    int e = errno;
+    free(m);
+    return e == ENOMEM ? ECS_ENOMEM : e == EINVAL ? ECS_EINVAL : ECS_EIO;
+  }
+  *out = m;
+  return ECS_OK;
+}
+
 void ecs_rdma_ep_destroy(ecs_rdma_ep *ep) {
   if (!ep)
     return;
   ep_teardown(ep);
+  if (ep->own_pd)
+    ep->ctx->ops->dealloc_pd(ep->own_pd); /* EBUSY (a leak) if a window is still open */
   free(ep->trk);
   free(ep->wrs);
   free(ep->sges);
@@ -680,7 +731,7 @@ static int wc_to_err(enum ibv_wc_status s) {
 /* Checks an item before anything is posted, so that a caller's mistake
  * fails that item alone instead of breaking the QP under its neighbours. */
 static int item_check(const ecs_rdma_ep *ep, const ecs_rdma_item *it) {
-  if (!it->local || it->local->ctx != ep->ctx)
+  if (!it->local || it->local->ctx != ep->ctx || it->local->window)
     return ECS_EINVAL;
   uint64_t mlen = ecs_rdma_mr_len(it->local);
   if (it->local_off > mlen || it->len > mlen - it->local_off)
@@ -1012,6 +1063,20 @@ uint32_t ecs_rdma_mr_rkey(const ecs_rdma_mr *mr) {
 
 int ecs_rdma_ep_create(ecs_rdma_ctx *ctx, const ecs_rdma_mr *advertise, ecs_rdma_ep **out) {
   (void)ctx, (void)advertise;
+  if (out)
+    *out = NULL;
+  return ECS_ENOTSUP;
+}
+
+int ecs_rdma_ep_create_isolated(ecs_rdma_ctx *ctx, ecs_rdma_ep **out) {
+  (void)ctx;
+  if (out)
+    *out = NULL;
+  return ECS_ENOTSUP;
+}
+
+int ecs_rdma_ep_window(ecs_rdma_ep *ep, void *ptr, size_t len, int access, ecs_rdma_mr **out) {
+  (void)ep, (void)ptr, (void)len, (void)access;
   if (out)
     *out = NULL;
   return ECS_ENOTSUP;

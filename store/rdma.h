@@ -1,12 +1,17 @@
 /*
  * RDMA transport: one-sided RDMA READ and WRITE over RC queue pairs.
  *
- * The server registers its whole pool once and advertises it (address,
- * length, rkey) to every client; a client registers its own buffers
- * (ecs_rdma_reg, Mooncake's register_buffer); the two ends set up one RC
- * QP pair by swapping fixed-size connection blobs over the TCP control
- * channel; then a get is an RDMA READ from the leased pool block into the
- * client's buffer, and a put is reserve -> RDMA WRITE into the block ->
+ * The server gives each client connection an isolated endpoint (its own
+ * protection domain) and, per lease and per reservation, a window over
+ * that one pool block (ecs_rdma_ep_window: zero-based, remote read for a
+ * lease, remote write for a reservation) whose rkey goes back in the
+ * LEASE / RESERVE reply and dies at release, commit or expiry; the pool
+ * itself is never registered for remote access and its address never
+ * leaves the server.  A client registers its own buffers (ecs_rdma_reg,
+ * Mooncake's register_buffer); the two ends set up one RC QP pair by
+ * swapping fixed-size connection blobs over the TCP control channel; then
+ * a get is an RDMA READ from the leased block's window into the client's
+ * buffer, and a put is reserve -> RDMA WRITE into the block's window ->
  * commit.  This module moves bytes and nothing else: leases, reservations
  * and commits stay in the TCP protocol.  docs/rdma.md has the design.
  *
@@ -102,7 +107,9 @@ typedef struct ecs_rdma_opts {
  *   off size field
  *     0    4 magic "ECRB" (0x42524345)
  *     4    2 version (1)
- *     6    2 flags: bit 0 = a region follows (the server's pool)
+ *     6    2 flags: bit 0 = a region follows (an advertised MR; the
+ *            store's server sends none: its pool is reached only through
+ *            per-lease / per-reservation windows)
  *     8    4 QP number (24 bits, not 0)
  *    12    4 first PSN the sender sends (24 bits)
  *    16    2 LID (0 on RoCE)
@@ -187,7 +194,8 @@ int ecs_rdma_reg(ecs_rdma_ctx *ctx, void *ptr, size_t len, int access, ecs_rdma_
 /* Deregisters; no batch may still name the MR.  Accepts NULL. */
 void ecs_rdma_dereg(ecs_rdma_mr *mr);
 
-/* What a peer needs to address this MR remotely. */
+/* What a peer needs to address this MR remotely (the address is 0 for a
+ * window: zero-based). */
 uint64_t ecs_rdma_mr_addr(const ecs_rdma_mr *mr);
 uint64_t ecs_rdma_mr_len(const ecs_rdma_mr *mr);
 uint32_t ecs_rdma_mr_rkey(const ecs_rdma_mr *mr);
@@ -196,11 +204,31 @@ uint32_t ecs_rdma_mr_rkey(const ecs_rdma_mr *mr);
 
 /* Creates an endpoint: a CQ and an RC QP, ready for a blob exchange.
  * advertise (NULL: none) is the MR that the endpoint's blobs advertise as
- * its region: the server passes the pool's MR.  It must outlive the
+ * its region (the store's server advertises none, see
+ * ecs_rdma_ep_create_isolated; tests and tools may).  It must outlive the
  * endpoint. */
 int ecs_rdma_ep_create(ecs_rdma_ctx *ctx, const ecs_rdma_mr *advertise, ecs_rdma_ep **out);
 
-/* Destroys the QP and CQ; accepts NULL. */
+/* An endpoint with its own protection domain: its QP reaches only memory
+ * registered for it with ecs_rdma_ep_window, never the context's MRs nor
+ * another endpoint's windows (the responder checks that an rkey belongs to
+ * the QP's PD), so a client cannot use an rkey it learned or guessed from
+ * another connection.  Its blobs advertise no region.  The server makes
+ * one per client connection.  Not for a side that posts work requests
+ * from ecs_rdma_reg buffers (those live in the context's PD). */
+int ecs_rdma_ep_create_isolated(ecs_rdma_ctx *ctx, ecs_rdma_ep **out);
+
+/* A window over [ptr, ptr+len) for the peer of an isolated endpoint: a
+ * registration in the endpoint's PD, zero-based (the peer addresses it as
+ * [0, len), so ptr is never revealed), with only the ECS_RDMA_REMOTE_*
+ * access asked for.  Give its rkey (ecs_rdma_mr_rkey) to the peer; close it
+ * with ecs_rdma_dereg, after which the rkey fails with a remote access
+ * error.  Windows must be closed before their endpoint is destroyed and
+ * cannot be a local buffer of a batch (ECS_EINVAL).  ECS_EINVAL (not an
+ * isolated endpoint, empty range, no access), ECS_ENOMEM or ECS_EIO. */
+int ecs_rdma_ep_window(ecs_rdma_ep *ep, void *ptr, size_t len, int access, ecs_rdma_mr **out);
+
+/* Destroys the QP and CQ (and an isolated endpoint's PD); accepts NULL. */
 void ecs_rdma_ep_destroy(ecs_rdma_ep *ep);
 
 /* The blob to send to the peer for the endpoint's current QP.  It changes
@@ -260,7 +288,7 @@ void ecs_rdma_ep_get_stats(const ecs_rdma_ep *ep, ecs_rdma_ep_stats *out);
 typedef struct ecs_rdma_item {
   ecs_rdma_mr *local;   /* registered local buffer */
   uint64_t local_off;   /* offset of the bytes in it */
-  uint64_t remote_addr; /* peer address (region address + block offset) */
+  uint64_t remote_addr; /* peer address (offset in a zero-based window, or region address + offset) */
   uint32_t rkey;        /* peer MR key */
   uint64_t len;         /* bytes; 0 moves nothing and succeeds */
 } ecs_rdma_item;
