@@ -541,6 +541,8 @@ void ecs_proto_lease_reply_write(ecs_wbuf_t *w, const ecs_lease_reply_t *it) {
   ecs_wbuf_u64(w, it->raw_nbytes);
   ecs_wbuf_u64(w, it->checksum);
   ecs_wbuf_u64(w, it->lease_id);
+  ecs_wbuf_u32(w, it->rkey);
+  wbuf_zeros(w, 4);
   shape_write(w, &it->desc);
 }
 
@@ -556,6 +558,8 @@ int ecs_proto_lease_reply_read(ecs_rbuf_t *r, ecs_lease_reply_t *it) {
   it->raw_nbytes = ecs_rbuf_u64(r);
   it->checksum = ecs_rbuf_u64(r);
   it->lease_id = ecs_rbuf_u64(r);
+  it->rkey = ecs_rbuf_u32(r);
+  (void)rbuf_take(r, 4); /* reserved */
   shape_read(r, &it->desc);
   if (r->err != ECS_OK)
     return rbuf_fail(r);
@@ -568,7 +572,7 @@ int ecs_proto_lease_reply_read(ecs_rbuf_t *r, ecs_lease_reply_t *it) {
 
 void ecs_proto_reserve_reply_write(ecs_wbuf_t *w, const ecs_reserve_reply_t *it) {
   ecs_wbuf_u32(w, (uint32_t)it->status);
-  wbuf_zeros(w, 4);
+  ecs_wbuf_u32(w, it->rkey);
   ecs_wbuf_u64(w, it->off);
   ecs_wbuf_u64(w, it->resv_id);
 }
@@ -576,7 +580,7 @@ void ecs_proto_reserve_reply_write(ecs_wbuf_t *w, const ecs_reserve_reply_t *it)
 int ecs_proto_reserve_reply_read(ecs_rbuf_t *r, ecs_reserve_reply_t *it) {
   memset(it, 0, sizeof *it);
   it->status = (int32_t)ecs_rbuf_u32(r);
-  (void)rbuf_take(r, 4); /* reserved */
+  it->rkey = ecs_rbuf_u32(r);
   it->off = ecs_rbuf_u64(r);
   it->resv_id = ecs_rbuf_u64(r);
   return r->err != ECS_OK ? rbuf_fail(r) : ECS_OK;

@@ -21,7 +21,7 @@
 #include "ecstore/tensor.h"
 
 #define ECS_PROTO_MAGIC 0x31534345u /* "ECS1" as bytes on the wire */
-#define ECS_PROTO_VERSION 1
+#define ECS_PROTO_VERSION 2         /* 2: LEASE replies carry an rkey */
 #define ECS_PROTO_HDR_SIZE 32
 #define ECS_PROTO_MAX_ITEMS 4096      /* items in one batch */
 #define ECS_PROTO_MAX_META (4u << 20) /* bytes of item records */
@@ -188,6 +188,7 @@ typedef struct ecs_lease_reply {
   uint64_t raw_nbytes;    /* tensor bytes once decoded */
   uint64_t checksum;      /* xxh3-64 of the stored bytes */
   uint64_t lease_id;      /* names the pin for RELEASE (0 when status != OK) */
+  uint32_t rkey;          /* RDMA: the lease's window, read at [0, nbytes) (0 off RDMA) */
 } ecs_lease_reply_t;
 
 /* RESERVE reply item: the block a client writes into before COMMIT. */
@@ -195,6 +196,7 @@ typedef struct ecs_reserve_reply {
   int32_t status; /* ECS_OK, ECS_ENOSPC, ECS_ECONFLICT, ... (OK + resv_id 0: already stored, same content) */
   uint64_t off;   /* pool offset of the reserved block */
   uint64_t resv_id; /* names the reservation for COMMIT */
+  uint32_t rkey;    /* RDMA: the reservation's window, written at [0, nbytes) (0 off RDMA) */
 } ecs_reserve_reply_t;
 
 /* COMMIT item: the bytes are in place; checksum is the client's xxh3-64. */

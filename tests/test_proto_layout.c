@@ -34,7 +34,7 @@ static void test_hdr_exact_bytes(void **state) {
   };
   static const uint8_t want[ECS_PROTO_HDR_SIZE] = {
       'E',  'C',  'S',  '1',                          /* magic */
-      0x01,                                           /* version */
+      0x02,                                           /* version */
       0x03,                                           /* opcode GET */
       0x01, 0x00,                                     /* flags: REPLY */
       0x44, 0x33, 0x22, 0x11,                         /* req_id */

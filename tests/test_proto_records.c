@@ -248,7 +248,8 @@ static void test_lease_records(void **state) {
   l.nbytes = l.raw_nbytes = 30;
   l.checksum = 0xabcdef0123456789ull;
   l.lease_id = 42;
-  ecs_reserve_reply_t rv = {.status = ECS_ENOSPC, .off = 4096, .resv_id = 7};
+  l.rkey = 0xa1b2c3d4u;
+  ecs_reserve_reply_t rv = {.status = ECS_ENOSPC, .off = 4096, .resv_id = 7, .rkey = 0x01020304u};
   ecs_commit_item_t ci = {.resv_id = 9, .checksum = 0x55, .abort = 1};
   ecs_attach_reply_t ar = {.pool_size = 1ull << 30, .flags = ECS_ATTACH_WRITE};
   for (int kind = 0; kind < 5; kind++) {
@@ -288,12 +289,14 @@ static void test_lease_records(void **state) {
         case 0:
           assert_int_equal(lo.off, l.off);
           assert_int_equal(lo.lease_id, 42);
+          assert_int_equal(lo.rkey, 0xa1b2c3d4u);
           assert_int_equal(lo.checksum, l.checksum);
           assert_int_equal(lo.desc.shape[1], 5);
           break;
         case 1:
           assert_int_equal(ro.status, ECS_ENOSPC);
           assert_int_equal(ro.resv_id, 7);
+          assert_int_equal(ro.rkey, 0x01020304u);
           break;
         case 2:
           assert_int_equal(co.resv_id, 9);

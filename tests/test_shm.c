@@ -193,7 +193,7 @@ static void child_hold_and_die(const env_t *e, const char *key, int ready_fd) {
   ecs_hello_t hl = {.ns = (const uint8_t *)"test", .ns_len = 4};
   ecs_proto_hello_write(&w, &hl);
   ecs_hdr_t hd = {.magic = ECS_PROTO_MAGIC,
-                  .version = 1,
+                  .version = ECS_PROTO_VERSION,
                   .opcode = ECS_OP_HELLO,
                   .req_id = 1,
                   .meta_len = (uint32_t)w.len};

@@ -149,7 +149,7 @@ static void expect_error_or_close(int fd) {
 static void send_hdr(int fd, uint32_t magic, uint8_t op, uint32_t count, uint32_t meta_len,
                      uint64_t data_len) {
   ecs_hdr_t hd = {.magic = magic,
-                  .version = 1,
+                  .version = ECS_PROTO_VERSION,
                   .opcode = op,
                   .req_id = 9,
                   .count = count,

@@ -30,7 +30,7 @@ int ecs_ts_raw_send(int fd, const void *p, size_t n) {
 
 void ecs_ts_raw_hdr(uint8_t out[32], uint8_t op, uint32_t count, uint32_t meta_len, uint64_t data_len) {
   ecs_hdr_t hd = {.magic = ECS_PROTO_MAGIC,
-                  .version = 1,
+                  .version = ECS_PROTO_VERSION,
                   .opcode = op,
                   .req_id = 7,
                   .count = count,

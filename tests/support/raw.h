@@ -20,7 +20,7 @@ int ecs_ts_raw_hello(int port, const char *ns, const char *token, int *fd);
 /* Writes all n bytes within 2 s.  ECS_OK or an ECS_E* code. */
 int ecs_ts_raw_send(int fd, const void *p, size_t n);
 
-/* Encodes a request header (magic, version 1, req_id 7) into out[32]. */
+/* Encodes a request header (magic, ECS_PROTO_VERSION, req_id 7) into out[32]. */
 void ecs_ts_raw_hdr(uint8_t out[32], uint8_t op, uint32_t count, uint32_t meta_len, uint64_t data_len);
 
 /* Reads and discards whatever arrives until the peer closes.  Returns the
