@@ -164,9 +164,11 @@ static void tick(ecs_server_t *s) {
 /* ------------------------------------------------------------------ */
 /* life cycle                                                          */
 
-/* Opens the RDMA device and registers the whole pool once, for remote
- * reads and writes.  Without a device: one line, and tcp/shm only (or a
- * failed start when --rdma on asked for it). */
+/* Opens the RDMA device.  The pool is not registered for remote access:
+ * each client connection gets an isolated endpoint, and each lease or
+ * reservation a window over its one block (server_lease.c).  Without a
+ * device: one line, and tcp/shm only (or a failed start when --rdma on
+ * asked for it). */
 static int rdma_setup(ecs_server_t *s) {
   if (!strcmp(s->o.rdma, "off"))
     return ECS_OK;
@@ -177,11 +179,8 @@ static int rdma_setup(ecs_server_t *s) {
   ro.gid_index = s->o.rdma_gid_index;
   char err[256] = "";
   int rc = ecs_rdma_ctx_open(&ro, ecs__rdma_ops_override(), &s->rdma, err, sizeof err);
-  if (rc == ECS_OK)
-    rc = ecs_rdma_reg(s->rdma, ecs_pool_base(s->pool), ecs_pool_size(s->pool),
-                      ECS_RDMA_REMOTE_READ | ECS_RDMA_REMOTE_WRITE, &s->pool_mr);
   if (rc == ECS_OK) {
-    ECS_LOG_I("rdma: pool registered for remote access");
+    ECS_LOG_I("rdma: %s ready (a window per lease and reservation)", ecs_rdma_ctx_device(s->rdma));
     return ECS_OK;
   }
   ecs_rdma_ctx_close(s->rdma);
@@ -515,7 +514,6 @@ void ecs_server_destroy(ecs_server_t *s) {
   ecs_metrics_close(s->metrics);
   ecs_meta_close(s->meta);
   ecs_objstore_destroy(s->os);
-  ecs_rdma_dereg(s->pool_mr);
   ecs_rdma_ctx_close(s->rdma);
   ecs_pool_destroy(s->pool);
   if (s->lfd >= 0)

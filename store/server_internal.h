@@ -57,6 +57,7 @@ enum { PIN_LEASE = 1, PIN_RESV = 2 };
 
 typedef struct pin {
   ecs_obj_t *obj;      /* NULL: the slot is free */
+  ecs_rdma_mr *win;    /* RDMA window over the object's block, or NULL */
   uint64_t expires_ms; /* monotonic deadline */
   uint32_t gen;        /* bumped at every reuse of the slot */
   uint32_t next_free;  /* free-list link */
@@ -111,7 +112,6 @@ struct ecs_server {
   int ufd;               /* Unix listening socket for shm clients, or -1 */
   char shm_path[108];    /* its path ("" when off) */
   ecs_rdma_ctx *rdma;    /* RDMA device context, or NULL */
-  ecs_rdma_mr *pool_mr;  /* the pool registered for remote read/write */
   int port;              /* bound port */
   int epfd;              /* epoll instance */
   int evfd;              /* eventfd that wakes the loop for stop */
@@ -192,7 +192,13 @@ void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b);
 int ecs__pin_room(const ecs_server_t *s, const conn_t *c, uint64_t nbytes);
 /* Pins obj for c until expires_ms; returns its id, 0 when out of memory. */
 uint64_t ecs__pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_ms);
-/* Removes the pin named id if it is of the given kind; returns its object. */
+/* On an RDMA connection, opens the window of pin id (remote read for a
+ * lease, remote write for a reservation) and sets *rkey; 0 elsewhere or
+ * for an empty object.  ECS_OK, or the window's error (the caller then
+ * takes the pin back). */
+int ecs__pin_window(ecs_server_t *s, conn_t *c, uint64_t id, uint8_t kind, uint32_t *rkey);
+/* Removes the pin named id if it is of the given kind, closing its RDMA
+ * window; returns its object. */
 ecs_obj_t *ecs__pin_take(conn_t *c, uint64_t id, uint8_t kind);
 /* Drops every pin past its deadline (all of them when now is UINT64_MAX). */
 void ecs__pins_expire(ecs_server_t *s, conn_t *c, uint64_t now);

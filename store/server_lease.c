@@ -5,6 +5,14 @@
  * in a per-connection slot table; a pin's id is (generation << 32 |
  * slot + 1), so a stale or forged id is refused in O(1).  Closing the
  * connection or the pin's expiry drops it.
+ *
+ * On an RDMA connection a pin also carries a window (ecs_rdma_ep_window):
+ * a zero-based registration of the object's block alone, in the
+ * connection's own protection domain, readable for a lease and writable
+ * for a reservation.  Its rkey is the only way that client's QP reaches
+ * the pool, and no other client's QP can use it.  Whatever ends the pin
+ * (release, commit, abort, expiry, close) closes the window first, so the
+ * rkey is dead before the block is published, freed or reused.
  */
 #include "store/server_internal.h"
 
@@ -47,6 +55,7 @@ uint64_t ecs__pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_
   }
   pin_t *p = &c->pins[slot];
   p->obj = obj;
+  p->win = NULL;
   p->kind = kind;
   p->expires_ms = expires_ms;
   p->gen++;
@@ -55,14 +64,49 @@ uint64_t ecs__pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_
   return (uint64_t)p->gen << 32 | (uint64_t)(slot + 1);
 }
 
-/* Removes the pin named id if it is of the given kind; returns its object. */
-ecs_obj_t *ecs__pin_take(conn_t *c, uint64_t id, uint8_t kind) {
+/* The live pin named id, of the given kind, or NULL. */
+static pin_t *pin_find(conn_t *c, uint64_t id, uint8_t kind) {
   uint32_t slot = (uint32_t)(id & 0xffffffffu);
   if (slot == 0 || slot > c->npins)
     return NULL;
   pin_t *p = &c->pins[slot - 1];
   if (!p->obj || p->kind != kind || p->gen != (uint32_t)(id >> 32))
     return NULL;
+  return p;
+}
+
+/* Closes the pin's window: from here on its rkey is a remote access error. */
+static void pin_close_window(pin_t *p) {
+  ecs_rdma_dereg(p->win);
+  p->win = NULL;
+}
+
+int ecs__pin_window(ecs_server_t *s, conn_t *c, uint64_t id, uint8_t kind, uint32_t *rkey) {
+  *rkey = 0;
+  pin_t *p = pin_find(c, id, kind);
+  if (!p)
+    return ECS_ENOTFOUND;
+  if (!c->ep || p->obj->nbytes == 0)
+    return ECS_OK; /* not an RDMA connection, or nothing to move */
+  int access = kind == PIN_LEASE ? ECS_RDMA_REMOTE_READ : ECS_RDMA_REMOTE_WRITE;
+  int rc =
+      ecs_rdma_ep_window(c->ep, ecs_objstore_data(s->os, p->obj), (size_t)p->obj->nbytes, access, &p->win);
+  if (rc != ECS_OK) {
+    ECS_LOG_W("conn %llu: cannot open an RDMA window of %llu bytes: %s", (unsigned long long)c->id,
+              (unsigned long long)p->obj->nbytes, ecs_strerror(rc));
+    return rc;
+  }
+  *rkey = ecs_rdma_mr_rkey(p->win);
+  return ECS_OK;
+}
+
+/* Removes the pin named id if it is of the given kind; returns its object. */
+ecs_obj_t *ecs__pin_take(conn_t *c, uint64_t id, uint8_t kind) {
+  pin_t *p = pin_find(c, id, kind);
+  if (!p)
+    return NULL;
+  uint32_t slot = (uint32_t)(id & 0xffffffffu);
+  pin_close_window(p);
   ecs_obj_t *o = p->obj;
   p->obj = NULL;
   p->next_free = c->pin_free;
@@ -74,6 +118,7 @@ ecs_obj_t *ecs__pin_take(conn_t *c, uint64_t id, uint8_t kind) {
 
 static void pin_drop(ecs_server_t *s, conn_t *c, uint32_t slot) {
   pin_t *p = &c->pins[slot];
+  pin_close_window(p);
   c->pinned_bytes -= p->obj->nbytes;
   if (p->kind == PIN_LEASE)
     ecs_objstore_release(s->os, p->obj);

@@ -390,9 +390,13 @@ static void handle_lease(ecs_server_t *s, conn_t *c) {
     } else {
       s->hits++;
       lr.lease_id = ecs__pin_add(c, o, PIN_LEASE, dl);
-      if (lr.lease_id == 0) {
+      int wrc = lr.lease_id ? ecs__pin_window(s, c, lr.lease_id, PIN_LEASE, &lr.rkey) : ECS_ENOMEM;
+      if (wrc != ECS_OK) {
+        if (lr.lease_id)
+          (void)ecs__pin_take(c, lr.lease_id, PIN_LEASE);
         ecs_objstore_release(s->os, o);
-        lr.status = ECS_ENOMEM;
+        lr.status = wrc;
+        lr.lease_id = 0;
       } else {
         lr.status = ECS_OK;
         lr.codec = o->codec;
@@ -470,10 +474,14 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
           o->desc = it.desc;
           rr.off = o->off;
           rr.resv_id = ecs__pin_add(c, o, PIN_RESV, dl);
-          if (rr.resv_id == 0) {
+          int wrc = rr.resv_id ? ecs__pin_window(s, c, rr.resv_id, PIN_RESV, &rr.rkey) : ECS_ENOMEM;
+          if (wrc != ECS_OK) {
+            if (rr.resv_id)
+              (void)ecs__pin_take(c, rr.resv_id, PIN_RESV);
             ecs_objstore_abort(s->os, o);
-            rr.status = ECS_ENOMEM;
+            rr.status = wrc;
             rr.off = 0;
+            rr.resv_id = 0;
           }
         }
       }
@@ -559,7 +567,9 @@ static void handle_attach(ecs_server_t *s, conn_t *c) {
 
 /* RDMA_CONNECT: the client's blob in, ours out.  The endpoint (one RC QP
  * per connection) is made on first use and rebuilt on every later connect,
- * which is how a client recovers from an error completion. */
+ * which is how a client recovers from an error completion.  It is
+ * isolated (its own PD) and advertises nothing: the client reaches only
+ * the windows of its own leases and reservations. */
 static void handle_rdma_connect(ecs_server_t *s, conn_t *c) {
   if (!s->rdma) {
     ecs__reply_error(s, c, ECS_ENOTSUP, 0);
@@ -569,7 +579,7 @@ static void handle_rdma_connect(ecs_server_t *s, conn_t *c) {
     ecs__reply_error(s, c, ECS_EPROTO, 1);
     return;
   }
-  int rc = c->ep ? ecs_rdma_ep_reset(c->ep) : ecs_rdma_ep_create(s->rdma, s->pool_mr, &c->ep);
+  int rc = c->ep ? ecs_rdma_ep_reset(c->ep) : ecs_rdma_ep_create_isolated(s->rdma, &c->ep);
   if (rc == ECS_OK)
     rc = ecs_rdma_ep_connect(c->ep, c->meta, ECS_RDMA_BLOB_SIZE);
   uint8_t blob[ECS_RDMA_BLOB_SIZE];
