@@ -115,8 +115,12 @@ static int reserve(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, con
     if (rr.status != ECS_OK || rr.resv_id == 0)
       continue; /* an error, or already stored with this content */
     /* n <= j: the entry moves down over one already read */
-    w[n] = (ecs_cli_wr_t){
-        .src = &ts[idx[j]], .off = rr.off, .resv_id = rr.resv_id, .sum = w[j].sum, .item = idx[j]};
+    w[n] = (ecs_cli_wr_t){.src = &ts[idx[j]],
+                          .off = rr.off,
+                          .resv_id = rr.resv_id,
+                          .rkey = rr.rkey,
+                          .sum = w[j].sum,
+                          .item = idx[j]};
     n++;
   }
   *nw = n;

@@ -96,9 +96,6 @@ struct ecs_cli_srv {
   char shm_path[108];       /* the server's Unix socket, from HELLO over TCP */
   ecs_shm_map_t *map;       /* the pool mapping while on the shm path */
   struct ecs_rdma_ep *ep;   /* RDMA endpoint while on the RDMA path */
-  uint64_t region_addr;     /* the server's pool as advertised over RDMA */
-  uint64_t region_len;      /* its length */
-  uint32_t region_rkey;     /* its rkey */
   struct ecs_client *cli;   /* the owning client (for the RDMA exchange callback) */
 };
 
@@ -195,6 +192,7 @@ typedef struct ecs_cli_wr {
   const ecs_tensor_t *src; /* the caller's tensor */
   uint64_t off;            /* where its block lies in the server's pool */
   uint64_t resv_id;        /* the reservation COMMIT settles */
+  uint32_t rkey;           /* RDMA: the reservation's window (written at 0) */
   uint64_t sum;            /* its checksum */
   size_t item;             /* its index into the caller's arrays */
   int status;              /* set by the writer: how moving its bytes went */

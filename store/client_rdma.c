@@ -3,26 +3,32 @@
  *
  * Set-up: after the TCP HELLO the client makes an RC endpoint and trades
  * connection blobs with the server over the same TCP connection
- * (RDMA_CONNECT); the server's blob names its pool region and rkey.  The
+ * (RDMA_CONNECT).  The server's blob advertises no memory: the client
+ * reaches the pool only through the windows of its own leases and
+ * reservations, each zero-based over one block, whose rkeys come in the
+ * LEASE / RESERVE replies and die at release, commit or expiry.  The
  * endpoint re-trades blobs by itself after an error completion (the
  * exchange callback below), which is how the QP is rebuilt.
  *
- * get:  LEASE over TCP pins the objects; the NIC READs them from the pool
- *       into the caller's buffers; a one-way RELEASE unpins them.
- * put:  RESERVE over TCP; the NIC WRITEs the bytes into the blocks; COMMIT
- *       (items whose WRITE failed are committed with abort).
+ * get:  LEASE over TCP pins the objects; the NIC READs each from its
+ *       window [0, nbytes) into the caller's buffers; a one-way RELEASE
+ *       unpins them.
+ * put:  RESERVE over TCP; the NIC WRITEs the bytes into each block's
+ *       window; COMMIT (items whose WRITE failed are committed with abort).
  *
  * Destination and source buffers should be registered once with
  * ecs_register_buffer(); an unregistered buffer is registered for the call
  * and deregistered after it, which is correct but slow (memory
  * registration pins and maps pages: milliseconds for large buffers).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store/client_internal.h"
 #include "store/client_priv.h"
+#include "store/codec.h"
 #include "store/rdma.h"
 
 /* ------------------------------------------------------------------ */
@@ -143,9 +149,6 @@ static int rdma_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
     rc = exchange(s, local, peer, now < deadline ? (int)(deadline - now) : 1);
   if (rc == ECS_OK)
     rc = ecs_rdma_ep_connect(s->ep, peer, sizeof peer);
-  if (rc == ECS_OK &&
-      ecs_rdma_ep_peer_region(s->ep, &s->region_addr, &s->region_len, &s->region_rkey) != ECS_OK)
-    rc = ECS_EPROTO; /* a server must advertise its pool */
   if (rc) {
     ecs__cli_err(c, "%s: RDMA set-up failed: %s%s", s->addr, ecs_strerror(rc),
                  rc == ECS_ENOTSUP ? " (the server has no RDMA device)" : "");
@@ -185,16 +188,16 @@ typedef struct rget_item {
 } rget_item_t;
 
 /* Reads the lease records into it[] (copied out first: a QP rebuild during
- * the READs reuses the connection's buffers), checking each against the
- * advertised region, and collects the lease ids. */
-static int read_leases(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_hdr_t *h, size_t m, rget_item_t *it,
-                       uint64_t *ids, size_t *nids) {
+ * the READs reuses the connection's buffers) and collects the lease ids.
+ * A lease of bytes must come with its window's rkey. */
+static int read_leases(ecs_client_t *c, const ecs_hdr_t *h, size_t m, rget_item_t *it, uint64_t *ids,
+                       size_t *nids) {
   ecs_rbuf_t r;
   ecs_rbuf_init(&r, c->rmeta, h->meta_len);
   for (size_t j = 0; j < m; j++) {
     const ecs_lease_reply_t *l = &it[j].l;
     if (ecs_proto_lease_reply_read(&r, &it[j].l) != ECS_OK ||
-        (l->status == ECS_OK && (l->off > s->region_len || l->nbytes > s->region_len - l->off)))
+        (l->status == ECS_OK && l->nbytes && l->rkey == 0))
       return ECS_EPROTO;
     if (l->status == ECS_OK)
       ids[(*nids)++] = l->lease_id;
@@ -202,21 +205,44 @@ static int read_leases(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_hdr_t *h, si
   return ECS_OK;
 }
 
+/* Whether a compressed lease's stored size is one its codec could have
+ * produced from its raw size (as the TCP path checks a GET reply). */
+static int compressed_size_ok(const ecs_lease_reply_t *l) {
+  int id = l->codec & ECS_CODEC_ID_MASK;
+  if ((l->codec & ~(ECS_CODEC_ID_MASK | ECS_CODEC_SHUFFLE)) ||
+      (id != ECS_CODEC_LZ4 && id != ECS_CODEC_ZSTD) || l->raw_nbytes > SIZE_MAX)
+    return 0;
+  size_t bound = ecs_codec_bound(id, (size_t)l->raw_nbytes);
+  return bound != 0 && l->nbytes <= bound;
+}
+
 /* Where item j's bytes land: the caller's buffer, one malloc'd for it
  * (alloc), or a scratch buffer for a compressed object.  NULL with b's
- * status set when there is none. */
-static void *read_dest(ecs_get_buf_t *b, rget_item_t *it, int alloc) {
+ * status set when there is none.  Every size here is the server's word:
+ * an allocating get allocates at most the client's max_object_size (as
+ * over TCP: ECS_EBUFSMALL with nbytes the size), and a compressed object
+ * at most its codec's bound of a raw size that fits the destination. */
+static void *read_dest(ecs_client_t *c, ecs_get_buf_t *b, rget_item_t *it, int alloc) {
   const ecs_lease_reply_t *l = &it->l;
   void *dst;
+  uint64_t cap = alloc ? c->cfg.max_object_size : (b->data ? b->capacity : 0);
+  uint64_t raw = l->codec != ECS_CODEC_NONE ? l->raw_nbytes : l->nbytes;
+  if (raw > cap || l->nbytes > SIZE_MAX) {
+    b->status = ECS_EBUFSMALL;
+    b->nbytes = raw; /* what is needed */
+    return NULL;
+  }
+  if (l->codec != ECS_CODEC_NONE && !compressed_size_ok(l)) {
+    b->status = ECS_EPROTO;
+    b->nbytes = 0;
+    return NULL;
+  }
   if (l->codec != ECS_CODEC_NONE) {
     dst = it->zbuf = malloc((size_t)l->nbytes);
   } else if (alloc) {
     free(b->data); /* a retry's first attempt may have allocated it */
     dst = b->data = malloc((size_t)l->nbytes);
     b->capacity = l->nbytes;
-  } else if (l->nbytes > b->capacity || !b->data) {
-    b->status = ECS_EBUFSMALL;
-    return NULL;
   } else {
     dst = b->data;
   }
@@ -243,7 +269,7 @@ static int rdma_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ec
     rc = ECS_ENOMEM;
     goto out;
   }
-  rc = read_leases(c, s, &h, m, it, ids, &nids);
+  rc = read_leases(c, &h, m, it, ids, &nids);
   if (rc)
     goto out;
   for (size_t j = 0; j < m; j++) {
@@ -254,15 +280,15 @@ static int rdma_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ec
     b->desc = l->desc;
     if (l->status != ECS_OK || l->nbytes == 0)
       continue;
-    void *dst = read_dest(b, &it[j], alloc);
+    void *dst = read_dest(c, b, &it[j], alloc);
     if (!dst)
       continue;
     if (local_side(c, dst, l->nbytes, &items[n], &it[j].tmp) != ECS_OK) {
       b->status = ECS_EIO;
       continue;
     }
-    items[n].remote_addr = s->region_addr + l->off;
-    items[n].rkey = s->region_rkey;
+    items[n].remote_addr = 0; /* the window is zero-based */
+    items[n].rkey = l->rkey;
     items[n].len = l->nbytes;
     which[n++] = j;
   }
@@ -315,8 +341,8 @@ static int rdma_write(ecs_client_t *c, ecs_cli_srv_t *s, ecs_cli_wr_t *w, size_t
   }
   for (size_t i = 0; i < n; i++) {
     const ecs_tensor_t *src = w[i].src;
-    if (w[i].off > s->region_len || src->nbytes > s->region_len - w[i].off) {
-      rc = ECS_EPROTO;
+    if (src->nbytes && w[i].rkey == 0) {
+      rc = ECS_EPROTO; /* a reservation of bytes must come with its window */
       goto out;
     }
     w[i].status = ECS_OK;
@@ -326,8 +352,8 @@ static int rdma_write(ecs_client_t *c, ecs_cli_srv_t *s, ecs_cli_wr_t *w, size_t
       w[i].status = ECS_EIO;
       continue;
     }
-    items[k].remote_addr = s->region_addr + w[i].off;
-    items[k].rkey = s->region_rkey;
+    items[k].remote_addr = 0; /* the window is zero-based */
+    items[k].rkey = w[i].rkey;
     items[k].len = src->nbytes;
     which[k++] = i;
   }
