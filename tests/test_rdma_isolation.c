@@ -276,6 +276,111 @@ static int holds(const peer_t *p, const uint8_t *victim) {
   return 0;
 }
 
+/* ---- windows, at the transport level ---------------------------------------- */
+
+/* A server-side isolated endpoint and the client endpoint connected to it. */
+typedef struct pair {
+  ecs_rdma_ep *sep; /* isolated (own PD) */
+  ecs_rdma_ep *cep; /* plain */
+} pair_t;
+
+/* The client's exchange callback: the "server" resets and connects. */
+static int pair_exchange(void *arg, const uint8_t local[ECS_RDMA_BLOB_SIZE],
+                         uint8_t remote[ECS_RDMA_BLOB_SIZE], int timeout_ms) {
+  (void)timeout_ms;
+  pair_t *p = arg;
+  int rc = ecs_rdma_ep_reset(p->sep);
+  if (rc == ECS_OK)
+    rc = ecs_rdma_ep_connect(p->sep, local, ECS_RDMA_BLOB_SIZE);
+  if (rc == ECS_OK)
+    rc = ecs_rdma_ep_local_blob(p->sep, remote);
+  return rc;
+}
+
+static void pair_open(pair_t *p, ecs_rdma_ctx *sctx, ecs_rdma_ctx *cctx) {
+  assert_int_equal(ecs_rdma_ep_create_isolated(sctx, &p->sep), ECS_OK);
+  assert_int_equal(ecs_rdma_ep_create(cctx, NULL, &p->cep), ECS_OK);
+  ecs_rdma_ep_set_exchange(p->cep, pair_exchange, p);
+  uint8_t local[ECS_RDMA_BLOB_SIZE], remote[ECS_RDMA_BLOB_SIZE];
+  assert_int_equal(ecs_rdma_ep_local_blob(p->cep, local), ECS_OK);
+  assert_int_equal(pair_exchange(p, local, remote, 0), ECS_OK);
+  assert_int_equal(ecs_rdma_ep_connect(p->cep, remote, sizeof remote), ECS_OK);
+}
+
+static int io(ecs_rdma_ep *ep, int write, ecs_rdma_mr *local, uint64_t addr, uint32_t rkey, uint64_t len) {
+  ecs_rdma_item it = {.local = local, .remote_addr = addr, .rkey = rkey, .len = len};
+  int st = ECS_OK;
+  int rc = write ? ecs_rdma_write_batch(ep, &it, 1, &st, IO_MS) : ecs_rdma_read_batch(ep, &it, 1, &st, IO_MS);
+  return rc ? rc : st;
+}
+
+/* A window is its block alone, zero-based, with its access alone, for its
+ * endpoint's peer alone, until it is closed; the emulation refuses the
+ * rest with a remote access error, as a responder NIC does. */
+static void test_windows(void **state) {
+  (void)state;
+  ecs_verbs_emu *emu;
+  assert_int_equal(ecs_verbs_emu_create(1, &emu), ECS_OK);
+  const ecs_verbs_ops *ops = ecs_verbs_emu_ops(emu);
+  ecs_rdma_ctx *sctx, *cctx;
+  assert_int_equal(ecs_rdma_ctx_open(NULL, ops, &sctx, NULL, 0), ECS_OK);
+  assert_int_equal(ecs_rdma_ctx_open(NULL, ops, &cctx, NULL, 0), ECS_OK);
+  enum { POOL = 64 * 1024 };
+  uint8_t *pool = malloc(POOL), *buf = calloc(1, POOL);
+  ecs_ts_fill(pool, POOL, 5);
+  ecs_rdma_mr *bmr;
+  assert_int_equal(ecs_rdma_reg(cctx, buf, POOL, 0, &bmr), ECS_OK);
+  pair_t p1, p2;
+  pair_open(&p1, sctx, cctx);
+  pair_open(&p2, sctx, cctx);
+  uint64_t a, l;
+  uint32_t k;
+  assert_int_equal(ecs_rdma_ep_peer_region(p1.cep, &a, &l, &k), ECS_ENOTFOUND); /* no address revealed */
+
+  ecs_rdma_mr *w1, *w2, *bad;
+  assert_int_equal(ecs_rdma_ep_window(p1.cep, pool, 4096, ECS_RDMA_REMOTE_READ, &bad),
+                   ECS_EINVAL); /* not isolated */
+  assert_int_equal(ecs_rdma_ep_window(p1.sep, pool, 4096, 0, &bad), ECS_EINVAL);
+  assert_int_equal(ecs_rdma_ep_window(p1.sep, pool + 4096, 8192, ECS_RDMA_REMOTE_READ, &w1), ECS_OK);
+  assert_int_equal(ecs_rdma_ep_window(p2.sep, pool + 16384, 4096, ECS_RDMA_REMOTE_WRITE, &w2), ECS_OK);
+  assert_int_equal(ecs_rdma_mr_addr(w1), 0);
+  uint32_t k1 = ecs_rdma_mr_rkey(w1), k2 = ecs_rdma_mr_rkey(w2);
+
+  assert_int_equal(io(p1.cep, 0, bmr, 0, k1, 8192), ECS_OK);
+  assert_memory_equal(buf, pool + 4096, 8192);
+  assert_int_equal(io(p1.cep, 0, bmr, 8191, k1, 2), ECS_EIO);                             /* past its end */
+  assert_int_equal(io(p1.cep, 0, bmr, (uint64_t)(uintptr_t)pool + 4096, k1, 8), ECS_EIO); /* by address */
+  assert_int_equal(io(p1.cep, 1, bmr, 0, k1, 8), ECS_EIO);                                /* read-only */
+  assert_int_equal(io(p1.cep, 1, bmr, 0, k2, 8), ECS_EIO);                                /* another's PD */
+  assert_int_equal(io(p2.cep, 0, bmr, 0, k2, 8), ECS_EIO);                                /* write-only */
+  memset(buf, 0xab, 4096);
+  assert_int_equal(io(p2.cep, 1, bmr, 0, k2, 4096), ECS_OK);
+  for (int i = 0; i < 4096; i++)
+    assert_int_equal(pool[16384 + i], 0xab);
+  ecs_rdma_item as_local = {.local = w1, .remote_addr = 0, .rkey = k2, .len = 8};
+  int st;
+  assert_int_equal(ecs_rdma_write_batch(p2.cep, &as_local, 1, &st, IO_MS), ECS_OK);
+  assert_int_equal(st, ECS_EINVAL); /* a window is never a local buffer */
+  ecs_rdma_dereg(w1);
+  assert_int_equal(io(p1.cep, 0, bmr, 0, k1, 8), ECS_EIO); /* closed: dead */
+  ecs_rdma_dereg(w2);
+  assert_int_equal(io(p2.cep, 1, bmr, 0, k2, 8), ECS_EIO);
+
+  ecs_rdma_ep_destroy(p1.cep);
+  ecs_rdma_ep_destroy(p1.sep);
+  ecs_rdma_ep_destroy(p2.cep);
+  ecs_rdma_ep_destroy(p2.sep);
+  ecs_rdma_dereg(bmr);
+  ecs_rdma_ctx_close(cctx);
+  ecs_rdma_ctx_close(sctx);
+  ecs_verbs_emu_counts n;
+  ecs_verbs_emu_get_counts(emu, &n);
+  assert_int_equal(n.pds + n.mrs + n.qps + n.cqs + n.contexts + n.cq_overruns, 0);
+  ecs_verbs_emu_destroy(emu);
+  free(pool);
+  free(buf);
+}
+
 /* ---- the attacks ------------------------------------------------------------ */
 
 /* A second client, with no lease or reservation, reads and overwrites
@@ -469,6 +574,7 @@ static void test_alloc_get_capped(void **state) {
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_windows),
       cmocka_unit_test(test_no_lease_no_access),
       cmocka_unit_test(test_rkey_scope_and_lifetime),
       cmocka_unit_test(test_rkey_dies_at_expiry),
