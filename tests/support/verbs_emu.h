@@ -10,7 +10,8 @@
  *     ecs_verbs_emu_create for what each device looks like);
  *   - protection domains, and memory regions with an lkey and an rkey that
  *     are never reused; reg_mr checks the access flags as libibverbs does
- *     (remote write needs local write);
+ *     (remote write needs local write); reg_mr_iova regions are addressed
+ *     in their iova space (iova 0: zero-based windows);
  *   - RC queue pairs with the RESET -> INIT -> RTR -> RTS state machine
  *     (each transition checks that its required attributes are in the mask),
  *     ERR and RESET from any state; the peer QP is resolved at execution
@@ -27,8 +28,9 @@
  *     always are, and the transport signals every request);
  *   - the checks a responder and a requester make: local lkey, bounds and
  *     LOCAL_WRITE for a READ's destination (IBV_WC_LOC_PROT_ERR); remote
- *     rkey, bounds and REMOTE_READ / REMOTE_WRITE on both the MR and the
- *     responder QP (IBV_WC_REM_ACCESS_ERR); a missing or not-ready peer
+ *     rkey (a live MR of the responder QP's own PD), bounds and
+ *     REMOTE_READ / REMOTE_WRITE on both the MR and the responder QP
+ *     (IBV_WC_REM_ACCESS_ERR); a missing or not-ready peer
  *     (IBV_WC_RETRY_EXC_ERR);
  *   - after an error completion the requester QP is in ERR: its later
  *     requests complete with IBV_WC_WR_FLUSH_ERR.  A remote access error
