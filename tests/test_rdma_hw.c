@@ -133,6 +133,56 @@ static void test_hw_bad_rkey_recovers(void **state) {
     assert_int_equal(st[i], ECS_OK);
 }
 
+/* The store's per-lease windows on the device: an isolated endpoint (own
+ * PD), a zero-based read-only window over one block; the pool MR's rkey
+ * (another PD) and a write are refused; a closed window's rkey is dead. */
+static ecs_rdma_ep *iso_ep;
+
+static int iso_exchange(void *arg, const uint8_t local[ECS_RDMA_BLOB_SIZE], uint8_t peer[ECS_RDMA_BLOB_SIZE],
+                        int timeout_ms) {
+  (void)arg, (void)timeout_ms;
+  int rc = ecs_rdma_ep_reset(iso_ep);
+  if (!rc)
+    rc = ecs_rdma_ep_connect(iso_ep, local, ECS_RDMA_BLOB_SIZE);
+  if (!rc)
+    rc = ecs_rdma_ep_local_blob(iso_ep, peer);
+  return rc;
+}
+
+static int iso_io(ecs_rdma_ep *ep, int write, uint64_t addr, uint32_t rkey, uint64_t len) {
+  ecs_rdma_item it = {.local = cli.mr, .remote_addr = addr, .rkey = rkey, .len = len};
+  int st = ECS_OK;
+  int rc = write ? ecs_rdma_write_batch(ep, &it, 1, &st, 5000) : ecs_rdma_read_batch(ep, &it, 1, &st, 5000);
+  return rc ? rc : st;
+}
+
+static void test_hw_windows(void **state) {
+  (void)state;
+  ecs_rdma_ep *cep;
+  assert_int_equal(ecs_rdma_ep_create_isolated(srv.ctx, &iso_ep), ECS_OK);
+  assert_int_equal(ecs_rdma_ep_create(cli.ctx, NULL, &cep), ECS_OK);
+  ecs_rdma_ep_set_exchange(cep, iso_exchange, NULL);
+  uint8_t b[ECS_RDMA_BLOB_SIZE];
+  assert_int_equal(ecs_rdma_ep_local_blob(cep, b), ECS_OK);
+  assert_int_equal(iso_exchange(NULL, b, b, 1000), ECS_OK);
+  assert_int_equal(ecs_rdma_ep_connect(cep, b, sizeof(b)), ECS_OK);
+  fill(srv.mem, srv.len, 3);
+  memset(cli.mem, 0, 65536);
+  ecs_rdma_mr *w;
+  assert_int_equal(ecs_rdma_ep_window(iso_ep, srv.mem + 4096, 65536, ECS_RDMA_REMOTE_READ, &w), ECS_OK);
+  assert_int_equal(iso_io(cep, 0, 0, ecs_rdma_mr_rkey(w), 65536), ECS_OK); /* zero-based */
+  assert_memory_equal(cli.mem, srv.mem + 4096, 65536);
+  assert_int_equal(iso_io(cep, 1, 0, ecs_rdma_mr_rkey(w), 64), ECS_EIO);
+  assert_int_equal(iso_io(cep, 0, 65535, ecs_rdma_mr_rkey(w), 2), ECS_EIO);
+  assert_int_equal(iso_io(cep, 0, ecs_rdma_mr_addr(srv.mr), ecs_rdma_mr_rkey(srv.mr), 64), ECS_EIO);
+  uint32_t dead = ecs_rdma_mr_rkey(w);
+  ecs_rdma_dereg(w);
+  assert_int_equal(iso_io(cep, 0, 0, dead, 64), ECS_EIO);
+  ecs_rdma_ep_destroy(cep);
+  ecs_rdma_ep_destroy(iso_ep);
+  iso_ep = NULL;
+}
+
 int main(void) {
   opts.device = getenv("ECS_RDMA_DEVICE");
   if (getenv("ECS_RDMA_PORT"))
@@ -155,6 +205,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hw_roundtrip),
       cmocka_unit_test(test_hw_bad_rkey_recovers),
+      cmocka_unit_test(test_hw_windows),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
