@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include "ecstore/error.h"
+#include "store/acl.h"
 #include "store/log.h"
 #include "store/net.h"
 #include "store/parse.h"
 #include "store/server.h"
 
 static ecs_server_t *g_server;
+static ecs__acl_t *g_acl; /* --acl-file, loaded once */
 
 static void on_signal(int sig) {
   (void)sig;
@@ -42,6 +44,9 @@ static void usage(FILE *f) {
           "  --node-id ID              node id in Redis (default HOST:PORT)\n"
           "  --auth-token-file FILE    clients must present this token (first line of FILE, which\n"
           "                            group and others must not access: chmod 600)\n"
+          "  --acl-file FILE           rights per token and namespace: 'TOKEN NAMESPACES RIGHTS' lines,\n"
+          "                            rights read, write, remove, admin or all (docs/security.md);\n"
+          "                            chmod 600 as the token file\n"
           "  --unprotected             allow a non-loopback --listen without --auth-token-file\n"
           "                            (refused by default: anyone who can connect could read and write)\n"
           "  --hello-timeout-ms MS     close a connection that has not said HELLO by then (default 5000)\n"
@@ -123,6 +128,7 @@ enum {
   O_MAXPINBYTES,
   O_MAXOBJ,
   O_SCRUB,
+  O_ACL,
   O_HELP
 };
 
@@ -165,6 +171,7 @@ static const struct option long_opts[] = {
     {"max-pinned-per-conn", required_argument, 0, O_MAXPINBYTES},
     {"max-objects", required_argument, 0, O_MAXOBJ},
     {"scrub-freed", no_argument, 0, O_SCRUB},
+    {"acl-file", required_argument, 0, O_ACL},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -296,6 +303,18 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     snprintf(o->node_id, sizeof o->node_id, "%s", arg);
     return 0;
   case O_AUTH: return read_token(arg, o->auth_token, sizeof o->auth_token);
+  case O_ACL: {
+    char err[512];
+    ecs__acl_free(g_acl);
+    g_acl = NULL;
+    o->acl = NULL;
+    if (ecs__acl_load(arg, &g_acl, err, sizeof err) != ECS_OK) {
+      fprintf(stderr, "ecstore-server: --acl-file: %s\n", err);
+      return 2;
+    }
+    o->acl = g_acl;
+    return 0;
+  }
   case O_IOTO:
     if (ecs_parse_int(arg, 100, 3600000, &v))
       return bad("io-timeout-ms", arg, "expected 100..3600000");
@@ -519,5 +538,6 @@ int main(int argc, char **argv) {
   rc = ecs_server_run(g_server);
   ecs_server_destroy(g_server);
   g_server = NULL;
+  ecs__acl_free(g_acl);
   return rc ? 1 : 0;
 }
