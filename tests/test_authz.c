@@ -56,6 +56,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   ecs_ts_env_t *e = *state;
+  if (e == NULL) /* setup failed */
+    return -1;
   int rc = ecs_ts_env_stop(e); /* the server's exit status: a crash fails the file */
   free(e);
   unlink(g_acl);
