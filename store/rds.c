@@ -182,8 +182,8 @@ static int pct_encode(const char *s, char *out, size_t cap, size_t *k) {
   static const char hex[] = "0123456789ABCDEF";
   for (; *s; s++) {
     unsigned char ch = (unsigned char)*s;
-    int plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
-                ch == '_' || ch == '.' || ch == '~';
+    int plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                ch == '-' || ch == '_' || ch == '.' || ch == '~';
     if (*k + (plain ? 1 : 3) >= cap)
       return -1;
     if (plain) {
