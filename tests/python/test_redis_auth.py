@@ -100,3 +100,10 @@ def test_ec_connector_redis_password_file(auth_redis, tmp_path):
         ecstore.ECConnector(cfg)
     assert "authentication failed" in str(e.value)
     assert "wrong-pw" not in str(e.value)
+
+
+def test_vllm_extra_config_passes_redis_password_file_through():
+    from ecstore.vllm import split_config
+
+    c_cfg, _ = split_config({"redis_url": "redis://alice@10.0.0.9:6379", "redis_password_file": "/run/pw"})
+    assert c_cfg["redis_password_file"] == "/run/pw"
