@@ -285,6 +285,18 @@ static void test_password_on_command_line_refused(void **state) {
   assert_int_equal(WEXITSTATUS(st), 2);
   assert_non_null(strstr(out, "chmod 600"));
   unlink(pwf);
+  /* the CLI refuses one in its --redis too, without echoing it */
+  snprintf(cmd, sizeof cmd, "'%s' --server 127.0.0.1:1 --redis '%s' stat 2>&1", ecs_ts_bin("ecstore-cli"),
+           url);
+  p = popen(cmd, "r");
+  assert_non_null(p);
+  n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  st = pclose(p);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 2);
+  assert_non_null(strstr(out, "ECSTORE_REDIS_PASSWORD"));
+  assert_null(strstr(out, PW));
 }
 
 /* The Redis link and the metadata layer the client library uses: the
