@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -174,12 +175,44 @@ static void test_good_token_works(void **state) {
   ecs_client_close(c);
 }
 
+/* Runs ecstore-server with an ACL file of text and mode; returns its exit
+ * status, its output in out. */
+static int server_with_acl(const char *text, mode_t mode, char *out, size_t cap) {
+  char path[300], cmd[1024];
+  snprintf(path, sizeof path, "%s/acl-start", g_dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  assert_int_equal(chmod(path, mode), 0);
+  snprintf(cmd, sizeof cmd, "'%s' --listen 127.0.0.1:0 --redis none --pool-size 16M --acl-file '%s' 2>&1",
+           ecs_ts_bin("ecstore-server"), path);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  unlink(path);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A malformed line stops the server from starting, naming FILE:LINE; so
+ * does a file others may read. */
+static void test_bad_acl_file_refused_at_start(void **state) {
+  (void)state;
+  char out[2048];
+  assert_int_equal(server_with_acl("tok-a test read\ntok-b test reed\n", 0600, out, sizeof out), 2);
+  assert_non_null(strstr(out, "acl-start:2: rights must be"));
+  assert_int_equal(server_with_acl("tok-a test read\n", 0644, out, sizeof out), 2);
+  assert_non_null(strstr(out, "chmod 600"));
+  assert_null(strstr(out, "tok-a")); /* a token is never echoed */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_other_namespace_token_refused),
-      cmocka_unit_test(test_read_only_token),
-      cmocka_unit_test(test_write_without_remove),
-      cmocka_unit_test(test_good_token_works),
+      cmocka_unit_test(test_other_namespace_token_refused), cmocka_unit_test(test_read_only_token),
+      cmocka_unit_test(test_write_without_remove),          cmocka_unit_test(test_good_token_works),
+      cmocka_unit_test(test_bad_acl_file_refused_at_start),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
