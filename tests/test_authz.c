@@ -31,7 +31,8 @@ static const char acl_text[] = "# TOKEN      NAMESPACES   RIGHTS\n"
                                "tok-all      test         all\n"
                                "tok-read     test,other   read\n"
                                "tok-write    test         read,write   # no remove\n"
-                               "tok-other    other        all          # another tenant\n";
+                               "tok-other    other        all          # another tenant\n"
+                               "tok-wo       test         write        # puts only\n";
 
 static int setup(void **state) {
   if (ecs_ts_mkdtemp(g_dir, sizeof g_dir) != 0)
@@ -158,6 +159,38 @@ static void test_write_without_remove(void **state) {
   ecs_client_close(w);
 }
 
+/* A write-only token puts, and cannot read back (get, exists, stat); nor
+ * map the pool over shm, which would let it read every object there. */
+static void test_write_only_token_cannot_read(void **state) {
+  ecs_ts_env_t *e = *state;
+  ecs_client_config_t cfg;
+  if (strcmp(ecs_ts_transport(), "shm") == 0) {
+    ecs_ts_client_config(&cfg, e->servers, "shm");
+    cfg.auth_token = "tok-wo";
+    ecs_client_t *c = NULL;
+    char err[256] = "";
+    assert_int_equal(ecs_client_connect(&cfg, &c, err, sizeof err), ECS_EPERM);
+    assert_null(c);
+    assert_non_null(strstr(err, "shm attach failed"));
+  }
+  ecs_ts_client_config(&cfg, e->servers, "tcp");
+  cfg.auth_token = "tok-wo";
+  ecs_client_t *w = ecs_ts_connect(&cfg);
+  assert_non_null(w);
+  uint8_t a[4096], got[4096];
+  ecs_ts_fill(a, sizeof a, 5);
+  assert_int_equal(ecs_ts_put1(w, "wo-key", a, sizeof a, ECS_DTYPE_U8), ECS_OK);
+  assert_int_equal(ecs_ts_get1(w, "wo-key", got, sizeof got, NULL), ECS_EPERM);
+  ecs_key_t k = {"wo-key", 6};
+  int ex = -1;
+  int rc = ecs_exists_batch(w, &k, 1, &ex);
+  assert_true(rc == ECS_EPERM || ex != 1);
+  ecs_server_stat_t st;
+  assert_int_equal(ecs_stat(w, 0, &st), ECS_EPERM);
+  assert_int_equal(ecs_ping(w), ECS_OK);
+  ecs_client_close(w);
+}
+
 /* A token with every right still does everything on the same server. */
 static void test_good_token_works(void **state) {
   ecs_ts_env_t *e = *state;
@@ -210,8 +243,11 @@ static void test_bad_acl_file_refused_at_start(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_other_namespace_token_refused), cmocka_unit_test(test_read_only_token),
-      cmocka_unit_test(test_write_without_remove),          cmocka_unit_test(test_good_token_works),
+      cmocka_unit_test(test_other_namespace_token_refused),
+      cmocka_unit_test(test_read_only_token),
+      cmocka_unit_test(test_write_without_remove),
+      cmocka_unit_test(test_write_only_token_cannot_read),
+      cmocka_unit_test(test_good_token_works),
       cmocka_unit_test(test_bad_acl_file_refused_at_start),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
