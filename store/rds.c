@@ -271,38 +271,52 @@ int ecs__rds_read_secret(const char *path, char *out, size_t cap, char *err, siz
   return ok ? ECS_OK : ECS_EINVAL;
 }
 
+int ecs__rds_url_resolve(const char *url, ecs__rds_url_t *u, char *err, size_t errlen) {
+  if (url == NULL || url[0] == '\0') {
+    snprintf(err, errlen, "no redis_url configured");
+    return ECS_EINVAL;
+  }
+  if (ecs__rds_url_parse(url, u) != ECS_OK) {
+    char shown[256];
+    snprintf(err, errlen, "bad redis_url \"%.200s\"", ecs__rds_url_redact(url, shown, sizeof shown));
+    memset(u, 0, sizeof *u);
+    return ECS_EINVAL;
+  }
+  const char *env = getenv("ECSTORE_REDIS_PASSWORD");
+  if (!u->pass[0] && env != NULL) {
+    if (strlen(env) >= sizeof u->pass) {
+      snprintf(err, errlen, "ECSTORE_REDIS_PASSWORD longer than %zu bytes", sizeof u->pass - 1);
+      memset(u, 0, sizeof *u);
+      return ECS_EINVAL;
+    }
+    snprintf(u->pass, sizeof u->pass, "%s", env);
+  }
+  if (u->user[0] && !u->pass[0]) {
+    snprintf(err, errlen,
+             "redis_url names user '%.100s' but no password: put it in the URL of a config file, "
+             "in a password file or in ECSTORE_REDIS_PASSWORD",
+             u->user);
+    memset(u, 0, sizeof *u);
+    return ECS_EINVAL;
+  }
+  return ECS_OK;
+}
+
 int ecs__rds_init(ecs__rds_t *r, const char *url, int connect_timeout_ms, int timeout_ms) {
   memset(r, 0, sizeof *r);
   r->connect_timeout_ms = connect_timeout_ms;
   r->timeout_ms = timeout_ms;
-  if (url == NULL || url[0] == '\0') {
-    ecs__rds_seterr(r, "no redis_url configured");
-    return ECS_EINVAL;
-  }
   ecs__rds_url_t u;
-  if (ecs__rds_url_parse(url, &u) != ECS_OK) {
-    char shown[256];
-    ecs__rds_seterr(r, "bad redis_url \"%.200s\"", ecs__rds_url_redact(url, shown, sizeof shown));
-    memset(&u, 0, sizeof u);
-    return ECS_EINVAL;
-  }
+  int rc = ecs__rds_url_resolve(url, &u, r->err, sizeof r->err);
+  if (rc != ECS_OK)
+    return rc;
   snprintf(r->host, sizeof r->host, "%s", u.host);
   r->port = u.port;
   r->db = u.db;
   snprintf(r->user, sizeof r->user, "%s", u.user);
-  const char *env = getenv("ECSTORE_REDIS_PASSWORD");
-  int rc = ecs__rds_set_password(r, u.pass[0] ? u.pass : env ? env : "");
+  rc = ecs__rds_set_password(r, u.pass);
   memset(&u, 0, sizeof u);
-  if (rc != ECS_OK)
-    return rc;
-  if (r->user[0] && !r->pass[0]) {
-    ecs__rds_seterr(r,
-                    "redis_url names user '%.100s' but no password: put it in the URL of a config file, "
-                    "in a password file or in ECSTORE_REDIS_PASSWORD",
-                    r->user);
-    return ECS_EINVAL;
-  }
-  return ECS_OK;
+  return rc;
 }
 
 int ecs__rds_set_password(ecs__rds_t *r, const char *pass) {

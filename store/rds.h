@@ -66,6 +66,14 @@ typedef struct ecs__rds {
  * link, for any Redis client of the project (the async link included). */
 int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u);
 
+/* ecs__rds_url_parse, then the password policy every link applies: the
+ * URL's password, else the environment's ECSTORE_REDIS_PASSWORD (where
+ * ecstore-server puts the one of --redis-password-file or of its config
+ * file's URL); a user with no password anywhere is refused.  ECS_OK, or
+ * ECS_EINVAL with the reason in err (the URL redacted).  What an async
+ * link calls before its AUTH (ecs__rds_auth_argv). */
+int ecs__rds_url_resolve(const char *url, ecs__rds_url_t *u, char *err, size_t errlen);
+
 /* url with its password replaced by "***" (and nothing else changed), for
  * messages and logs; a URL that does not parse is shown as "<bad url>"
  * when it holds an '@'.  Returns out. */
