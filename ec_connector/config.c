@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ec_connector/conn_internal.h"
+#include "store/rds.h"
 #include "ec_connector/json.h"
 #include "ecstore/ec_connector.h"
 #include "store/parse.h"
@@ -61,6 +62,7 @@ static const key_def_t keys[] = {
     {"kv_ttl_s", K_INT, F(kv_ttl_s), 0, 1, 365 * 86400, NULL},
     {"lookup_retries", K_INT, F(lookup_retries), 0, 0, 100, NULL},
     {"retry_backoff_ms", K_INT, F(retry_backoff_ms), 0, 1, 60000, NULL},
+    {"redis_password_file", K_STR, F(redis_password_file), CAP(redis_password_file), 0, 0, NULL},
 };
 
 void ecs_ec_config_init(ecs_ec_config_t *cfg) {
@@ -314,4 +316,24 @@ int ecs__ec_config_check(const ecs_ec_config_t *cfg, char *err, size_t errlen) {
     break;
   }
   return ECS_OK;
+}
+
+int ecs__ec_config_secrets(ecs_ec_config_t *cfg, char *err, size_t errlen) {
+  if (cfg->redis_password_file[0] == '\0' || cfg->redis_url[0] == '\0')
+    return ECS_OK;
+  ecs__rds_url_t u;
+  char why[600];
+  int rc = ecs__rds_url_parse(cfg->redis_url, &u);
+  if (rc != ECS_OK) {
+    char shown[256];
+    snprintf(err, errlen, "key \"redis_url\": bad URL '%s'",
+             ecs__rds_url_redact(cfg->redis_url, shown, sizeof shown));
+  } else if ((rc = ecs__rds_read_secret(cfg->redis_password_file, u.pass, sizeof u.pass, why, sizeof why)) !=
+             ECS_OK) {
+    snprintf(err, errlen, "key \"redis_password_file\": %s", why);
+  } else if ((rc = ecs__rds_url_format(&u, 1, cfg->redis_url, sizeof cfg->redis_url)) != ECS_OK) {
+    snprintf(err, errlen, "key \"redis_password_file\": the password does not fit in a redis_url");
+  }
+  memset(&u, 0, sizeof u);
+  return rc;
 }

@@ -110,6 +110,11 @@ struct ecs_ec_load {
 
 /* config.c: checks ecs_ec_open() runs; ECS_OK or ECS_EINVAL with err. */
 int ecs__ec_config_check(const ecs_ec_config_t *cfg, char *err, size_t errlen);
+/* Resolves the secrets a config names by path (redis_password_file) into
+ * cfg, the connector's own copy: the password goes into its redis_url, so
+ * every Redis link of the connector (backends, registry, KV handoff)
+ * authenticates.  ECS_OK, or ECS_EINVAL with the key named in err. */
+int ecs__ec_config_secrets(ecs_ec_config_t *cfg, char *err, size_t errlen);
 
 /* kv.c: frees the idle KV sessions (close). */
 void ecs__kv_shutdown(ecs_ec_conn_t *c);

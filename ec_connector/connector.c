@@ -338,6 +338,11 @@ int ecs_ec_open(const ecs_ec_config_t *cfg, ecs_ec_conn_t **out, char *err, size
   if (c == NULL)
     return ECS_ENOMEM;
   c->cfg = *cfg;
+  rc = ecs__ec_config_secrets(&c->cfg, err, errlen);
+  if (rc != ECS_OK) {
+    free(c);
+    return rc;
+  }
   c->ops = ecs__ec_ops_for(cfg->backend);
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->lmu, NULL);
@@ -359,11 +364,11 @@ int ecs_ec_open(const ecs_ec_config_t *cfg, ecs_ec_conn_t **out, char *err, size
     c->slots[i].off = NO_OFF;
     list_push(c->slots, &c->free_slots, (int)i);
   }
-  rc = c->ops->open(cfg, ECS__EC_H_DATA, &c->h_save, err, errlen);
+  rc = c->ops->open(&c->cfg, ECS__EC_H_DATA, &c->h_save, err, errlen);
   if (rc == ECS_OK)
-    rc = c->ops->open(cfg, ECS__EC_H_DATA, &c->h_load, err, errlen);
+    rc = c->ops->open(&c->cfg, ECS__EC_H_DATA, &c->h_load, err, errlen);
   if (rc == ECS_OK)
-    rc = c->ops->open(cfg, ECS__EC_H_META, &c->h_meta, err, errlen);
+    rc = c->ops->open(&c->cfg, ECS__EC_H_META, &c->h_meta, err, errlen);
   if (rc == ECS_OK) {
     if (pthread_create(&c->saver, NULL, saver_main, c) == 0)
       c->saver_started = 1;

@@ -26,6 +26,7 @@
 #include "store/meta.h"
 #include "store/net.h"
 #include "store/proto.h"
+#include "store/rds.h"
 
 typedef ecs_cli_srv_t srv_t;
 
@@ -221,7 +222,10 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     mo.timeout_ms = c->cfg.timeout_ms < 2000 ? c->cfg.timeout_ms : 2000;
     rc = ecs_meta_open(&mo, &c->meta);
     if (rc) {
-      snprintf(errbuf, errlen, "bad Redis URL '%s'", c->redis_s);
+      char shown[256]; /* never the password */
+      snprintf(errbuf, errlen,
+               "bad Redis URL '%s' (a user needs a password, in the URL or ECSTORE_REDIS_PASSWORD)",
+               ecs__rds_url_redact(c->redis_s, shown, sizeof shown));
       goto fail;
     }
     /* A Redis that is down is not a reason to refuse: puts and gets go to

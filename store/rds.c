@@ -6,10 +6,14 @@
 #include "store/rds.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include "ecstore/error.h"
 #include "store/net.h"
@@ -39,21 +43,65 @@ int ecs__rds_parse_u64(const char *s, size_t len, uint64_t *out) {
   return 0;
 }
 
-int ecs__rds_parse_url(const char *url, char *host, size_t hostcap, int *port, int *db) {
-  if (url == NULL)
+/* Decodes n bytes of %XX-escaped text at s into out (cap bytes, NUL-
+ * terminated).  0, or -1 on a bad escape, a NUL or an overflow. */
+static int pct_decode(const char *s, size_t n, char *out, size_t cap) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    int ch = (unsigned char)s[i];
+    if (ch == '%') {
+      int v = 0;
+      for (int d = 1; d <= 2; d++) {
+        int x = i + (size_t)d < n ? (unsigned char)s[i + (size_t)d] : -1;
+        if (x >= '0' && x <= '9')
+          v = v * 16 + (x - '0');
+        else if (x >= 'a' && x <= 'f')
+          v = v * 16 + (x - 'a' + 10);
+        else if (x >= 'A' && x <= 'F')
+          v = v * 16 + (x - 'A' + 10);
+        else
+          return -1;
+      }
+      ch = v;
+      i += 2;
+    }
+    if (ch == 0 || k + 1 >= cap)
+      return -1;
+    out[k++] = (char)ch;
+  }
+  out[k] = '\0';
+  return 0;
+}
+
+int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u) {
+  if (url == NULL || u == NULL)
     return ECS_EINVAL;
+  memset(u, 0, sizeof *u);
   if (strncmp(url, "redis://", 8) == 0)
     url += 8;
   else if (strstr(url, "://") != NULL)
     return ECS_EINVAL;
+  /* userinfo: up to the last '@' (a password may hold one, escaped or not) */
+  const char *at = strrchr(url, '@');
+  if (at != NULL) {
+    const char *colon = memchr(url, ':', (size_t)(at - url));
+    size_t ulen = colon ? (size_t)(colon - url) : (size_t)(at - url);
+    if (pct_decode(url, ulen, u->user, sizeof u->user) != 0)
+      return ECS_EINVAL;
+    if (colon != NULL && pct_decode(colon + 1, (size_t)(at - colon - 1), u->pass, sizeof u->pass) != 0)
+      return ECS_EINVAL;
+    if (u->user[0] == '\0' && u->pass[0] == '\0')
+      return ECS_EINVAL; /* "@host" or ":@host" */
+    url = at + 1;
+  }
   const char *slash = strchr(url, '/');
   size_t hp_len = slash ? (size_t)(slash - url) : strlen(url);
-  *db = 0;
+  u->db = 0;
   if (slash != NULL && slash[1] != '\0') {
     uint64_t v;
     if (ecs__rds_parse_u64(slash + 1, strlen(slash + 1), &v) != 0 || v > 1000000)
       return ECS_EINVAL;
-    *db = (int)v;
+    u->db = (int)v;
   }
   const char *h = url, *colon;
   size_t hlen;
@@ -70,20 +118,186 @@ int ecs__rds_parse_url(const char *url, char *host, size_t hostcap, int *port, i
     colon = memchr(url, ':', hp_len);
     hlen = colon ? (size_t)(colon - url) : hp_len;
   }
-  if (hlen == 0 || hlen >= hostcap)
+  if (hlen == 0 || hlen >= sizeof u->host)
     return ECS_EINVAL;
   for (size_t i = 0; i < hlen; i++)
     if (h[i] <= ' ' || h[i] == '@' || h[i] == '/' || h[i] == '[' || h[i] == ']' || h[i] == 0x7f)
       return ECS_EINVAL;
-  memcpy(host, h, hlen);
-  host[hlen] = '\0';
-  *port = RDS_DEFAULT_PORT;
+  memcpy(u->host, h, hlen);
+  u->host[hlen] = '\0';
+  u->port = RDS_DEFAULT_PORT;
   if (colon != NULL) {
     uint64_t v;
     size_t plen = (size_t)(url + hp_len - (colon + 1));
     if (ecs__rds_parse_u64(colon + 1, plen, &v) != 0 || v == 0 || v > 65535)
       return ECS_EINVAL;
-    *port = (int)v;
+    u->port = (int)v;
+  }
+  return ECS_OK;
+}
+
+int ecs__rds_parse_url(const char *url, char *host, size_t hostcap, int *port, int *db) {
+  ecs__rds_url_t u;
+  int rc = ecs__rds_url_parse(url, &u);
+  if (rc == ECS_OK && strlen(u.host) >= hostcap)
+    rc = ECS_EINVAL;
+  if (rc == ECS_OK) {
+    snprintf(host, hostcap, "%s", u.host);
+    *port = u.port;
+    *db = u.db;
+  }
+  memset(u.pass, 0, sizeof u.pass);
+  return rc;
+}
+
+int ecs__rds_url_has_password(const char *url) {
+  ecs__rds_url_t u;
+  int has = ecs__rds_url_parse(url, &u) == ECS_OK && u.pass[0] != '\0';
+  memset(u.pass, 0, sizeof u.pass);
+  /* one that does not parse may still hold one: "user:pw@" then junk */
+  return has || (url != NULL && strchr(url, '@') != NULL && ecs__rds_url_parse(url, &u) != ECS_OK);
+}
+
+const char *ecs__rds_url_redact(const char *url, char *out, size_t cap) {
+  if (url == NULL) {
+    snprintf(out, cap, "(none)");
+    return out;
+  }
+  const char *at = strrchr(url, '@');
+  if (at == NULL) {
+    snprintf(out, cap, "%s", url);
+    return out;
+  }
+  const char *base = strncmp(url, "redis://", 8) == 0 ? url + 8 : url;
+  const char *colon = base < at ? memchr(base, ':', (size_t)(at - base)) : NULL;
+  if (colon == NULL) /* a user alone: nothing secret */
+    snprintf(out, cap, "%s", url);
+  else
+    snprintf(out, cap, "%.*s:***%s", (int)(colon - url), url, at);
+  return out;
+}
+
+/* Appends s %XX-escaped (everything but unreserved characters) at out+*k. */
+static int pct_encode(const char *s, char *out, size_t cap, size_t *k) {
+  static const char hex[] = "0123456789ABCDEF";
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    int plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                ch == '-' || ch == '_' || ch == '.' || ch == '~';
+    if (*k + (plain ? 1 : 3) >= cap)
+      return -1;
+    if (plain) {
+      out[(*k)++] = (char)ch;
+    } else {
+      out[(*k)++] = '%';
+      out[(*k)++] = hex[ch >> 4];
+      out[(*k)++] = hex[ch & 15];
+    }
+  }
+  out[*k] = '\0';
+  return 0;
+}
+
+int ecs__rds_url_format(const ecs__rds_url_t *u, int with_pass, char *out, size_t cap) {
+  size_t k = 0;
+  int n = snprintf(out, cap, "redis://");
+  k = (size_t)n;
+  int pass = with_pass && u->pass[0];
+  if ((u->user[0] || pass) && pct_encode(u->user, out, cap, &k) != 0)
+    return ECS_EINVAL;
+  if (pass) {
+    if (k + 1 >= cap)
+      return ECS_EINVAL;
+    out[k++] = ':';
+    if (pct_encode(u->pass, out, cap, &k) != 0)
+      return ECS_EINVAL;
+  }
+  int v6 = strchr(u->host, ':') != NULL;
+  n = snprintf(out + k, cap - k, "%s%s%s%s:%d/%d", (u->user[0] || pass) ? "@" : "", v6 ? "[" : "", u->host,
+               v6 ? "]" : "", u->port, u->db);
+  if (n < 0 || (size_t)n >= cap - k)
+    return ECS_EINVAL;
+  return ECS_OK;
+}
+
+int ecs__rds_auth_argv(const ecs__rds_url_t *u, const char *argv[3], size_t lens[3]) {
+  if (u->pass[0] == '\0')
+    return 0;
+  int n = 0;
+  argv[n] = "AUTH", lens[n++] = 4;
+  if (u->user[0])
+    argv[n] = u->user, lens[n] = strlen(u->user), n++;
+  argv[n] = u->pass, lens[n] = strlen(u->pass), n++;
+  return n;
+}
+
+int ecs__rds_read_secret(const char *path, char *out, size_t cap, char *err, size_t errlen) {
+  out[0] = '\0';
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return ECS_EINVAL;
+  }
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    close(fd);
+    snprintf(err, errlen,
+             "%s: permissions %04o are too open (group or others may access it); run: chmod 600 '%s'", path,
+             (unsigned)(st.st_mode & 07777), path);
+    return ECS_EINVAL;
+  }
+  char buf[512];
+  ssize_t n;
+  do {
+    n = read(fd, buf, sizeof buf - 1);
+  } while (n < 0 && errno == EINTR);
+  close(fd);
+  if (n < 0) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return ECS_EINVAL;
+  }
+  buf[n] = '\0';
+  size_t len = strcspn(buf, "\r\n");
+  int ok = len > 0 && len < cap && memchr(buf, '\0', len) == NULL;
+  if (ok) {
+    memcpy(out, buf, len);
+    out[len] = '\0';
+  } else {
+    snprintf(err, errlen, "%s: expected the password on the first line (1..%zu bytes)", path, cap - 1);
+  }
+  memset(buf, 0, sizeof buf);
+  return ok ? ECS_OK : ECS_EINVAL;
+}
+
+int ecs__rds_url_resolve(const char *url, ecs__rds_url_t *u, char *err, size_t errlen) {
+  if (url == NULL || url[0] == '\0') {
+    snprintf(err, errlen, "no redis_url configured");
+    return ECS_EINVAL;
+  }
+  if (ecs__rds_url_parse(url, u) != ECS_OK) {
+    char shown[256];
+    snprintf(err, errlen, "bad redis_url \"%.200s\"", ecs__rds_url_redact(url, shown, sizeof shown));
+    memset(u, 0, sizeof *u);
+    return ECS_EINVAL;
+  }
+  const char *env = getenv("ECSTORE_REDIS_PASSWORD");
+  if (!u->pass[0] && env != NULL) {
+    if (strlen(env) >= sizeof u->pass) {
+      snprintf(err, errlen, "ECSTORE_REDIS_PASSWORD longer than %zu bytes", sizeof u->pass - 1);
+      memset(u, 0, sizeof *u);
+      return ECS_EINVAL;
+    }
+    snprintf(u->pass, sizeof u->pass, "%s", env);
+  }
+  if (u->user[0] && !u->pass[0]) {
+    snprintf(err, errlen,
+             "redis_url names user '%.100s' but no password: put it in the URL of a config file, "
+             "in a password file or in ECSTORE_REDIS_PASSWORD",
+             u->user);
+    memset(u, 0, sizeof *u);
+    return ECS_EINVAL;
   }
   return ECS_OK;
 }
@@ -92,14 +306,26 @@ int ecs__rds_init(ecs__rds_t *r, const char *url, int connect_timeout_ms, int ti
   memset(r, 0, sizeof *r);
   r->connect_timeout_ms = connect_timeout_ms;
   r->timeout_ms = timeout_ms;
-  if (url == NULL || url[0] == '\0') {
-    ecs__rds_seterr(r, "no redis_url configured");
+  ecs__rds_url_t u;
+  int rc = ecs__rds_url_resolve(url, &u, r->err, sizeof r->err);
+  if (rc != ECS_OK)
+    return rc;
+  snprintf(r->host, sizeof r->host, "%s", u.host);
+  r->port = u.port;
+  r->db = u.db;
+  snprintf(r->user, sizeof r->user, "%s", u.user);
+  rc = ecs__rds_set_password(r, u.pass);
+  memset(&u, 0, sizeof u);
+  return rc;
+}
+
+int ecs__rds_set_password(ecs__rds_t *r, const char *pass) {
+  if (strlen(pass) >= sizeof r->pass) {
+    ecs__rds_seterr(r, "redis password longer than %zu bytes", sizeof r->pass - 1);
     return ECS_EINVAL;
   }
-  if (ecs__rds_parse_url(url, r->host, sizeof r->host, &r->port, &r->db) != ECS_OK) {
-    ecs__rds_seterr(r, "bad redis_url \"%.200s\"", url);
-    return ECS_EINVAL;
-  }
+  memset(r->pass, 0, sizeof r->pass);
+  snprintf(r->pass, sizeof r->pass, "%s", pass);
   return ECS_OK;
 }
 
@@ -161,6 +387,36 @@ int ecs__rds_connect(ecs__rds_t *r) {
     return rc;
   }
   r->c = c;
+  ecs__rds_url_t u;
+  memset(&u, 0, sizeof u);
+  memcpy(u.user, r->user, sizeof u.user);
+  memcpy(u.pass, r->pass, sizeof u.pass);
+  const char *aargv[3];
+  size_t alens[3];
+  int aargc = ecs__rds_auth_argv(&u, aargv, alens);
+  if (aargc > 0) {
+    redisReply *rep;
+    int rc = ecs__rds_append(r, aargc, aargv, alens);
+    if (rc == ECS_OK)
+      rc = ecs__rds_reply_any(r, ecs__rds_deadline(r), &rep);
+    memset(&u, 0, sizeof u);
+    if (rc != ECS_OK) {
+      ecs__rds_close(r);
+      return rc;
+    }
+    if (rep->type == REDIS_REPLY_ERROR) {
+      /* Redis's own words (WRONGPASS ..., or "AUTH <password> called
+       * without any password configured") hold no secret */
+      ecs__rds_seterr(r, "redis %s:%d: authentication failed%s%s: %.*s", r->host, r->port,
+                      r->user[0] ? " as user " : "", r->user, (int)(rep->len < 150 ? rep->len : 150),
+                      rep->str);
+      freeReplyObject(rep);
+      ecs__rds_close(r);
+      return ECS_EAUTH;
+    }
+    freeReplyObject(rep);
+  }
+  memset(&u, 0, sizeof u);
   if (r->db != 0) {
     char db[16];
     snprintf(db, sizeof db, "%d", r->db);

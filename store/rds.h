@@ -20,6 +20,8 @@
  *   ECS_EREDIS     Redis answered with an error reply (-ERR, WRONGTYPE,
  *                  OOM: the link stays up), or with bytes that are not
  *                  RESP (the link is dropped)
+ *   ECS_EAUTH      Redis refused the AUTH of the handshake (wrong password
+ *                  or user): the link is dropped
  *   ECS_ENOMEM, ECS_EINVAL (a bad URL)
  * ecs__rds_errmsg() says what happened, naming the Redis address.
  *
@@ -33,20 +35,72 @@
 
 #include <hiredis/hiredis.h>
 
+/* A Redis URL taken apart (ecs__rds_url_parse).  user and pass are
+ * secrets' neighbours: never logged (ecs__rds_url_redact for messages). */
+typedef struct ecs__rds_url {
+  char host[256]; /* name or address (an IPv6 literal without its brackets) */
+  int port;       /* 6379 when the URL has none */
+  int db;         /* SELECTed after connect when nonzero */
+  char user[128]; /* ACL user for AUTH ("": the default user) */
+  char pass[256]; /* password ("": none in the URL) */
+} ecs__rds_url_t;
+
 typedef struct ecs__rds {
   redisContext *c;        /* NULL while down */
   char host[256];         /* from the URL */
   int port;               /* from the URL */
   int db;                 /* SELECTed after connect when nonzero */
+  char user[128];         /* AUTH user ("": the default user) */
+  char pass[256];         /* AUTH password ("": no AUTH): the URL's, else ECSTORE_REDIS_PASSWORD */
   int connect_timeout_ms; /* one connect attempt */
   int timeout_ms;         /* default wait for one reply */
   int used;               /* a reply arrived since the connect (a later EOF may be a stale link) */
   char err[256];          /* last error */
 } ecs__rds_t;
 
-/* Parses url: "redis://HOST:PORT[/DB]", "HOST:PORT[/DB]" or "HOST" (port
- * 6379); HOST may be a bracketed IPv6 literal; no user or password (an '@'
- * is refused).  Returns ECS_OK or ECS_EINVAL. */
+/* Parses url: "redis://[USERINFO@]HOST:PORT[/DB]", "[USERINFO@]HOST:PORT[/DB]"
+ * or "HOST" (port 6379); HOST may be a bracketed IPv6 literal; USERINFO
+ * is "USER:PASS", ":PASS" (the default user) or "USER" (the password comes
+ * from elsewhere), %XX-escaped where it holds ':', '@' or '/' (the last
+ * '@' ends it).  Returns ECS_OK or ECS_EINVAL.  The reusable half of the
+ * link, for any Redis client of the project (the async link included). */
+int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u);
+
+/* ecs__rds_url_parse, then the password policy every link applies: the
+ * URL's password, else the environment's ECSTORE_REDIS_PASSWORD (where
+ * ecstore-server puts the one of --redis-password-file or of its config
+ * file's URL); a user with no password anywhere is refused.  ECS_OK, or
+ * ECS_EINVAL with the reason in err (the URL redacted).  What an async
+ * link calls before its AUTH (ecs__rds_auth_argv). */
+int ecs__rds_url_resolve(const char *url, ecs__rds_url_t *u, char *err, size_t errlen);
+
+/* url with its password replaced by "***" (and nothing else changed), for
+ * messages and logs; a URL that does not parse is shown as "<bad url>"
+ * when it holds an '@'.  Returns out. */
+const char *ecs__rds_url_redact(const char *url, char *out, size_t cap);
+
+/* u as a URL, "redis://[USER[:PASS]@]HOST:PORT/DB" (with_pass 0: without
+ * the password), user and password %XX-escaped where needed.  ECS_OK, or
+ * ECS_EINVAL when it does not fit in cap. */
+int ecs__rds_url_format(const ecs__rds_url_t *u, int with_pass, char *out, size_t cap);
+
+/* Whether url carries a password (1), for callers that refuse one on a
+ * command line. */
+int ecs__rds_url_has_password(const char *url);
+
+/* The AUTH command of u, when it needs one: fills argv/lens (3 entries)
+ * and returns argc (2: AUTH PASS, 3: AUTH USER PASS), or 0 without a
+ * password.  For the handshake here and in an async link. */
+int ecs__rds_auth_argv(const ecs__rds_url_t *u, const char *argv[3], size_t lens[3]);
+
+/* Reads a secret (a Redis password) from the first line of path into out
+ * (cap bytes, NUL-terminated, line end dropped).  A file group or others
+ * may access is refused, as the token files are.  ECS_OK, or ECS_EINVAL
+ * with the reason (and the chmod that fixes it) in err. */
+int ecs__rds_read_secret(const char *path, char *out, size_t cap, char *err, size_t errlen);
+
+/* Parses url for the host, port and db alone (credentials are accepted and
+ * ignored).  Returns ECS_OK or ECS_EINVAL. */
 int ecs__rds_parse_url(const char *url, char *host, size_t hostcap, int *port, int *db);
 
 /* A number as Redis sends it: decimal digits only (no sign, at most 20, no
@@ -54,8 +108,15 @@ int ecs__rds_parse_url(const char *url, char *host, size_t hostcap, int *port, i
  * one. */
 int ecs__rds_parse_u64(const char *s, size_t len, uint64_t *out);
 
-/* Parses url (as above) into r; does not connect. */
+/* Parses url (as above) into r; does not connect.  The password is the
+ * URL's, else the environment's ECSTORE_REDIS_PASSWORD (so a secret need
+ * never be on a command line); a URL naming a user with no password
+ * anywhere is refused. */
 int ecs__rds_init(ecs__rds_t *r, const char *url, int connect_timeout_ms, int timeout_ms);
+
+/* Sets the AUTH password (from a file the caller read), replacing the
+ * URL's or the environment's; takes effect at the next connect. */
+int ecs__rds_set_password(ecs__rds_t *r, const char *pass);
 
 /* Drops the link; the struct may be re-used (the next call reconnects). */
 void ecs__rds_close(ecs__rds_t *r);
@@ -63,7 +124,10 @@ void ecs__rds_close(ecs__rds_t *r);
 /* 1 while connected. */
 int ecs__rds_up(const ecs__rds_t *r);
 
-/* Connects (and SELECTs the db) when down. */
+/* Connects when down, then the handshake: AUTH (with the user when one
+ * is named) when there is a password, then SELECT when db is nonzero.  A
+ * refused AUTH is ECS_EAUTH, "redis HOST:PORT: authentication failed"
+ * (the password is never in a message). */
 int ecs__rds_connect(ecs__rds_t *r);
 
 /* Queues one command (pipelining: replies are read with ecs__rds_reply),

@@ -325,7 +325,7 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     goto fail;
   }
   s->port = ecs_net_local_port(s->lfd);
-  if (!o->auth_token[0] && !o->unprotected && !bound_to_loopback(s->lfd)) {
+  if (!o->auth_token[0] && !o->acl && !o->unprotected && !bound_to_loopback(s->lfd)) {
     ECS_LOG_E("cannot start: listening on %s without an auth token lets anyone on the network read and "
               "write the store; give clients a token with --auth-token-file FILE, or pass --unprotected "
               "to run open anyway",

@@ -57,6 +57,8 @@ typedef struct ecs_server_opts {
   uint64_t max_objects;        /* objects held, empty ones included (0: pool size / min block) */
   int scrub_freed;             /* zero an object's pool bytes when it is freed */
   int unprotected;             /* allow a non-loopback listen address without an auth token */
+  const struct ecs__acl *acl;  /* --acl-file: rights per token and namespace (store/acl.h), owned
+                                  by the caller; NULL: auth_token alone, with every right */
 } ecs_server_opts_t;
 
 void ecs_server_opts_init(ecs_server_opts_t *o);

@@ -79,6 +79,8 @@ typedef struct conn {
   ecs_rdma_ep *ep;                     /* RDMA endpoint of this client, or NULL */
   uint64_t id;                         /* for logs */
   int authed;                          /* HELLO accepted */
+  unsigned rights;                     /* ECS__RIGHT_* its token holds (store/acl.h), set by HELLO */
+  int refuse;                          /* PUT refused for want of a right: this status per item */
   uint64_t accept_ms;                  /* when accepted, for the HELLO deadline */
   uint64_t src;                        /* the peer's address folded to 64 bits (0: Unix socket) */
   int close_after_write;               /* drop the connection once the reply is out */
@@ -131,6 +133,9 @@ struct ecs_server {
   } auth_fail[AUTH_FAIL_SLOTS]; /* failed-auth throttle, hashed by source */
   uint64_t auth_log_ms;         /* when a failed HELLO was last logged */
   uint64_t auth_unlogged;       /* failed HELLOs since, not logged one by one */
+  uint64_t denied;              /* requests refused for want of a right (ACL) */
+  uint64_t denied_log_ms;       /* when such a refusal was last logged */
+  uint64_t denied_unlogged;     /* refusals since, not logged one by one */
   uint64_t last_tick_ms;        /* when timer work last ran */
   /* counters for STAT */
   uint64_t puts, gets, hits, misses;

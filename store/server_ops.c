@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ecstore/error.h"
+#include "store/acl.h"
 #include "store/log.h"
 #include "store/net.h"
 
@@ -77,17 +78,37 @@ static void handle_hello(ecs_server_t *s, conn_t *c) {
     ecs__reply_error(s, c, ECS_EPROTO, 1);
     return;
   }
-  if (s->o.auth_token[0] && auth_throttled(s, c)) {
+  int need_token = s->o.auth_token[0] || s->o.acl;
+  if (need_token && auth_throttled(s, c)) {
     log_auth_failure(s, c, "HELLO refused unchecked (too many bad tokens from this source)");
     ecs__reply_error(s, c, ECS_EAUTH, 1);
     return;
   }
-  if (s->o.auth_token[0] && !ecs_ct_equal(h.token, h.token_len, s->o.auth_token, strlen(s->o.auth_token))) {
+  /* The connection is bound to what its token allows in the namespace
+   * served: the --auth-token-file token every right, an --acl-file token
+   * its line's rights, a token not allowed here none (refused). */
+  int known = !need_token;
+  unsigned rights = need_token ? 0 : ECS__RIGHT_ALL;
+  if (s->o.auth_token[0] && ecs_ct_equal(h.token, h.token_len, s->o.auth_token, strlen(s->o.auth_token)))
+    known = 1, rights = ECS__RIGHT_ALL;
+  if (s->o.acl) {
+    int acl_known = 0;
+    unsigned ar = ecs__acl_rights(s->o.acl, h.token, h.token_len, s->o.ns, &acl_known);
+    if (acl_known && !rights)
+      known = 1, rights = ar;
+  }
+  if (!known) {
     auth_failed(s, c);
     log_auth_failure(s, c, "bad auth token");
     ecs__reply_error(s, c, ECS_EAUTH, 1);
     return;
   }
+  if (!rights) {
+    log_auth_failure(s, c, "token not allowed in the namespace served (--acl-file)");
+    ecs__reply_error(s, c, ECS_EAUTH, 1);
+    return;
+  }
+  c->rights = rights;
   if (h.ns_len != strlen(s->o.ns) || memcmp(h.ns, s->o.ns, h.ns_len) != 0) {
     ECS_LOG_W("conn %llu: namespace mismatch (server serves '%s')", (unsigned long long)c->id, s->o.ns);
     ecs__reply_error(s, c, ECS_EINVAL, 1);
@@ -187,8 +208,9 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
       ecs__reply_error(s, c, ECS_EPROTO, 1);
       return;
     }
-    /* A bad key or dtype fails that item alone; its payload is discarded. */
-    sl->status = rc;
+    /* A bad key or dtype fails that item alone; its payload is discarded.
+     * So does every item of a PUT the token has no right to (c->refuse). */
+    sl->status = c->refuse ? c->refuse : rc;
     if (sl->item.nbytes > UINT64_MAX - total) {
       ecs__reply_error(s, c, ECS_EPROTO, 1);
       return;
@@ -551,7 +573,9 @@ static void handle_attach(ecs_server_t *s, conn_t *c) {
   }
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", ecs_pool_fd(s->pool));
-  int want_write = (flags & ECS_ATTACH_WRITE) != 0;
+  /* without the write right the pool is handed out read-only (the client
+   * sees the flag cleared and puts over the socket, which are refused) */
+  int want_write = (flags & ECS_ATTACH_WRITE) != 0 && (c->rights & ECS__RIGHT_WRITE);
   int fd = open(path, (want_write ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) {
     ECS_LOG_W("conn %llu: cannot reopen the pool fd: %s", (unsigned long long)c->id, strerror(errno));
@@ -628,39 +652,71 @@ static void handle_ping(ecs_server_t *s, conn_t *c) {
 
 /* What the server does with each opcode.  Flags say what the request may
  * carry: only PUT a data section from the client, only RELEASE the
- * NOREPLY flag.  name labels the opcode's latency histogram in /metrics
- * (NULL: not exported). */
+ * NOREPLY flag.  rights: the ECS__RIGHT_* bits of which the connection's
+ * token must hold one (0: any authenticated connection); docs/security.md
+ * has the table.  ATTACH for writing needs the write right besides (its
+ * handler maps the pool read-only without it).  name labels the opcode's latency histogram in
+ * /metrics (NULL: not exported). */
 enum { OP_DATA = 1, OP_NOREPLY = 2 };
+
+enum {
+  R_READ = ECS__RIGHT_READ,
+  R_WRITE = ECS__RIGHT_WRITE,
+  R_REMOVE = ECS__RIGHT_REMOVE,
+  R_ADMIN = ECS__RIGHT_ADMIN
+};
 
 typedef struct op_entry {
   void (*handle)(ecs_server_t *s, conn_t *c); /* NULL: unknown opcode */
   uint8_t flags;                              /* OP_DATA, OP_NOREPLY */
+  uint8_t rights;                             /* one of these rights is required (0: none) */
   const char *name;                           /* metrics label, or NULL */
 } op_entry_t;
 
 static const op_entry_t ops[] = {
-    [ECS_OP_HELLO] = {handle_hello, 0, "hello"},
-    [ECS_OP_PUT] = {handle_put_begin, OP_DATA, "put"},
-    [ECS_OP_GET] = {handle_get, 0, "get"},
-    [ECS_OP_EXISTS] = {handle_keys, 0, "exists"},
-    [ECS_OP_REMOVE] = {handle_keys, 0, "remove"},
-    [ECS_OP_STAT] = {handle_stat, 0, "stat"},
-    [ECS_OP_PING] = {handle_ping, 0, "ping"},
-    [ECS_OP_LEASE] = {handle_lease, 0, "lease"},
-    [ECS_OP_RELEASE] = {handle_release, OP_NOREPLY, "release"},
-    [ECS_OP_RESERVE] = {handle_reserve, 0, "reserve"},
-    [ECS_OP_COMMIT] = {handle_commit, 0, "commit"},
-    [ECS_OP_ATTACH] = {handle_attach, 0, "attach"},
-    [ECS_OP_RDMA_CONNECT] = {handle_rdma_connect, 0, "rdma_connect"},
-    [ECS_OP_DEBUG] = {handle_debug, 0, NULL},
+    [ECS_OP_HELLO] = {handle_hello, 0, 0, "hello"},
+    [ECS_OP_PUT] = {handle_put_begin, OP_DATA, R_WRITE, "put"},
+    [ECS_OP_GET] = {handle_get, 0, R_READ, "get"},
+    [ECS_OP_EXISTS] = {handle_keys, 0, R_READ, "exists"},
+    [ECS_OP_REMOVE] = {handle_keys, 0, R_REMOVE, "remove"},
+    [ECS_OP_STAT] = {handle_stat, 0, R_READ | R_ADMIN, "stat"},
+    [ECS_OP_PING] = {handle_ping, 0, 0, "ping"},
+    [ECS_OP_LEASE] = {handle_lease, 0, R_READ, "lease"},
+    [ECS_OP_RELEASE] = {handle_release, OP_NOREPLY, R_READ, "release"},
+    [ECS_OP_RESERVE] = {handle_reserve, 0, R_WRITE, "reserve"},
+    [ECS_OP_COMMIT] = {handle_commit, 0, R_WRITE, "commit"},
+    [ECS_OP_ATTACH] = {handle_attach, 0, R_READ, "attach"},
+    [ECS_OP_RDMA_CONNECT] = {handle_rdma_connect, 0, R_READ, "rdma_connect"},
+    [ECS_OP_DEBUG] = {handle_debug, 0, R_ADMIN, NULL},
 };
 #define N_OPS (sizeof ops / sizeof ops[0])
 
+/* A request refused for want of a right: counted, and logged once a
+ * second at most (the rest counted into the next line). */
+static void log_denied(ecs_server_t *s, conn_t *c, const op_entry_t *op) {
+  uint64_t now = ecs_now_ms();
+  s->denied++;
+  if (s->denied_log_ms && now - s->denied_log_ms < 1000) {
+    s->denied_unlogged++;
+    return;
+  }
+  char have[64];
+  ECS_LOG_W("conn %llu: %s refused: its token's rights are %s (%llu more such refusals since the last line)",
+            (unsigned long long)c->id, op->name ? op->name : "request",
+            ecs__acl_rights_str(c->rights, have, sizeof have), (unsigned long long)s->denied_unlogged);
+  s->denied_log_ms = now;
+  s->denied_unlogged = 0;
+}
+
 /* The header and records of a request are in; dispatch.  Authentication
  * is checked before the opcode, so an unauthenticated peer learns nothing
- * about which opcodes exist. */
+ * about which opcodes exist.  A request the token has no right to is
+ * answered ECS_EPERM and the connection stays up; a PUT so refused still
+ * has its payload read (and discarded) by its handler, each item answered
+ * ECS_EPERM, so the stream stays in step. */
 void ecs__server_dispatch(ecs_server_t *s, conn_t *c) {
   c->req_t0_ns = ecs__now_ns();
+  c->refuse = 0;
   if (!c->authed && c->hdr.opcode != ECS_OP_HELLO) {
     ecs__reply_error(s, c, ECS_EAUTH, 1);
     return;
@@ -670,6 +726,19 @@ void ecs__server_dispatch(ecs_server_t *s, conn_t *c) {
       ((c->hdr.flags & ECS_FLAG_NOREPLY) && !(op->flags & OP_NOREPLY))) {
     ecs__reply_error(s, c, ECS_EPROTO, 1);
     return;
+  }
+  if (op->rights && !(c->rights & op->rights)) {
+    log_denied(s, c, op);
+    if (!(op->flags & OP_DATA)) {
+      /* a RELEASE that asked for no reply gets none: the lease stays, to its expiry */
+      if (c->hdr.flags & ECS_FLAG_NOREPLY) {
+        c->st = C_HDR; /* as handle_release: nothing to send; read the next request */
+        return;
+      }
+      ecs__reply_error(s, c, ECS_EPERM, 0);
+      return;
+    }
+    c->refuse = ECS_EPERM;
   }
   op->handle(s, c);
 }
@@ -703,6 +772,8 @@ void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b) {
   ecs_metrics_counter(b, "ecstore_get_misses_total", "Gets that did not.", st.misses);
   ecs_metrics_counter(b, "ecstore_evictions_total", "Objects evicted (FIFO) to make room.", st.evictions);
   ecs_metrics_counter(b, "ecstore_removes_total", "Objects removed on request.", st.removes);
+  ecs_metrics_counter(b, "ecstore_requests_denied_total",
+                      "Requests refused: the token lacks the right (ACL).", s->denied);
   const char *vals[N_OPS];
   const ecs_hist_t *hs[N_OPS];
   size_t n = 0;

@@ -272,8 +272,11 @@ static void test_urls(void **state) {
                                     "redis://h:1/x",
                                     "redis://h:1/-1",
                                     "http://h:1",
-                                    "user:pw@h:1",
-                                    "redis://user@h:1",
+                                    "@h:1",
+                                    "redis://:@h:1",
+                                    "redis://u:p%zz@h:1",
+                                    "redis://u:p%00@h:1",
+                                    "redis://u:p@",
                                     "[::1",
                                     "[::1]x",
                                     "h h:1",
@@ -290,6 +293,73 @@ static void test_urls(void **state) {
     assert_null(m);
   }
   assert_int_equal(ecs__rds_parse_url(NULL, host, sizeof host, &port, &db), ECS_EINVAL);
+
+  /* Credentials (Redis AUTH): USER:PASS, :PASS, USER; %XX escapes; the
+   * last '@' ends them. */
+  ecs__rds_url_t u;
+  assert_int_equal(ecs__rds_url_parse("redis://alice:s3cr%40t@10.0.0.1:7001/3", &u), ECS_OK);
+  assert_string_equal(u.user, "alice");
+  assert_string_equal(u.pass, "s3cr@t");
+  assert_string_equal(u.host, "10.0.0.1");
+  assert_int_equal(u.port, 7001);
+  assert_int_equal(u.db, 3);
+  assert_int_equal(ecs__rds_url_parse("redis://:p@ss:w/rd@[::1]:7003", &u), ECS_OK);
+  assert_string_equal(u.user, "");
+  assert_string_equal(u.pass, "p@ss:w/rd");
+  assert_string_equal(u.host, "::1");
+  assert_int_equal(ecs__rds_url_parse("bob@h", &u), ECS_OK);
+  assert_string_equal(u.user, "bob");
+  assert_string_equal(u.pass, "");
+  assert_int_equal(u.port, 6379);
+  const char *av[3];
+  size_t al[3];
+  assert_int_equal(ecs__rds_auth_argv(&u, av, al), 0); /* no password: no AUTH */
+  assert_int_equal(ecs__rds_url_parse("redis://alice:pw@h:1", &u), ECS_OK);
+  assert_int_equal(ecs__rds_auth_argv(&u, av, al), 3);
+  assert_string_equal(av[0], "AUTH");
+  assert_string_equal(av[1], "alice");
+  assert_string_equal(av[2], "pw");
+  assert_int_equal(ecs__rds_url_parse("redis://:pw@h:1", &u), ECS_OK);
+  assert_int_equal(ecs__rds_auth_argv(&u, av, al), 2);
+  assert_string_equal(av[1], "pw");
+  /* format round-trips, escaping what must be, and leaves the password out on request */
+  char out[256];
+  assert_int_equal(ecs__rds_url_parse("redis://a%3Ab:p%40%3A%2F%20x@[::1]:7/2", &u), ECS_OK);
+  assert_int_equal(ecs__rds_url_format(&u, 1, out, sizeof out), ECS_OK);
+  ecs__rds_url_t u2;
+  assert_int_equal(ecs__rds_url_parse(out, &u2), ECS_OK);
+  assert_string_equal(u2.user, "a:b");
+  assert_string_equal(u2.pass, "p@:/ x");
+  assert_string_equal(u2.host, "::1");
+  assert_int_equal(u2.port, 7);
+  assert_int_equal(u2.db, 2);
+  assert_int_equal(ecs__rds_url_format(&u, 0, out, sizeof out), ECS_OK);
+  assert_string_equal(out, "redis://a%3Ab@[::1]:7/2");
+  assert_int_equal(ecs__rds_url_format(&u, 1, out, 12), ECS_EINVAL);
+  /* messages show no password */
+  assert_string_equal(ecs__rds_url_redact("redis://alice:hunter2@h:1/0", out, sizeof out),
+                      "redis://alice:***@h:1/0");
+  assert_string_equal(ecs__rds_url_redact(":hunter2@h", out, sizeof out), ":***@h");
+  assert_string_equal(ecs__rds_url_redact("redis://bob@h", out, sizeof out), "redis://bob@h");
+  assert_string_equal(ecs__rds_url_redact("h:1", out, sizeof out), "h:1");
+  assert_int_equal(ecs__rds_url_has_password("redis://a:b@h"), 1);
+  assert_int_equal(ecs__rds_url_has_password("redis://:b@h"), 1);
+  assert_int_equal(ecs__rds_url_has_password("redis://a@h"), 0);
+  assert_int_equal(ecs__rds_url_has_password("h:1"), 0);
+  assert_int_equal(ecs__rds_url_has_password("a:b@h:x"), 1); /* bad, but still a secret */
+  /* a user without a password anywhere is refused at init, naming where to put it */
+  ecs__rds_t rl;
+  unsetenv("ECSTORE_REDIS_PASSWORD");
+  assert_int_equal(ecs__rds_init(&rl, "redis://bob@h:1", 100, 100), ECS_EINVAL);
+  assert_non_null(strstr(ecs__rds_errmsg(&rl), "ECSTORE_REDIS_PASSWORD"));
+  assert_int_equal(ecs__rds_init(&rl, "redis://bob:pw@h:x", 100, 100), ECS_EINVAL);
+  assert_null(strstr(ecs__rds_errmsg(&rl), "pw@"));
+  setenv("ECSTORE_REDIS_PASSWORD", "from-env", 1);
+  assert_int_equal(ecs__rds_init(&rl, "redis://bob@h:1", 100, 100), ECS_OK);
+  assert_string_equal(rl.pass, "from-env");
+  assert_int_equal(ecs__rds_init(&rl, "redis://bob:url-wins@h:1", 100, 100), ECS_OK);
+  assert_string_equal(rl.pass, "url-wins");
+  unsetenv("ECSTORE_REDIS_PASSWORD");
 
   /* Options: ns required; a server needs a node id that fits and an epoch. */
   ecs_meta_opts_t o;

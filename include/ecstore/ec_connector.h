@@ -93,6 +93,10 @@ typedef struct ecs_ec_config {
   int kv_ttl_s;           /* [kv_ttl_s] expiry of KV request manifests (600) */
   int lookup_retries;     /* [lookup_retries] KV Redis calls: retries of transient errors (5) */
   int retry_backoff_ms;   /* [retry_backoff_ms] first backoff, doubled per retry (20) */
+
+  /* [redis_password_file] Redis AUTH password: the first line of this file,
+   * chmod 600 ("": the URL's, else ECSTORE_REDIS_PASSWORD) */
+  char redis_password_file[512];
 } ecs_ec_config_t;
 
 /* Fills cfg with the defaults above. */

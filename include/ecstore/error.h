@@ -47,7 +47,8 @@ extern "C" {
   X(EDTYPE, -25, "invalid dtype or shape")                                                                   \
   X(ENOTCONN, -26, "not connected")                                                                          \
   X(EOVERFLOW, -27, "value too large for its field")                                                         \
-  X(ECODEC, -28, "compression codec error")
+  X(ECODEC, -28, "compression codec error")                                                                  \
+  X(EPERM, -29, "permission denied (the token lacks the right)")
 
 typedef enum ecs_errno {
   ECS_OK = 0,

@@ -8,6 +8,7 @@
 
 #include "ecstore/ecstore.h"
 #include "store/parse.h"
+#include "store/rds.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -26,6 +27,7 @@ static void usage(FILE *f) {
           "options:\n"
           "  --server HOST:PORT[,...]  servers (default 127.0.0.1:7700, or $ECSTORE_SERVERS)\n"
           "  --redis URL               Redis for 'exists' (default $ECSTORE_REDIS; none: ask the servers)\n"
+          "                            its password: $ECSTORE_REDIS_PASSWORD, never in --redis\n"
           "  --ns NAME                 namespace (default 'default', or $ECSTORE_NS)\n"
           "  --auth-token-file FILE    token the servers require\n"
           "  --timeout-ms MS           deadline of each call (default 10000)\n"
@@ -334,7 +336,15 @@ int main(int argc, char **argv) {
   while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (o) {
     case O_SERVER: cfg.servers = optarg; break;
-    case O_REDIS: cfg.redis_url = strcmp(optarg, "none") ? optarg : NULL; break;
+    case O_REDIS:
+      if (ecs__rds_url_has_password(optarg)) { /* never echoed: it is the secret */
+        fprintf(stderr,
+                "ecstore-cli: --redis: a password on the command line is visible to every local user; "
+                "give it in ECSTORE_REDIS_PASSWORD (or the whole URL in ECSTORE_REDIS)\n");
+        return 2;
+      }
+      cfg.redis_url = strcmp(optarg, "none") ? optarg : NULL;
+      break;
     case O_NS: cfg.ns = optarg; break;
     case O_AUTH:
       if (read_token(optarg, token, sizeof token))

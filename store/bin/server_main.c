@@ -9,12 +9,16 @@
 #include <unistd.h>
 
 #include "ecstore/error.h"
+#include "store/acl.h"
 #include "store/log.h"
 #include "store/net.h"
 #include "store/parse.h"
+#include "store/rds.h"
 #include "store/server.h"
 
 static ecs_server_t *g_server;
+static ecs__acl_t *g_acl;         /* --acl-file, loaded once */
+static char g_redis_pw_file[512]; /* --redis-password-file */
 
 static void on_signal(int sig) {
   (void)sig;
@@ -38,10 +42,17 @@ static void usage(FILE *f) {
           "  --cuda-register           cudaHostRegister the pool when libcudart is present\n"
           "  --redis URL               redis://HOST:PORT[/DB] or HOST:PORT; 'none' to run without\n"
           "                            (default 127.0.0.1:6379)\n"
+          "                            a password: in a --config file's URL (redis://USER:PASS@HOST:PORT),\n"
+          "                            --redis-password-file or ECSTORE_REDIS_PASSWORD, never on the\n"
+          "                            command line (refused there)\n"
+          "  --redis-password-file FILE  Redis AUTH password, first line of FILE (chmod 600)\n"
           "  --ns NAME                 namespace served, e.g. the model name (default 'default')\n"
           "  --node-id ID              node id in Redis (default HOST:PORT)\n"
           "  --auth-token-file FILE    clients must present this token (first line of FILE, which\n"
           "                            group and others must not access: chmod 600)\n"
+          "  --acl-file FILE           rights per token and namespace: 'TOKEN NAMESPACES RIGHTS' lines,\n"
+          "                            rights read, write, remove, admin or all (docs/security.md);\n"
+          "                            chmod 600 as the token file\n"
           "  --unprotected             allow a non-loopback --listen without --auth-token-file\n"
           "                            (refused by default: anyone who can connect could read and write)\n"
           "  --hello-timeout-ms MS     close a connection that has not said HELLO by then (default 5000)\n"
@@ -123,6 +134,8 @@ enum {
   O_MAXPINBYTES,
   O_MAXOBJ,
   O_SCRUB,
+  O_ACL,
+  O_REDISPW,
   O_HELP
 };
 
@@ -165,6 +178,8 @@ static const struct option long_opts[] = {
     {"max-pinned-per-conn", required_argument, 0, O_MAXPINBYTES},
     {"max-objects", required_argument, 0, O_MAXOBJ},
     {"scrub-freed", no_argument, 0, O_SCRUB},
+    {"acl-file", required_argument, 0, O_ACL},
+    {"redis-password-file", required_argument, 0, O_REDISPW},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -285,6 +300,11 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
       return bad("redis", arg, "too long");
     snprintf(o->redis_url, sizeof o->redis_url, "%s", arg);
     return 0;
+  case O_REDISPW:
+    if (!*arg || strlen(arg) >= sizeof g_redis_pw_file)
+      return bad("redis-password-file", arg, "expected a path");
+    snprintf(g_redis_pw_file, sizeof g_redis_pw_file, "%s", arg);
+    return 0;
   case O_NS:
     if (!*arg || strlen(arg) >= sizeof o->ns)
       return bad("ns", arg, "expected 1..128 bytes");
@@ -296,6 +316,18 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     snprintf(o->node_id, sizeof o->node_id, "%s", arg);
     return 0;
   case O_AUTH: return read_token(arg, o->auth_token, sizeof o->auth_token);
+  case O_ACL: {
+    char err[512];
+    ecs__acl_free(g_acl);
+    g_acl = NULL;
+    o->acl = NULL;
+    if (ecs__acl_load(arg, &g_acl, err, sizeof err) != ECS_OK) {
+      fprintf(stderr, "ecstore-server: --acl-file: %s\n", err);
+      return 2;
+    }
+    o->acl = g_acl;
+    return 0;
+  }
   case O_IOTO:
     if (ecs_parse_int(arg, 100, 3600000, &v))
       return bad("io-timeout-ms", arg, "expected 100..3600000");
@@ -426,6 +458,40 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
   }
 }
 
+/* The Redis password, wherever it was given (the --redis URL of a config
+ * file, --redis-password-file, ECSTORE_REDIS_PASSWORD; the file wins),
+ * ends up in this process's ECSTORE_REDIS_PASSWORD, where the Redis link
+ * takes it from (store/rds.h), and out of the URL, which the server logs.
+ * 0, or an exit status. */
+static int settle_redis_password(ecs_server_opts_t *o) {
+  if (!o->redis_url[0] || !strcmp(o->redis_url, "none"))
+    return 0;
+  ecs__rds_url_t u;
+  if (ecs__rds_url_parse(o->redis_url, &u) != ECS_OK) {
+    char shown[256];
+    fprintf(stderr, "ecstore-server: --redis '%s': expected redis://[USER:PASS@]HOST:PORT[/DB]\n",
+            ecs__rds_url_redact(o->redis_url, shown, sizeof shown));
+    return 2;
+  }
+  int rc = 0;
+  if (g_redis_pw_file[0]) {
+    char err[600];
+    if (ecs__rds_read_secret(g_redis_pw_file, u.pass, sizeof u.pass, err, sizeof err) != ECS_OK) {
+      fprintf(stderr, "ecstore-server: --redis-password-file %s\n", err);
+      rc = 2;
+    }
+  }
+  if (rc == 0 && u.pass[0]) {
+    if (setenv("ECSTORE_REDIS_PASSWORD", u.pass, 1) != 0 ||
+        ecs__rds_url_format(&u, 0, o->redis_url, sizeof o->redis_url) != ECS_OK) {
+      fprintf(stderr, "ecstore-server: --redis: cannot keep the password out of the URL\n");
+      rc = 2;
+    }
+  }
+  memset(u.pass, 0, sizeof u.pass);
+  return rc;
+}
+
 static int parse(ecs_server_opts_t *o, int argc, char **argv, char *port_file, size_t pf_cap,
                  int from_config) {
   optind = 1;
@@ -447,6 +513,13 @@ static int parse(ecs_server_opts_t *o, int argc, char **argv, char *port_file, s
         return 2;
       }
       continue; /* read before the command line */
+    }
+    if (c == O_REDIS && !from_config && ecs__rds_url_has_password(optarg)) {
+      fprintf(stderr,
+              "ecstore-server: --redis: a password on the command line is visible to every local "
+              "user (ps, /proc/PID/cmdline); put it in --redis-password-file FILE, in the environment "
+              "(ECSTORE_REDIS_PASSWORD) or in the URL of a --config file\n");
+      return 2;
     }
     int rc = apply(o, c, optarg, port_file, pf_cap);
     if (rc)
@@ -497,6 +570,9 @@ int main(int argc, char **argv) {
   int rc = parse(&o, argc, argv, port_file, sizeof port_file, 0);
   if (rc)
     return rc;
+  rc = settle_redis_password(&o);
+  if (rc)
+    return rc;
   if (o.low_watermark > o.high_watermark) {
     fprintf(stderr, "ecstore-server: --low-watermark must not exceed --high-watermark\n");
     return 2;
@@ -519,5 +595,6 @@ int main(int argc, char **argv) {
   rc = ecs_server_run(g_server);
   ecs_server_destroy(g_server);
   g_server = NULL;
+  ecs__acl_free(g_acl);
   return rc ? 1 : 0;
 }

@@ -9,8 +9,10 @@ import ctypes
 import enum
 import functools
 import logging
+import os
 import socket
 import struct
+import urllib.parse
 
 from . import _lib
 from . import codes as _c
@@ -58,6 +60,7 @@ _CODE = {
     _c.ENOTCONN: RPC_FAIL,
     _c.EREDIS: RPC_FAIL,
     _c.EAUTH: RPC_FAIL,
+    _c.EPERM: RPC_FAIL,
     _c.ECHECKSUM: INVALID_READ,
     _c.ECORRUPT: INVALID_READ,
     _c.ESTALE: INVALID_READ,
@@ -291,15 +294,22 @@ def _torch_view(ptr, code, shape, nbytes):
 
 def _redis_scan(url, pattern, timeout):
     """Every key matching pattern (bytes), with SCAN over a plain socket: no
-    Redis package is needed for this one call."""
+    Redis package is needed for this one call.  AUTH as the C link does
+    (store/rds.h): USER:PASS@ or :PASS@ in the URL (%XX-escaped), else the
+    password in ECSTORE_REDIS_PASSWORD."""
     rest = url.split("://", 1)[1] if "://" in url else url
+    user = password = ""
+    if "@" in rest:
+        userinfo, _, rest = rest.rpartition("@")
+        user, _, password = userinfo.partition(":")
+        user, password = urllib.parse.unquote(user), urllib.parse.unquote(password)
+    password = password or os.environ.get("ECSTORE_REDIS_PASSWORD", "")
     db = 0
     if "/" in rest:
         rest, dbs = rest.split("/", 1)
         db = int(dbs or 0)
-    if "@" in rest:
-        raise ValueError("Redis AUTH is not supported")
     host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
     sock = socket.create_connection((host or "127.0.0.1", int(port or 6379)), timeout=timeout)
     f = sock.makefile("rb")
 
@@ -334,6 +344,11 @@ def _redis_scan(url, pattern, timeout):
         raise ConnectionError("unexpected Redis reply %r" % line[:40])
 
     try:
+        if password:
+            try:
+                cmd("AUTH", *((user, password) if user else (password,)))
+            except ConnectionError as e:  # Redis's words, never the password
+                raise PermissionError("redis %s:%s: authentication failed: %s" % (host, port or 6379, e)) from None
         if db:
             cmd("SELECT", db)
         keys, cursor = [], b"0"

@@ -34,5 +34,6 @@ EDTYPE = -25
 ENOTCONN = -26
 EOVERFLOW = -27
 ECODEC = -28
+EPERM = -29
 
 ALL = {name: value for name, value in globals().items() if name.isupper() and name != "OK"}

@@ -90,7 +90,8 @@ class RedisError(EcstoreError):
 
 
 class AuthError(EcstoreError, PermissionError):
-    """EAUTH: the server refused the namespace or token."""
+    """EAUTH: the server refused the namespace or token; EPERM: the token
+    lacks the right for the request (the server's --acl-file)."""
 
 
 class BusyError(EcstoreError):
@@ -135,6 +136,7 @@ _BY_NAME = {
     "EBUFSMALL": BufferTooSmallError,
     "EREDIS": RedisError,
     "EAUTH": AuthError,
+    "EPERM": AuthError,
     "EBUSY": BusyError,
     "ESTALE": StaleError,
     "ENOTSUP": NotSupportedError,

@@ -87,7 +87,7 @@ _SETUP_DEFAULTS = {"engine": None, "enable_ssd_offload": False, "ssd_offload_pat
 # setup(config) keys beyond the positional ones: Mooncake's, then ecstore's own.
 _DICT_EXTRA = {"ipc_socket_path"}
 _ECSTORE_KEYS = {"namespace", "auth_token", "timeout_ms", "connect_timeout_ms", "verify_checksum", "compression",
-                 "rdma_port", "rdma_gid_index", "shm_read_only"}
+                 "rdma_port", "rdma_gid_index", "shm_read_only", "max_object_size", "shm_server_uid"}
 _PROTOCOLS = {"tcp": "tcp", "rdma": "rdma", "shm": "shm", "auto": "auto"}
 
 
