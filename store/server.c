@@ -217,13 +217,14 @@ static int shm_dir_ok(const char *dir, const char *how) {
   return -1;
 }
 
-/* The default socket directory, one the server owns: /run/ecstore as root,
- * else $XDG_RUNTIME_DIR/ecstore, else /tmp/ecstore-UID; made 0755 when
- * missing.  0, or -1 after logging why. */
+/* The default socket directory, one the server owns: /run/ecstore as root
+ * (where there is a /run), else $XDG_RUNTIME_DIR/ecstore, else
+ * /tmp/ecstore-UID; made 0755 when missing.  0, or -1 after logging why. */
 static int shm_default_dir(char *dir, size_t cap) {
   const char *xdg = getenv("XDG_RUNTIME_DIR");
   int n;
-  if (geteuid() == 0)
+  struct stat st;
+  if (geteuid() == 0 && stat("/run", &st) == 0) /* a container may have no /run */
     n = snprintf(dir, cap, "/run/ecstore");
   else if (xdg && xdg[0] == '/')
     n = snprintf(dir, cap, "%s/ecstore", xdg);
