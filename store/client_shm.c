@@ -191,14 +191,15 @@ static int shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
   /* Writable if we put and our uid may write; else read-only (puts by
    * copy); else, a uid that may not map at all, copies both ways. */
   ecs_shm_map_t *m = NULL;
-  int want_write = !c->cfg.shm_read_only;
-  if (rc == ECS_OK)
+  int want_write = !c->cfg.shm_read_only, copy_only = 0;
+  if (rc == ECS_OK) {
     rc = attach(c, &u, want_write, deadline, &m);
-  if (rc == ECS_EAUTH && want_write)
-    rc = attach(c, &u, 0, deadline, &m);
-  int copy_only = rc == ECS_EAUTH;
-  if (copy_only)
-    rc = ECS_OK;
+    if (rc == ECS_EAUTH && want_write)
+      rc = attach(c, &u, 0, deadline, &m);
+    copy_only = rc == ECS_EAUTH; /* refused a map, not the connection */
+    if (copy_only)
+      rc = ECS_OK;
+  }
   if (rc) {
     if (!c->errmsg[0])
       ecs__cli_err(c, "%s: shm attach failed: %s", s->addr, ecs_strerror(rc));

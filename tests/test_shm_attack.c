@@ -273,10 +273,11 @@ typedef struct relay {
   char real[160];     /* the server's socket, moved aside */
   uint8_t rec[65536]; /* client -> server bytes */
   size_t nrec;        /* bytes recorded */
+  int tamper;         /* flip the last byte of the client's second message (the PROVE's MAC) */
 } relay_t;
 
 /* Moves one message (with any passed fd) from a to b; -1 at EOF/error. */
-static int relay_once(int a, int b, uint8_t *rec, size_t *nrec, size_t cap) {
+static int relay_once(int a, int b, uint8_t *rec, size_t *nrec, size_t cap, int tamper) {
   uint8_t buf[65536];
   union {
     struct cmsghdr h;
@@ -287,6 +288,8 @@ static int relay_once(int a, int b, uint8_t *rec, size_t *nrec, size_t cap) {
   ssize_t n = recvmsg(a, &mh, 0);
   if (n <= 0)
     return -1;
+  if (tamper && *nrec == 32 + 8) /* the CHALLENGE is through: this is the PROVE */
+    buf[n - 1] ^= 1;
   if (rec) {
     size_t k = (size_t)n < cap - *nrec ? (size_t)n : cap - *nrec;
     memcpy(rec + *nrec, buf, k);
@@ -313,9 +316,10 @@ static void *relay_main(void *p) {
     struct pollfd ps[2] = {{cfd, POLLIN, 0}, {sfd, POLLIN, 0}};
     if (poll(ps, 2, 5000) <= 0)
       break;
-    if ((ps[0].revents & (POLLIN | POLLHUP)) && relay_once(cfd, sfd, r->rec, &r->nrec, sizeof r->rec))
+    if ((ps[0].revents & (POLLIN | POLLHUP)) &&
+        relay_once(cfd, sfd, r->rec, &r->nrec, sizeof r->rec, r->tamper))
       break;
-    if ((ps[1].revents & (POLLIN | POLLHUP)) && relay_once(sfd, cfd, NULL, NULL, 0))
+    if ((ps[1].revents & (POLLIN | POLLHUP)) && relay_once(sfd, cfd, NULL, NULL, 0, 0))
       break;
   }
   close(cfd);
@@ -408,6 +412,40 @@ static void test_upgrade_sends_no_token_and_resists_replay(void **state) {
   assert_int_equal(read_reply(fd, meta, sizeof meta, &mlen), ECS_EAUTH);
   ecs_wbuf_free(&w);
   close(fd);
+  rename(r.real, e.shm_path);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
+}
+
+/* A proof altered on its way is refused, and the client does not take the
+ * refused socket for a usable one (a read-only client asks for no write
+ * map, so the refusal must not read as "no map: copy over the socket"). */
+static void test_tampered_proof_refused(void **state) {
+  (void)state;
+  ecs_ts_env_t e;
+  assert_int_equal(ecs_ts_env_start(&e, NULL), 0);
+  static relay_t r;
+  memset(&r, 0, sizeof r);
+  r.tamper = 1;
+  snprintf(r.real, sizeof r.real, "%.100s.real", e.shm_path);
+  assert_int_equal(rename(e.shm_path, r.real), 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  snprintf(a.sun_path, sizeof a.sun_path, "%.100s", e.shm_path);
+  r.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(r.lfd >= 0);
+  assert_int_equal(bind(r.lfd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(r.lfd, 4), 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, relay_main, &r), 0);
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, e.servers, "shm");
+  cfg.shm_read_only = 1;
+  ecs_client_t *c = NULL;
+  char err[256] = "";
+  assert_int_equal(ecs_client_connect(&cfg, &c, err, sizeof err), ECS_EAUTH);
+  assert_null(c);
+  assert_non_null(strstr(err, "shm upgrade"));
+  pthread_join(th, NULL);
+  close(r.lfd);
   rename(r.real, e.shm_path);
   assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
@@ -519,6 +557,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_root_write_uids),
       cmocka_unit_test(test_root_stranger_copies_over_socket),
       cmocka_unit_test(test_upgrade_sends_no_token_and_resists_replay),
+      cmocka_unit_test(test_tampered_proof_refused),
       cmocka_unit_test(test_socket_dir_squat_and_hostile),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
