@@ -4,9 +4,11 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -163,10 +165,16 @@ static int map_fd(ecs__region_t *r, size_t size, int huge, int lock, const char 
                   const ecs_pool_opts_t *pr) {
   size_t page = huge ? huge_page_size() : 4096;
   size_t len = (size + page - 1) / page * page;
-  int fd = memfd_create(name, MFD_CLOEXEC | (huge ? MFD_HUGETLB : 0));
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0));
   if (fd < 0)
     return errno;
-  if (ftruncate(fd, (off_t)len) != 0) {
+  /* The fd is handed to other processes (shm ATTACH).  Mode 0600: no
+   * other uid can reopen it through /proc/PID/fd/N with more access than
+   * the descriptor it was given (a memfd is created 0777).  Sealed at its
+   * size: no holder of a writable fd can shrink it under the server (its
+   * next touch of a page past the end would be a SIGBUS) or grow it. */
+  if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)len) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     int e = errno;
     close(fd);
     return e;

@@ -5,6 +5,10 @@
  * Preconditions and what each primitive needs from the system:
  *  - memfd_create(2) (Linux >= 3.17): the region lives in a file so that a
  *    co-located process can mmap the same pages from the fd we pass it.
+ *    The file is mode 0600 and sealed (F_SEAL_SHRINK | F_SEAL_GROW, then
+ *    F_SEAL_SEAL; hugetlb memfds take seals since Linux 4.16): another
+ *    uid cannot reopen it with more access than the fd it was handed,
+ *    and nobody can truncate it under the server.
  *  - MFD_HUGETLB (Linux >= 4.14) needs free pages in the hugetlb pool
  *    (/proc/sys/vm/nr_hugepages); the reservation is made at mmap time, so
  *    an empty pool shows up as mmap failing with ENOMEM.  The mapped length

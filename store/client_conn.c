@@ -162,6 +162,9 @@ int ecs__cli_hello(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
       s->epoch = hr.epoch;
       s->max_data = hr.max_data;
       snprintf(s->shm_path, sizeof s->shm_path, "%s", hr.shm_path);
+      s->up_id = hr.upgrade_id;
+      memcpy(s->up_secret, hr.upgrade_secret, sizeof s->up_secret);
+      memset(&hr, 0, sizeof hr);
     }
   }
   return rc;

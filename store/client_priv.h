@@ -94,6 +94,8 @@ struct ecs_cli_srv {
   uint64_t epoch;           /* from HELLO */
   uint64_t max_data;        /* from HELLO */
   char shm_path[108];       /* the server's Unix socket, from HELLO over TCP */
+  uint64_t up_id;           /* the shm upgrade secret's id, from that HELLO (0: none) */
+  uint8_t up_secret[32];    /* that one-time secret (ECS_UPGRADE_SECRET_SIZE), wiped once used */
   ecs_shm_map_t *map;       /* the pool mapping while on the shm path */
   struct ecs_rdma_ep *ep;   /* RDMA endpoint while on the RDMA path */
   struct ecs_client *cli;   /* the owning client (for the RDMA exchange callback) */

@@ -1,11 +1,16 @@
 /*
  * The client's shared-memory data path (a server on this host).
  *
- * Discovery: a TCP HELLO names the server's Unix socket.  The client opens
- * it and says HELLO again; only when the answer names the same node and
- * epoch is it the same server (a socket of the same name on another host's
- * client would be another server).  ATTACH then hands over the pool's memfd
- * (SCM_RIGHTS), which the client maps: read-only unless it will put.
+ * Discovery: a TCP HELLO names the server's Unix socket and issues a
+ * one-time upgrade secret.  The client checks who holds the socket
+ * (SO_PEERCRED), then proves it knows the secret by challenge-response
+ * (UPGRADE: the server's nonce, HMAC-SHA256 under the secret): the auth
+ * token is never sent there, and a recorded proof is worth nothing.  Only
+ * when the answer names the same node and epoch is it the same server.
+ * ATTACH then hands over the pool's memfd (SCM_RIGHTS), which the client
+ * maps: read-only unless it will put and its uid may write
+ * (--shm-write-uid); a uid that may not map at all (not in
+ * --shm-allow-uid) stays on the socket and copies, as over TCP.
  *
  * get:  LEASE pins the objects and says where they lie; the client copies
  *       them into the caller's buffers (or hands out views, no copy at all)
@@ -18,6 +23,7 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -25,8 +31,11 @@
 
 #include "store/checksum.h"
 #include "store/client_priv.h"
+#include "store/sha256.h"
 
 static const ecs_cli_ops_t shm_ro_ops;
+static const ecs_cli_ops_t unix_copy_ops;
+_Static_assert(sizeof(((ecs_cli_srv_t *)0)->up_secret) == ECS_UPGRADE_SECRET_SIZE, "the upgrade secret");
 
 void ecs__shm_map_put(ecs_shm_map_t *m) {
   if (m && m->retired && m->views == 0) {
@@ -36,8 +45,8 @@ void ecs__shm_map_put(ecs_shm_map_t *m) {
 }
 
 /* ATTACH on fd: receive the pool's descriptor and map it. */
-static int attach(ecs_client_t *c, ecs_cli_srv_t *u, uint64_t deadline, ecs_shm_map_t **out) {
-  int want_write = !c->cfg.shm_read_only;
+static int attach(ecs_client_t *c, ecs_cli_srv_t *u, int want_write, uint64_t deadline, ecs_shm_map_t **out) {
+  *out = NULL;
   ecs_wbuf_reset(&c->w);
   ecs_wbuf_u32(&c->w, want_write ? ECS_ATTACH_WRITE : 0);
   uint32_t id;
@@ -65,7 +74,8 @@ static int attach(ecs_client_t *c, ecs_cli_srv_t *u, uint64_t deadline, ecs_shm_
     ecs_rbuf_init(&r, meta, h.meta_len);
     rc = ecs_proto_attach_reply_read(&r, &ar);
   }
-  if (rc == ECS_OK && (pfd < 0 || ar.pool_size == 0))
+  if (rc == ECS_OK && (pfd < 0 || ar.pool_size == 0 || (ar.pool_size >> 62) != 0 ||
+                       ((ar.flags & ECS_ATTACH_WRITE) && !want_write)))
     rc = ECS_EPROTO;
   ecs_shm_map_t *m = NULL;
   if (rc == ECS_OK) {
@@ -94,12 +104,51 @@ static int attach(ecs_client_t *c, ecs_cli_srv_t *u, uint64_t deadline, ecs_shm_
 
 /* Whether uid may own the shm socket: root, this process's own user, or
  * the one the config names.  Anyone else listening at the advertised path
- * is a squatter (a server's socket in a shared /tmp, removed and taken
- * over): it would get the auth token in our HELLO and could serve us
- * anything. */
+ * is a squatter (a server's socket removed and taken over): it could
+ * serve us anything.  (It would not learn our token: that never goes on
+ * the socket.) */
 static int trusted_uid(const ecs_client_t *c, unsigned uid) {
   return uid == 0 || uid == (unsigned)geteuid() ||
          (c->cfg.shm_server_uid >= 0 && uid == (unsigned)c->cfg.shm_server_uid);
+}
+
+/* UPGRADE on u: ask for the server's nonce, answer HMAC-SHA256(secret,
+ * nonce) under the secret s's TCP HELLO issued, and take the HELLO reply
+ * that comes back (node and epoch, into u).  The secret is spent either
+ * way. */
+static int upgrade_prove(ecs_client_t *c, ecs_cli_srv_t *s, ecs_cli_srv_t *u, uint64_t deadline) {
+  if (!s->up_id) {
+    ecs__cli_err(c, "%s issued no shm upgrade secret in its HELLO (a server older than this client?)",
+                 s->addr);
+    return ECS_ENOTSUP;
+  }
+  ecs_upgrade_t up = {.phase = ECS_UPGRADE_CHALLENGE};
+  ecs_wbuf_reset(&c->w);
+  ecs_proto_upgrade_write(&c->w, &up);
+  ecs_hdr_t h;
+  int rc = ecs__cli_call(c, u, ECS_OP_UPGRADE, 0, NULL, 0, 0, 0, "shm upgrade", &h, deadline);
+  if (rc == ECS_OK && h.meta_len != ECS_UPGRADE_NONCE_SIZE)
+    rc = ECS_EPROTO;
+  if (rc == ECS_OK) {
+    up.phase = ECS_UPGRADE_PROVE;
+    up.upgrade_id = s->up_id;
+    ecs__hmac_sha256(s->up_secret, sizeof s->up_secret, c->rmeta, ECS_UPGRADE_NONCE_SIZE, up.mac);
+    ecs_wbuf_reset(&c->w);
+    ecs_proto_upgrade_write(&c->w, &up);
+    memset(&up, 0, sizeof up);
+    rc = ecs__cli_call(c, u, ECS_OP_UPGRADE, 0, NULL, 0, 0, 0, "shm upgrade", &h, deadline);
+  }
+  s->up_id = 0;
+  memset(s->up_secret, 0, sizeof s->up_secret);
+  if (rc == ECS_OK) {
+    ecs_rbuf_t r;
+    ecs_hello_reply_t hr;
+    ecs_rbuf_init(&r, c->rmeta, h.meta_len);
+    rc = ecs_proto_hello_reply_read(&r, &hr);
+    snprintf(u->node_id, sizeof u->node_id, "%s", hr.node_id);
+    u->epoch = hr.epoch;
+  }
+  return rc;
 }
 
 /* shm when the server is on this host: its Unix socket is held by a
@@ -132,22 +181,25 @@ static int shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
     close(u.fd);
     return ECS_ENOTSUP;
   }
-  rc = ecs__cli_hello(c, &u, deadline);
+  rc = upgrade_prove(c, s, &u, deadline);
   if (rc == ECS_ECONN && !c->errmsg[0])
-    /* The server accepts a Unix connection and closes it at once when the
-     * peer's uid is not allowed (or at its connection limit); the reason
-     * is in its log, so name both here. */
-    ecs__cli_err(c,
-                 "%s refused shared memory: it closed %s at once (uid %u is not allowed: the server "
-                 "admits its own user, root and --shm-allow-uid; or it is at --max-conns)",
-                 s->addr, s->shm_path, (unsigned)geteuid());
+    ecs__cli_err(c, "%s closed its shm socket %s at once (at --max-conns?)", s->addr, s->shm_path);
   if (rc == ECS_OK && (strcmp(u.node_id, s->node_id) != 0 || u.epoch != s->epoch)) {
     ecs__cli_err(c, "%s: the socket %s belongs to another server (node %s)", s->addr, s->shm_path, u.node_id);
     rc = ECS_ENOTSUP;
   }
+  /* Writable if we put and our uid may write; else read-only (puts by
+   * copy); else, a uid that may not map at all, copies both ways. */
   ecs_shm_map_t *m = NULL;
-  if (rc == ECS_OK)
-    rc = attach(c, &u, deadline, &m);
+  int want_write = !c->cfg.shm_read_only, copy_only = 0;
+  if (rc == ECS_OK) {
+    rc = attach(c, &u, want_write, deadline, &m);
+    if (rc == ECS_EAUTH && want_write)
+      rc = attach(c, &u, 0, deadline, &m);
+    copy_only = rc == ECS_EAUTH; /* refused a map, not the connection */
+    if (copy_only)
+      rc = ECS_OK;
+  }
   if (rc) {
     if (!c->errmsg[0])
       ecs__cli_err(c, "%s: shm attach failed: %s", s->addr, ecs_strerror(rc));
@@ -156,7 +208,7 @@ static int shm_upgrade(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
   }
   close(s->fd); /* the TCP connection is no longer needed */
   s->fd = u.fd;
-  s->ops = m->writable ? &ecs__cli_shm_ops : &shm_ro_ops;
+  s->ops = copy_only ? &unix_copy_ops : m->writable ? &ecs__cli_shm_ops : &shm_ro_ops;
   s->map = m;
   return ECS_OK;
 }
@@ -343,8 +395,32 @@ const ecs_cli_ops_t ecs__cli_shm_ops = {
     .drop = shm_drop,
 };
 
-/* A read-only mapping (shm_read_only, or a server that would not map its
- * pool writable): gets and views in place, puts over the Unix socket. */
+/* A uid the server will not let map its pool (not in --shm-allow-uid):
+ * the TCP path's requests over the Unix socket, copies both ways, no
+ * views.  Wrappers, because the TCP table's entries are not constants
+ * this file's initializer may use. */
+static int unix_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                    const size_t *idx, size_t m, int *status, uint64_t deadline) {
+  return ecs__cli_tcp_ops.put(c, s, keys, ts, idx, m, status, deadline);
+}
+
+static int unix_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,
+                    const size_t *idx, size_t m, int alloc, uint64_t deadline) {
+  return ecs__cli_tcp_ops.get(c, s, keys, bufs, idx, m, alloc, deadline);
+}
+
+static const ecs_cli_ops_t unix_copy_ops = {
+    .name = "unix",
+    .upgrade = shm_upgrade,
+    .put = unix_put,
+    .get = unix_get,
+    .view = NULL,
+    .drop = NULL,
+};
+
+/* A read-only mapping (shm_read_only, or a uid the server lets map its
+ * pool but not write it): gets and views in place, puts over the Unix
+ * socket. */
 static const ecs_cli_ops_t shm_ro_ops = {
     .name = "shm",
     .upgrade = shm_upgrade,

@@ -95,6 +95,7 @@ static int op_known(unsigned op) {
   case ECS_OP_COMMIT:
   case ECS_OP_ATTACH:
   case ECS_OP_RDMA_CONNECT:
+  case ECS_OP_UPGRADE:
   case ECS_OP_DEBUG: return 1;
   default: return 0;
   }
@@ -447,7 +448,7 @@ int ecs_proto_hello_read(ecs_rbuf_t *r, ecs_hello_t *h) {
 void ecs_proto_hello_reply_write(ecs_wbuf_t *w, const ecs_hello_reply_t *h) {
   uint16_t n = (uint16_t)strnlen(h->node_id, sizeof h->node_id - 1);
   ecs_wbuf_u16(w, n);
-  wbuf_zeros(w, 2);
+  ecs_wbuf_u16(w, h->upgrade_id ? ECS_HELLO_F_UPGRADE : 0);
   ecs_wbuf_u32(w, h->max_items);
   ecs_wbuf_u64(w, h->epoch);
   ecs_wbuf_u64(w, h->pool_size);
@@ -456,12 +457,16 @@ void ecs_proto_hello_reply_write(ecs_wbuf_t *w, const ecs_hello_reply_t *h) {
   uint16_t pn = (uint16_t)strnlen(h->shm_path, sizeof h->shm_path - 1);
   ecs_wbuf_u16(w, pn);
   ecs_wbuf_put(w, h->shm_path, pn);
+  if (h->upgrade_id) {
+    ecs_wbuf_u64(w, h->upgrade_id);
+    ecs_wbuf_put(w, h->upgrade_secret, ECS_UPGRADE_SECRET_SIZE);
+  }
 }
 
 int ecs_proto_hello_reply_read(ecs_rbuf_t *r, ecs_hello_reply_t *h) {
   memset(h, 0, sizeof *h);
   uint16_t n = ecs_rbuf_u16(r);
-  (void)rbuf_take(r, 2); /* reserved */
+  uint16_t flags = ecs_rbuf_u16(r); /* other bits: reserved, ignored */
   h->max_items = ecs_rbuf_u32(r);
   h->epoch = ecs_rbuf_u64(r);
   h->pool_size = ecs_rbuf_u64(r);
@@ -481,6 +486,13 @@ int ecs_proto_hello_reply_read(ecs_rbuf_t *r, ecs_hello_reply_t *h) {
     return rbuf_fail(r);
   memcpy(h->shm_path, path, pn);
   h->shm_path[pn] = '\0';
+  if (!(flags & ECS_HELLO_F_UPGRADE))
+    return ECS_OK;
+  h->upgrade_id = ecs_rbuf_u64(r);
+  const uint8_t *sec = rbuf_take(r, ECS_UPGRADE_SECRET_SIZE);
+  if (r->err != ECS_OK || h->upgrade_id == 0 || sec == NULL)
+    return rbuf_fail(r);
+  memcpy(h->upgrade_secret, sec, ECS_UPGRADE_SECRET_SIZE);
   return ECS_OK;
 }
 
@@ -616,6 +628,32 @@ int ecs_proto_attach_reply_read(ecs_rbuf_t *r, ecs_attach_reply_t *it) {
   it->flags = ecs_rbuf_u32(r);
   (void)rbuf_take(r, 4); /* reserved */
   return r->err != ECS_OK ? rbuf_fail(r) : ECS_OK;
+}
+
+void ecs_proto_upgrade_write(ecs_wbuf_t *w, const ecs_upgrade_t *it) {
+  ecs_wbuf_u32(w, it->phase);
+  wbuf_zeros(w, 4);
+  if (it->phase == ECS_UPGRADE_PROVE) {
+    ecs_wbuf_u64(w, it->upgrade_id);
+    ecs_wbuf_put(w, it->mac, ECS_UPGRADE_MAC_SIZE);
+  }
+}
+
+int ecs_proto_upgrade_read(ecs_rbuf_t *r, ecs_upgrade_t *it) {
+  memset(it, 0, sizeof *it);
+  it->phase = ecs_rbuf_u32(r);
+  uint32_t reserved = ecs_rbuf_u32(r);
+  if (r->err != ECS_OK || reserved != 0 ||
+      (it->phase != ECS_UPGRADE_CHALLENGE && it->phase != ECS_UPGRADE_PROVE))
+    return rbuf_fail(r);
+  if (it->phase == ECS_UPGRADE_PROVE) {
+    it->upgrade_id = ecs_rbuf_u64(r);
+    const uint8_t *mac = rbuf_take(r, ECS_UPGRADE_MAC_SIZE);
+    if (r->err != ECS_OK || mac == NULL)
+      return rbuf_fail(r);
+    memcpy(it->mac, mac, ECS_UPGRADE_MAC_SIZE);
+  }
+  return ECS_OK;
 }
 
 void ecs_proto_u64_write(ecs_wbuf_t *w, uint64_t v) {

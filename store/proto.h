@@ -42,6 +42,7 @@ typedef enum ecs_op {
   ECS_OP_COMMIT = 11,       /* items: ecs_commit_item; reply items: status */
   ECS_OP_ATTACH = 12,       /* shm only: meta u32 flags; reply meta ecs_attach_reply + the pool fd */
   ECS_OP_RDMA_CONNECT = 13, /* meta: the client's RDMA blob; reply meta: the server's */
+  ECS_OP_UPGRADE = 14,      /* shm socket only, instead of HELLO: ecs_upgrade challenge-response */
   ECS_OP_DEBUG = 0x70       /* test-only hooks; refused unless the server enables them */
 } ecs_op_t;
 
@@ -155,15 +156,40 @@ typedef struct ecs_hello {
   uint32_t client_flags; /* reserved, 0 */
 } ecs_hello_t;
 
-/* HELLO reply (meta section). */
+#define ECS_UPGRADE_SECRET_SIZE 32 /* the one-time upgrade secret (HELLO reply) */
+#define ECS_UPGRADE_NONCE_SIZE 32  /* the server's challenge on the shm socket */
+#define ECS_UPGRADE_MAC_SIZE 32    /* HMAC-SHA256(secret, nonce) */
+
+/* HELLO reply (meta section).  Over TCP, when shm is on, it ends with a
+ * one-time upgrade secret: that connection's client may prove knowledge
+ * of it on the shm socket (ECS_OP_UPGRADE) instead of sending its token
+ * there.  The flag ECS_HELLO_F_UPGRADE (in what version 1 left reserved)
+ * says the secret follows the shm path, so a reply without it keeps its
+ * old layout and an older client skips what it does not know. */
+#define ECS_HELLO_F_UPGRADE 0x1u
 typedef struct ecs_hello_reply {
-  char node_id[64];   /* NUL-terminated node id */
-  char shm_path[108]; /* the server's Unix socket for shm ("" when off) */
-  uint64_t epoch;     /* node epoch (bumps at every server start) */
-  uint64_t pool_size; /* pool bytes */
-  uint32_t max_items; /* batch limit the server enforces */
-  uint64_t max_data;  /* largest data section the server accepts */
+  char node_id[64];                                /* NUL-terminated node id */
+  char shm_path[108];                              /* the server's Unix socket for shm ("" when off) */
+  uint64_t epoch;                                  /* node epoch (bumps at every server start) */
+  uint64_t pool_size;                              /* pool bytes */
+  uint32_t max_items;                              /* batch limit the server enforces */
+  uint64_t max_data;                               /* largest data section the server accepts */
+  uint64_t upgrade_id;                             /* names the secret (0: none issued) */
+  uint8_t upgrade_secret[ECS_UPGRADE_SECRET_SIZE]; /* valid when upgrade_id != 0 */
 } ecs_hello_reply_t;
+
+/* UPGRADE (shm socket, count = 0): CHALLENGE asks for a nonce (reply
+ * meta: ECS_UPGRADE_NONCE_SIZE bytes); PROVE answers it with the MAC
+ * under the secret that upgrade_id names (reply meta: ecs_hello_reply,
+ * without a secret).  A failed PROVE closes the connection. */
+#define ECS_UPGRADE_CHALLENGE 1u
+#define ECS_UPGRADE_PROVE 2u
+
+typedef struct ecs_upgrade {
+  uint32_t phase;                    /* ECS_UPGRADE_CHALLENGE or ECS_UPGRADE_PROVE */
+  uint64_t upgrade_id;               /* PROVE: from the HELLO reply over TCP */
+  uint8_t mac[ECS_UPGRADE_MAC_SIZE]; /* PROVE: HMAC-SHA256(secret, nonce) */
+} ecs_upgrade_t;
 
 /* STAT reply (meta section): counters, all u64 on the wire, in this order. */
 typedef struct ecs_stat_reply {
@@ -222,6 +248,9 @@ void ecs_proto_commit_item_write(ecs_wbuf_t *w, const ecs_commit_item_t *it);
 int ecs_proto_commit_item_read(ecs_rbuf_t *r, ecs_commit_item_t *it);
 void ecs_proto_attach_reply_write(ecs_wbuf_t *w, const ecs_attach_reply_t *it);
 int ecs_proto_attach_reply_read(ecs_rbuf_t *r, ecs_attach_reply_t *it);
+void ecs_proto_upgrade_write(ecs_wbuf_t *w, const ecs_upgrade_t *it);
+/* ECS_OK, or ECS_EPROTO (short, an unknown phase, reserved bytes set). */
+int ecs_proto_upgrade_read(ecs_rbuf_t *r, ecs_upgrade_t *it);
 void ecs_proto_u64_write(ecs_wbuf_t *w, uint64_t v);
 int ecs_proto_u64_read(ecs_rbuf_t *r, uint64_t *v);
 

@@ -193,12 +193,80 @@ static int rdma_setup(ecs_server_t *s) {
   return ECS_OK;
 }
 
-/* The Unix socket local clients use for shm (and any request). */
-static int shm_listen(ecs_server_t *s) {
-  if (s->o.shm_socket[0])
-    snprintf(s->shm_path, sizeof s->shm_path, "%s", s->o.shm_socket);
+/* Whether dir may hold our socket: a real directory (not a symlink), owned
+ * by us or root, that neither group nor others may write.  In a directory
+ * others can write, anyone could take the path first (the server could not
+ * start) or swap it between our bind and a client's connect.  0, or -1
+ * after logging why. */
+static int shm_dir_ok(const char *dir, const char *how) {
+  struct stat st;
+  if (lstat(dir, &st) != 0) {
+    ECS_LOG_E("cannot start: shm socket directory %s: %s", dir, strerror(errno));
+    return -1;
+  }
+  const char *why = !S_ISDIR(st.st_mode)                         ? "is not a directory (a symlink?)"
+                    : (st.st_uid != geteuid() && st.st_uid != 0) ? "is owned by another user"
+                    : (st.st_mode & (S_IWGRP | S_IWOTH)) != 0    ? "is writable by group or others"
+                                                                 : NULL;
+  if (!why)
+    return 0;
+  ECS_LOG_E("cannot start: shm socket directory %s %s (uid %u, mode %03o); anyone who can write there "
+            "could take the socket's path. %s",
+            dir, why, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), how);
+  return -1;
+}
+
+/* The default socket directory, one the server owns: /run/ecstore as root
+ * (where there is a /run), else $XDG_RUNTIME_DIR/ecstore, else
+ * /tmp/ecstore-UID; made 0755 when missing.  0, or -1 after logging why. */
+static int shm_default_dir(char *dir, size_t cap) {
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  int n;
+  struct stat st;
+  if (geteuid() == 0 && stat("/run", &st) == 0) /* a container may have no /run */
+    n = snprintf(dir, cap, "/run/ecstore");
+  else if (xdg && xdg[0] == '/')
+    n = snprintf(dir, cap, "%s/ecstore", xdg);
   else
-    snprintf(s->shm_path, sizeof s->shm_path, "/tmp/ecstore-%d.sock", s->port);
+    n = snprintf(dir, cap, "/tmp/ecstore-%u", (unsigned)geteuid());
+  if (n < 0 || (size_t)n >= cap) {
+    ECS_LOG_E("cannot start: shm socket directory path too long (XDG_RUNTIME_DIR?)");
+    return -1;
+  }
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    ECS_LOG_E("cannot start: cannot make the shm socket directory %s: %s (or give --shm-socket PATH)", dir,
+              strerror(errno));
+    return -1;
+  }
+  return shm_dir_ok(dir, "Remove it, or give --shm-socket PATH in a directory of yours.");
+}
+
+/* The Unix socket local clients use for shm (and any request), in a
+ * directory nobody else can write. */
+static int shm_listen(ecs_server_t *s) {
+  char dir[sizeof s->shm_path];
+  if (s->o.shm_socket[0]) {
+    snprintf(s->shm_path, sizeof s->shm_path, "%s", s->o.shm_socket);
+    snprintf(dir, sizeof dir, "%s", s->o.shm_socket);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+      snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+      dir[1] = '\0';
+    else
+      *slash = '\0';
+    if (shm_dir_ok(dir, "Give --shm-socket a path in a directory only the server's user can write.") != 0)
+      return ECS_EINVAL;
+  } else {
+    if (shm_default_dir(dir, sizeof dir) != 0)
+      return ECS_EINVAL;
+    if (snprintf(s->shm_path, sizeof s->shm_path, "%s/ecstore-%d.sock", dir, s->port) >=
+        (int)sizeof s->shm_path) {
+      ECS_LOG_E("cannot start: shm socket path too long in %s (give --shm-socket PATH)", dir);
+      s->shm_path[0] = '\0';
+      return ECS_EINVAL;
+    }
+  }
   struct sockaddr_un a;
   memset(&a, 0, sizeof a);
   a.sun_family = AF_UNIX;

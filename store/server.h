@@ -40,9 +40,11 @@ typedef struct ecs_server_opts {
   uint64_t max_request;        /* largest data section of one request (4 GiB) */
   int max_conns;               /* connection limit (1024) */
   int enable_debug_ops;        /* allow test-only DEBUG requests */
-  char shm_socket[108];        /* Unix socket for local clients: "" = /tmp/ecstore-PORT.sock, "off" */
-  unsigned shm_allow_uids[16]; /* uids allowed on the shm socket (besides ours and root) */
+  char shm_socket[108];        /* Unix socket for local clients: "" = a directory the server owns, "off" */
+  unsigned shm_allow_uids[16]; /* uids that may map the pool read-only (besides ours and root) */
   int n_shm_allow_uids;        /* entries in shm_allow_uids */
+  unsigned shm_write_uids[16]; /* uids that may map it writable (besides ours and root) */
+  int n_shm_write_uids;        /* entries in shm_write_uids */
   int lease_timeout_ms;        /* a lease or reservation not released by then is dropped (30000) */
   char rdma[8];                /* "auto" (default: use a device when there is one), "on", "off" */
   char rdma_device[64];        /* RDMA device ("": the first one) */

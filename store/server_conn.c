@@ -260,10 +260,12 @@ static int conn_on_readable(ecs_server_t *s, conn_t *c) {
        * can make the server buffer is bounded by PREAUTH_MAX_META, not by
        * --max-request: refuse anything else before allocating for it. */
       int rc = ecs_proto_hdr_decode(c->hdrbuf, s->o.max_request, &c->hdr);
+      uint8_t first = c->local ? ECS_OP_UPGRADE : ECS_OP_HELLO; /* the socket's only pre-auth opcode */
       if (rc == ECS_OK && !c->authed &&
-          (c->hdr.opcode != ECS_OP_HELLO || c->hdr.meta_len > PREAUTH_MAX_META || c->hdr.data_len)) {
-        ECS_LOG_D("conn %llu: request before HELLO refused", (unsigned long long)c->id);
-        ecs__reply_error(s, c, c->hdr.opcode != ECS_OP_HELLO ? ECS_EAUTH : ECS_EPROTO, 1);
+          (c->hdr.opcode != first || c->hdr.meta_len > PREAUTH_MAX_META || c->hdr.data_len)) {
+        ECS_LOG_D("conn %llu: request before %s refused", (unsigned long long)c->id,
+                  c->local ? "UPGRADE" : "HELLO");
+        ecs__reply_error(s, c, c->hdr.opcode != first ? ECS_EAUTH : ECS_EPROTO, 1);
         return 1;
       }
       if (rc != ECS_OK || (c->hdr.flags & ECS_FLAG_REPLY)) {
@@ -397,18 +399,32 @@ void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev) {
     ecs__conn_close(s, c);
 }
 
-/* A Unix-socket peer must run as one of the allowed users. */
-static int peer_allowed(const ecs_server_t *s, int fd) {
+static int uid_listed(unsigned uid, const unsigned *list, int n) {
+  for (int i = 0; i < n; i++)
+    if (list[i] == uid)
+      return 1;
+  return 0;
+}
+
+/* What a Unix-socket peer may do with the pool, by its uid (SO_PEERCRED):
+ * root and the server's own user everything; --shm-write-uid map it
+ * writable; --shm-allow-uid map it read-only (a reader sees every
+ * object in the pool, whatever its namespace); anyone else nothing: its
+ * data goes by copy over this socket, like over TCP.  Every peer still
+ * authenticates (UPGRADE) before any request.  -1 when the credentials
+ * cannot be read (the connection is refused). */
+static int peer_rights(const ecs_server_t *s, int fd, unsigned *uid) {
   struct ucred cr;
   socklen_t len = sizeof cr;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
-    return 0;
-  if (cr.uid == 0 || cr.uid == geteuid())
-    return 1;
-  for (int i = 0; i < s->o.n_shm_allow_uids; i++)
-    if (cr.uid == s->o.shm_allow_uids[i])
-      return 1;
-  ECS_LOG_W("shm: refusing pid %d uid %u (not in --shm-allow-uid)", (int)cr.pid, (unsigned)cr.uid);
+    return -1;
+  *uid = (unsigned)cr.uid;
+  if (cr.uid == 0 || cr.uid == geteuid() || uid_listed(cr.uid, s->o.shm_write_uids, s->o.n_shm_write_uids))
+    return SHM_MAP | SHM_WRITE;
+  if (uid_listed(cr.uid, s->o.shm_allow_uids, s->o.n_shm_allow_uids))
+    return SHM_MAP;
+  ECS_LOG_D("shm: pid %d uid %u may not map the pool (not in --shm-allow-uid); copies only", (int)cr.pid,
+            (unsigned)cr.uid);
   return 0;
 }
 
@@ -463,7 +479,10 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
       close(fd);
       continue;
     }
-    if (local && !peer_allowed(s, fd)) {
+    unsigned uid = 0;
+    int rights = local ? peer_rights(s, fd, &uid) : 0;
+    if (rights < 0) {
+      ECS_LOG_W("shm: cannot read a peer's credentials: %s; refusing it", strerror(errno));
       close(fd);
       continue;
     }
@@ -479,6 +498,8 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
     s->conns = nc;
     c->fd = fd;
     c->local = local;
+    c->peer_uid = uid;
+    c->shm_rights = (unsigned)rights;
     c->send_fd = -1;
     c->pin_free = PIN_NONE;
     c->id = ++s->next_conn_id;

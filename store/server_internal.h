@@ -35,6 +35,10 @@
 #define AUTH_FAIL_SLOTS 256       /* sources remembered by the failed-auth throttle */
 #define AUTH_FAIL_BURST 5         /* bad tokens a source may send at once before it is throttled */
 #define DEBUG_CORRUPT 1           /* DEBUG subcode: flip a byte of an object */
+#define UPGRADE_TTL_MS 10000      /* a HELLO's shm upgrade secret is good this long, once */
+#define SHM_MAP 1u                /* conn_t.shm_rights: may ATTACH (map the pool read-only) */
+#define SHM_WRITE 2u              /* ...and map it writable (--shm-write-uid) */
+_Static_assert(ECS_UPGRADE_SECRET_SIZE == 32 && ECS_UPGRADE_NONCE_SIZE == 32, "conn_t's upgrade fields");
 
 /* Internal per-item status for a key that appears twice in one PUT batch. */
 #define SLOT_DUP_PENDING 1
@@ -83,6 +87,12 @@ typedef struct conn {
   int refuse;                          /* PUT refused for want of a right: this status per item */
   uint64_t accept_ms;                  /* when accepted, for the HELLO deadline */
   uint64_t src;                        /* the peer's address folded to 64 bits (0: Unix socket) */
+  unsigned peer_uid;                   /* Unix socket: the peer's uid (SO_PEERCRED) */
+  unsigned shm_rights;                 /* Unix socket: SHM_MAP, SHM_WRITE for that uid */
+  uint64_t up_expires_ms;              /* TCP: the upgrade secret's deadline (0: none, or spent) */
+  uint8_t up_secret[32];               /* TCP: that secret (ECS_UPGRADE_SECRET_SIZE bytes) */
+  int up_nonce_set;                    /* Unix: a challenge is outstanding */
+  uint8_t up_nonce[32];                /* Unix: that challenge (ECS_UPGRADE_NONCE_SIZE bytes) */
   int close_after_write;               /* drop the connection once the reply is out */
   conn_state_t st;                     /* where the state machine is */
   uint64_t last_ms;                    /* last progress, for the stall timeout */

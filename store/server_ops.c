@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "ecstore/error.h"
 #include "store/acl.h"
 #include "store/log.h"
 #include "store/net.h"
+#include "store/sha256.h"
 
 /* ------------------------------------------------------------------ */
 /* request handlers                                                    */
@@ -70,9 +72,55 @@ static int records_consumed(ecs_server_t *s, conn_t *c, const ecs_rbuf_t *r) {
   return 0;
 }
 
+/* n random bytes from the kernel; 0 or -1. */
+static int random_bytes(uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t k = getrandom(p, n, 0);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return -1;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* The reply to a HELLO over TCP, and to an UPGRADE's PROVE on the shm
+ * socket (which carries no secret).  A TCP client of a server with shm on
+ * gets a fresh one-time secret, good for one UPGRADE within
+ * UPGRADE_TTL_MS while this connection is open: the token itself is
+ * never sent on the socket, whose holder the client can only check by uid. */
+static void reply_hello(ecs_server_t *s, conn_t *c) {
+  ecs_hello_reply_t hr;
+  memset(&hr, 0, sizeof hr);
+  snprintf(hr.node_id, sizeof hr.node_id, "%s", s->o.node_id);
+  hr.epoch = s->epoch;
+  hr.pool_size = ecs_pool_size(s->pool);
+  hr.max_items = ECS_PROTO_MAX_ITEMS;
+  hr.max_data = s->o.max_request;
+  snprintf(hr.shm_path, sizeof hr.shm_path, "%s", s->shm_path);
+  if (!c->local && s->shm_path[0] && random_bytes(c->up_secret, sizeof c->up_secret) == 0) {
+    c->up_expires_ms = ecs_now_ms() + UPGRADE_TTL_MS;
+    hr.upgrade_id = c->id;
+    memcpy(hr.upgrade_secret, c->up_secret, sizeof hr.upgrade_secret);
+  }
+  ecs__reply_begin(c);
+  ecs_proto_hello_reply_write(&c->out, &hr);
+  memset(&hr, 0, sizeof hr);
+  ecs__reply_finish(s, c, ECS_OK, 0, 0);
+}
+
 static void handle_hello(ecs_server_t *s, conn_t *c) {
   ecs_rbuf_t r;
   ecs_hello_t h;
+  if (c->local) {
+    /* The token is never accepted on the socket: whoever holds its path
+     * would learn it.  Clients say HELLO over TCP and UPGRADE here. */
+    log_auth_failure(s, c, "HELLO on the shm socket refused (say HELLO over TCP, then UPGRADE)");
+    ecs__reply_error(s, c, ECS_EAUTH, 1);
+    return;
+  }
   ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
   if (ecs_proto_hello_read(&r, &h) != ECS_OK) {
     ecs__reply_error(s, c, ECS_EPROTO, 1);
@@ -115,17 +163,75 @@ static void handle_hello(ecs_server_t *s, conn_t *c) {
     return;
   }
   ecs__conn_authed(s, c);
-  ecs_hello_reply_t hr;
-  memset(&hr, 0, sizeof hr);
-  snprintf(hr.node_id, sizeof hr.node_id, "%s", s->o.node_id);
-  hr.epoch = s->epoch;
-  hr.pool_size = ecs_pool_size(s->pool);
-  hr.max_items = ECS_PROTO_MAX_ITEMS;
-  hr.max_data = s->o.max_request;
-  snprintf(hr.shm_path, sizeof hr.shm_path, "%s", s->shm_path);
-  ecs__reply_begin(c);
-  ecs_proto_hello_reply_write(&c->out, &hr);
-  ecs__reply_finish(s, c, ECS_OK, 0, 0);
+  reply_hello(s, c);
+}
+
+/* The authenticated TCP connection that holds the live upgrade secret id
+ * names, or NULL.  Linear, but upgrades are rare and conns bounded. */
+static conn_t *upgrade_issuer(ecs_server_t *s, uint64_t id) {
+  uint64_t now = ecs_now_ms();
+  for (size_t i = 0; i < s->nconns; i++) {
+    conn_t *t = s->conns[i];
+    if (t->id == id && !t->local && t->authed && t->up_expires_ms)
+      return t->up_expires_ms > now ? t : NULL;
+  }
+  return NULL;
+}
+
+/* UPGRADE (shm socket only, the one request allowed before it succeeds):
+ * CHALLENGE hands out a fresh random nonce; PROVE must answer it with
+ * HMAC-SHA256(secret, nonce) under the secret a HELLO over TCP issued.
+ * The secret is spent by the first PROVE that names it, right or wrong,
+ * and a nonce by any PROVE, so a recorded proof is worth nothing. */
+static void handle_upgrade(ecs_server_t *s, conn_t *c) {
+  ecs_rbuf_t r;
+  ecs_upgrade_t u;
+  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
+  if (!c->local) {
+    ecs__reply_error(s, c, ECS_ENOTSUP, 0);
+    return;
+  }
+  if (c->authed || ecs_proto_upgrade_read(&r, &u) != ECS_OK || r.pos != r.len) {
+    ecs__reply_error(s, c, ECS_EPROTO, 1);
+    return;
+  }
+  if (u.phase == ECS_UPGRADE_CHALLENGE) {
+    if (random_bytes(c->up_nonce, sizeof c->up_nonce) != 0) {
+      ecs__reply_error(s, c, ECS_EIO, 1);
+      return;
+    }
+    c->up_nonce_set = 1;
+    ecs__reply_begin(c);
+    ecs_wbuf_put(&c->out, c->up_nonce, sizeof c->up_nonce);
+    ecs__reply_finish(s, c, ECS_OK, 0, 0);
+    return;
+  }
+  conn_t *t = c->up_nonce_set ? upgrade_issuer(s, u.upgrade_id) : NULL;
+  int ok = 0;
+  unsigned rights = 0;
+  if (t) {
+    rights = t->rights;
+    uint8_t want[ECS_SHA256_SIZE];
+    ecs__hmac_sha256(t->up_secret, sizeof t->up_secret, c->up_nonce, sizeof c->up_nonce, want);
+    ok = ecs_ct_equal(want, sizeof want, u.mac, sizeof u.mac);
+    memset(t->up_secret, 0, sizeof t->up_secret);
+    t->up_expires_ms = 0;
+  }
+  memset(c->up_nonce, 0, sizeof c->up_nonce);
+  c->up_nonce_set = 0;
+  if (!ok) {
+    log_auth_failure(s, c,
+                     t ? "shm upgrade refused: wrong proof"
+                       : "shm upgrade refused: no challenge, or no live secret by that id (spent, expired, "
+                         "or its TCP connection closed)");
+    ecs__reply_error(s, c, ECS_EAUTH, 1);
+    return;
+  }
+  /* c acts for t's client: it is admitted as t's HELLO was, with the
+   * rights t's token holds (--acl-file), no more. */
+  c->rights = rights;
+  ecs__conn_authed(s, c);
+  reply_hello(s, c);
 }
 
 /* The figures STAT answers, also what /metrics exposes. */
@@ -557,8 +663,12 @@ static void handle_commit(ecs_server_t *s, conn_t *c) {
 }
 
 /* ATTACH (Unix socket only): pass the pool's memfd.  A client that only
- * reads gets a read-only descriptor, reopened through /proc, so it cannot
- * map the pool writable even by mistake. */
+ * reads gets a read-only descriptor, reopened through /proc; the memfd is
+ * 0600 and sealed (mempool/region.c), so another uid can neither reopen
+ * it writable nor truncate it.  A writable one goes only to the server's
+ * own uid, root and --shm-write-uid; a read-only one also to
+ * --shm-allow-uid.  Others are refused and use this socket for copies
+ * (their client falls back by itself). */
 static void handle_attach(ecs_server_t *s, conn_t *c) {
   if (!c->local) {
     ecs__reply_error(s, c, ECS_ENOTSUP, 0);
@@ -571,11 +681,19 @@ static void handle_attach(ecs_server_t *s, conn_t *c) {
     ecs__reply_error(s, c, ECS_EPROTO, 1);
     return;
   }
+  int want_write = (flags & ECS_ATTACH_WRITE) != 0;
+  if (!(c->shm_rights & SHM_MAP) || (want_write && !(c->shm_rights & SHM_WRITE))) {
+    ECS_LOG_I("conn %llu: uid %u may not map the pool%s (%s); it copies over the socket",
+              (unsigned long long)c->id, c->peer_uid, want_write ? " writable" : "",
+              want_write && (c->shm_rights & SHM_MAP) ? "not in --shm-write-uid" : "not in --shm-allow-uid");
+    ecs__reply_error(s, c, ECS_EAUTH, 0);
+    return;
+  }
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", ecs_pool_fd(s->pool));
   /* without the write right the pool is handed out read-only (the client
    * sees the flag cleared and puts over the socket, which are refused) */
-  int want_write = (flags & ECS_ATTACH_WRITE) != 0 && (c->rights & ECS__RIGHT_WRITE);
+  want_write = want_write && (c->rights & ECS__RIGHT_WRITE);
   int fd = open(path, (want_write ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) {
     ECS_LOG_W("conn %llu: cannot reopen the pool fd: %s", (unsigned long long)c->id, strerror(errno));
@@ -687,6 +805,7 @@ static const op_entry_t ops[] = {
     [ECS_OP_COMMIT] = {handle_commit, 0, R_WRITE, "commit"},
     [ECS_OP_ATTACH] = {handle_attach, 0, R_READ, "attach"},
     [ECS_OP_RDMA_CONNECT] = {handle_rdma_connect, 0, R_READ, "rdma_connect"},
+    [ECS_OP_UPGRADE] = {handle_upgrade, 0, 0, NULL},
     [ECS_OP_DEBUG] = {handle_debug, 0, R_ADMIN, NULL},
 };
 #define N_OPS (sizeof ops / sizeof ops[0])
@@ -717,7 +836,7 @@ static void log_denied(ecs_server_t *s, conn_t *c, const op_entry_t *op) {
 void ecs__server_dispatch(ecs_server_t *s, conn_t *c) {
   c->req_t0_ns = ecs__now_ns();
   c->refuse = 0;
-  if (!c->authed && c->hdr.opcode != ECS_OP_HELLO) {
+  if (!c->authed && c->hdr.opcode != (c->local ? ECS_OP_UPGRADE : ECS_OP_HELLO)) {
     ecs__reply_error(s, c, ECS_EAUTH, 1);
     return;
   }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -683,6 +684,29 @@ static void test_memfd_shared(void **state) {
   close(fd);
 }
 
+/* The memfd handed to shm clients: 0600 (no other uid reopens it with
+ * more access through /proc), sealed at its size (nobody truncates it
+ * under the server: the SIGBUS of issue 13), and the seals themselves
+ * sealed. */
+static void test_memfd_sealed_private(void **state) {
+  (void)state;
+  ecs_pool_t *p = mkpool(4 * MiB, MB);
+  int fd = ecs_pool_fd(p);
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  assert_int_equal(st.st_mode & 07777, 0600);
+  int seals = fcntl(fd, F_GET_SEALS);
+  assert_true(seals >= 0);
+  assert_int_equal(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+                   F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  assert_int_equal(ftruncate(fd, 0), -1);
+  assert_int_equal(errno, EPERM);
+  assert_int_equal(ftruncate(fd, (off_t)ecs_pool_size(p) * 2), -1);
+  assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), -1); /* F_SEAL_SEAL */
+  assert_int_equal(st.st_size, (off_t)ecs_pool_size(p));
+  ecs_pool_destroy(p);
+}
+
 /* Drops CAP_IPC_LOCK (root ignores RLIMIT_MEMLOCK) and lowers the limit,
  * in a child, then checks that create warns and goes on unpinned. */
 static void test_mlock_refused(void **state) {
@@ -922,6 +946,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_can_fit_agrees),
       cmocka_unit_test(test_stats),
       cmocka_unit_test(test_memfd_shared),
+      cmocka_unit_test(test_memfd_sealed_private),
       cmocka_unit_test(test_mlock_refused),
       cmocka_unit_test(test_mlock_ok),
       cmocka_unit_test(test_populate_progress),

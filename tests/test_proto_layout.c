@@ -76,13 +76,13 @@ static void test_hdr_validation(void **state) {
   static const unsigned ops[] = {ECS_OP_HELLO,        ECS_OP_PUT,     ECS_OP_GET,    ECS_OP_EXISTS,
                                  ECS_OP_REMOVE,       ECS_OP_STAT,    ECS_OP_PING,   ECS_OP_LEASE,
                                  ECS_OP_RELEASE,      ECS_OP_RESERVE, ECS_OP_COMMIT, ECS_OP_ATTACH,
-                                 ECS_OP_RDMA_CONNECT, ECS_OP_DEBUG};
+                                 ECS_OP_RDMA_CONNECT, ECS_OP_UPGRADE, ECS_OP_DEBUG};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     h = good_hdr();
     h.opcode = (uint8_t)ops[i];
     assert_int_equal(hdr_roundtrip(&h, 1000, &g), ECS_OK);
   }
-  static const unsigned bad_ops[] = {0, 14, 15, 0x6f, 0x71, 0xff};
+  static const unsigned bad_ops[] = {0, 15, 16, 0x6f, 0x71, 0xff};
   for (size_t i = 0; i < sizeof bad_ops / sizeof bad_ops[0]; i++) {
     h = good_hdr();
     h.opcode = (uint8_t)bad_ops[i];
@@ -346,6 +346,75 @@ static void test_other_records_exact_bytes(void **state) {
   ecs_wbuf_free(&w);
 }
 
+/* The shm upgrade on the wire: the HELLO reply's secret trailer (flagged
+ * in what version 1 left reserved) and the UPGRADE request's two phases;
+ * every malformed variant is refused. */
+static void test_upgrade_exact_bytes(void **state) {
+  (void)state;
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  ecs_hello_reply_t hr;
+  memset(&hr, 0, sizeof hr);
+  strcpy(hr.node_id, "n");
+  hr.upgrade_id = 0x0102030405060708ull;
+  memset(hr.upgrade_secret, 0xab, sizeof hr.upgrade_secret);
+  ecs_proto_hello_reply_write(&w, &hr);
+  assert_int_equal(w.len, 32 + 1 + 2 + 8 + 32);
+  assert_int_equal(w.p[2], ECS_HELLO_F_UPGRADE); /* flags, little-endian */
+  assert_int_equal(w.p[3], 0);
+  assert_int_equal(w.p[35], 0x08); /* upgrade_id after the empty shm path */
+  assert_int_equal(w.p[42], 0x01);
+  assert_int_equal(w.p[43], 0xab);
+  ecs_rbuf_t r;
+  ecs_hello_reply_t o;
+  ecs_rbuf_init(&r, w.p, w.len);
+  assert_int_equal(ecs_proto_hello_reply_read(&r, &o), ECS_OK);
+  assert_int_equal(r.pos, r.len);
+  assert_int_equal(o.upgrade_id, hr.upgrade_id);
+  assert_memory_equal(o.upgrade_secret, hr.upgrade_secret, sizeof hr.upgrade_secret);
+  for (size_t cut = 35; cut < w.len; cut++) { /* a truncated secret */
+    ecs_rbuf_init(&r, w.p, cut);
+    assert_int_equal(ecs_proto_hello_reply_read(&r, &o), ECS_EPROTO);
+  }
+  memset(w.p + 35, 0, 8); /* id 0 names no secret */
+  ecs_rbuf_init(&r, w.p, w.len);
+  assert_int_equal(ecs_proto_hello_reply_read(&r, &o), ECS_EPROTO);
+
+  ecs_wbuf_reset(&w);
+  ecs_upgrade_t u = {.phase = ECS_UPGRADE_CHALLENGE};
+  ecs_proto_upgrade_write(&w, &u);
+  static const uint8_t want_ch[] = {1, 0, 0, 0, 0, 0, 0, 0};
+  assert_int_equal(w.len, sizeof want_ch);
+  assert_memory_equal(w.p, want_ch, sizeof want_ch);
+  ecs_upgrade_t g;
+  ecs_rbuf_init(&r, w.p, w.len);
+  assert_int_equal(ecs_proto_upgrade_read(&r, &g), ECS_OK);
+  assert_int_equal(g.phase, ECS_UPGRADE_CHALLENGE);
+  ecs_wbuf_reset(&w);
+  u.phase = ECS_UPGRADE_PROVE;
+  u.upgrade_id = 7;
+  memset(u.mac, 0xcd, sizeof u.mac);
+  ecs_proto_upgrade_write(&w, &u);
+  assert_int_equal(w.len, 8 + 8 + 32);
+  assert_int_equal(w.p[0], 2);
+  assert_int_equal(w.p[8], 7);
+  assert_int_equal(w.p[16], 0xcd);
+  ecs_rbuf_init(&r, w.p, w.len);
+  assert_int_equal(ecs_proto_upgrade_read(&r, &g), ECS_OK);
+  assert_int_equal(g.upgrade_id, 7);
+  assert_memory_equal(g.mac, u.mac, sizeof u.mac);
+  ecs_rbuf_init(&r, w.p, w.len - 1); /* short mac */
+  assert_int_equal(ecs_proto_upgrade_read(&r, &g), ECS_EPROTO);
+  w.p[4] = 1; /* reserved set */
+  ecs_rbuf_init(&r, w.p, w.len);
+  assert_int_equal(ecs_proto_upgrade_read(&r, &g), ECS_EPROTO);
+  w.p[4] = 0;
+  w.p[0] = 3; /* unknown phase */
+  ecs_rbuf_init(&r, w.p, w.len);
+  assert_int_equal(ecs_proto_upgrade_read(&r, &g), ECS_EPROTO);
+  ecs_wbuf_free(&w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hdr_exact_bytes),
@@ -354,6 +423,7 @@ int main(void) {
       cmocka_unit_test(test_rbuf),
       cmocka_unit_test(test_put_item_exact_bytes),
       cmocka_unit_test(test_other_records_exact_bytes),
+      cmocka_unit_test(test_upgrade_exact_bytes),
   };
   return cmocka_run_group_tests_name("proto_layout", tests, NULL, NULL);
 }

@@ -194,8 +194,9 @@ ECS_API int ecs_register_buffer(ecs_client_t *c, void *ptr, size_t len);
 /* Undoes ecs_register_buffer(ptr).  ECS_ENOTFOUND when it was not registered. */
 ECS_API int ecs_unregister_buffer(ecs_client_t *c, void *ptr);
 
-/* "tcp", "shm", "rdma", or "mixed" when servers are reached differently:
- * the data path this handle uses now. */
+/* "tcp", "shm", "rdma", "unix" (transport shm for a uid the server does
+ * not let map its pool: copies over its Unix socket), or "mixed" when
+ * servers are reached differently: the data path this handle uses now. */
 ECS_API const char *ecs_client_transport(const ecs_client_t *c);
 
 /* Frees a buffer from ecs_get_batch_alloc(); accepts NULL. */

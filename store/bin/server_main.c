@@ -72,8 +72,14 @@ static void usage(FILE *f) {
           "  --max-objects N           objects held, empty ones included; the oldest are evicted\n"
           "                            past it (default: pool size / min block)\n"
           "  --shm-socket PATH|off     Unix socket for clients on this host: shared-memory gets and puts\n"
-          "                            (default /tmp/ecstore-PORT.sock)\n"
-          "  --shm-allow-uid LIST      uids allowed on the shm socket besides the server's and root's\n"
+          "                            (default ecstore-PORT.sock in /run/ecstore as root, else in\n"
+          "                            $XDG_RUNTIME_DIR/ecstore or /tmp/ecstore-UID; its directory must\n"
+          "                            be the server's or root's and not group/world-writable)\n"
+          "  --shm-allow-uid LIST      uids that may map the pool read-only besides the server's and\n"
+          "                            root's.  A reader maps the WHOLE pool: it can read every object,\n"
+          "                            whatever its namespace.  Other uids use the socket by copy.\n"
+          "  --shm-write-uid LIST      uids that may map the pool writable (default: the server's own\n"
+          "                            and root); others put by copy over the socket\n"
           "  --lease-timeout-ms MS     drop a shm/RDMA lease or reservation held this long (default 30000)\n"
           "  --max-pins-per-conn N     leases plus reservations one connection may hold (default 4096)\n"
           "  --max-pinned-per-conn SIZE  bytes one connection may hold pinned (default: 3/4 of\n"
@@ -120,6 +126,7 @@ enum {
   O_DEBUGOPS,
   O_SHMSOCK,
   O_SHMUID,
+  O_SHMWUID,
   O_LEASETO,
   O_RDMA,
   O_RDMADEV,
@@ -161,6 +168,7 @@ static const struct option long_opts[] = {
     {"port-file", required_argument, 0, O_PORTFILE},
     {"shm-socket", required_argument, 0, O_SHMSOCK},
     {"shm-allow-uid", required_argument, 0, O_SHMUID},
+    {"shm-write-uid", required_argument, 0, O_SHMWUID},
     {"lease-timeout-ms", required_argument, 0, O_LEASETO},
     {"rdma", required_argument, 0, O_RDMA},
     {"rdma-device", required_argument, 0, O_RDMADEV},
@@ -409,15 +417,19 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
       return bad("shm-socket", arg, "expected a path shorter than 108 bytes, or 'off'");
     snprintf(o->shm_socket, sizeof o->shm_socket, "%s", arg);
     return 0;
-  case O_SHMUID: {
+  case O_SHMUID:
+  case O_SHMWUID: {
+    int w = c == O_SHMWUID;
+    unsigned *list = w ? o->shm_write_uids : o->shm_allow_uids;
+    int *n = w ? &o->n_shm_write_uids : &o->n_shm_allow_uids;
     char buf[256];
     snprintf(buf, sizeof buf, "%s", arg);
-    o->n_shm_allow_uids = 0;
+    *n = 0;
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-      if (o->n_shm_allow_uids == 16 || ecs_parse_int(t, 0, 4294967294LL, &v))
-        return bad("shm-allow-uid", arg, "expected up to 16 comma-separated uids");
-      o->shm_allow_uids[o->n_shm_allow_uids++] = (unsigned)v;
+      if (*n == 16 || ecs_parse_int(t, 0, 4294967294LL, &v))
+        return bad(w ? "shm-write-uid" : "shm-allow-uid", arg, "expected up to 16 comma-separated uids");
+      list[(*n)++] = (unsigned)v;
     }
     return 0;
   }
