@@ -24,8 +24,12 @@ static void usage(FILE *f) {
           "  ping                                     round trip to every server\n"
           "\n"
           "options:\n"
-          "  --server HOST:PORT[,...]  servers (default 127.0.0.1:7700, or $ECSTORE_SERVERS)\n"
-          "  --redis URL               Redis for 'exists' (default $ECSTORE_REDIS; none: ask the servers)\n"
+          "  --server HOST:PORT[,...]  servers (default $ECSTORE_SERVERS; with --redis and no\n"
+          "                            servers: those in Redis's registry; else 127.0.0.1:7700)\n"
+          "  --redis URL               Redis for 'exists', and for finding servers (default\n"
+          "                            $ECSTORE_REDIS; none: ask the servers)\n"
+          "  --placement P             where a put goes when the servers come from Redis:\n"
+          "                            hash (default), local, least-loaded (docs/multihost.md)\n"
           "  --ns NAME                 namespace (default 'default', or $ECSTORE_NS)\n"
           "  --auth-token-file FILE    token the servers require\n"
           "  --timeout-ms MS           deadline of each call (default 10000)\n"
@@ -316,11 +320,12 @@ int main(int argc, char **argv) {
     cfg.ns = getenv("ECSTORE_NS");
   const char *dtype = NULL, *shape = NULL;
   static char token[300];
-  enum { O_SERVER = 256, O_REDIS, O_NS, O_AUTH, O_TIMEOUT, O_DTYPE, O_SHAPE, O_JSON, O_HELP };
+  enum { O_SERVER = 256, O_REDIS, O_NS, O_AUTH, O_TIMEOUT, O_DTYPE, O_SHAPE, O_JSON, O_HELP, O_PLACE };
   int json = 0;
   static const struct option opts[] = {{"server", required_argument, 0, O_SERVER},
                                        {"redis", required_argument, 0, O_REDIS},
                                        {"ns", required_argument, 0, O_NS},
+                                       {"placement", required_argument, 0, O_PLACE},
                                        {"auth-token-file", required_argument, 0, O_AUTH},
                                        {"timeout-ms", required_argument, 0, O_TIMEOUT},
                                        {"dtype", required_argument, 0, O_DTYPE},
@@ -336,6 +341,7 @@ int main(int argc, char **argv) {
     case O_SERVER: cfg.servers = optarg; break;
     case O_REDIS: cfg.redis_url = strcmp(optarg, "none") ? optarg : NULL; break;
     case O_NS: cfg.ns = optarg; break;
+    case O_PLACE: cfg.placement = optarg; break;
     case O_AUTH:
       if (read_token(optarg, token, sizeof token))
         return 2;
