@@ -1,0 +1,34 @@
+"""Servers discovered from Redis's registry through the Python binding
+(issue 14; docs/multihost.md): a config with only redis_url and a
+namespace finds the servers, and placement is a config key."""
+
+import numpy as np
+import pytest
+
+import ecstore
+from conftest import NAMESPACE, start_server
+
+
+def test_discovery_config_finds_servers_and_places_puts(private_cluster, uniq):
+    second = start_server(private_cluster.redis.port)
+    try:
+        cfg = {"redis_url": private_cluster.redis_url, "namespace": NAMESPACE, "placement": "hash",
+               "registry_refresh_ms": 200, "timeout_ms": 5000}
+        with ecstore.connect(cfg) as s:
+            assert s.server_count() == 2
+            keys = [uniq("m") for _ in range(40)]
+            srcs = [np.random.default_rng(i).integers(0, 256, 2048, dtype=np.uint8) for i in range(40)]
+            assert s.batch_put_from(keys, [a.ctypes.data for a in srcs], [a.nbytes for a in srcs]) == [0] * 40
+            dsts = [np.zeros(2048, dtype=np.uint8) for _ in srcs]
+            assert s.batch_get_into(keys, [d.ctypes.data for d in dsts], [d.nbytes for d in dsts]) == [2048] * 40
+            for a, d in zip(srcs, dsts):
+                assert np.array_equal(a, d)
+            # both servers hold some: the puts were spread by rendezvous hashing
+            assert all(s.stat(i)["objects"] > 0 for i in range(2))
+    finally:
+        second.stop()
+
+
+def test_unknown_placement_is_refused(private_cluster):
+    with pytest.raises(ecstore.EcstoreError, match="unknown placement"):
+        ecstore.connect({"redis_url": private_cluster.redis_url, "namespace": NAMESPACE, "placement": "closest"})
