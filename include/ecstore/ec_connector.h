@@ -71,7 +71,8 @@ typedef enum ecs_ec_backend {
  * See docs/connector.md for the full table. */
 typedef struct ecs_ec_config {
   int backend;            /* [backend] "ecstore" | "disk" | "redis" (ecstore) */
-  char servers[1024];     /* [servers] "HOST:PORT[,...]" or a JSON array (127.0.0.1:7700) */
+  char servers[1024];     /* [servers] "HOST:PORT[,...]" or a JSON array ("": the servers in
+                             redis_url's registry, docs/multihost.md) */
   char redis_url[256];    /* [redis_url] "redis://HOST:PORT[/DB]" or "HOST:PORT" ("") */
   char ns[128];           /* [namespace] key namespace, e.g. the model (default) */
   char auth_token[256];   /* [auth_token] token the ecstore servers require ("") */
@@ -93,6 +94,8 @@ typedef struct ecs_ec_config {
   int kv_ttl_s;           /* [kv_ttl_s] expiry of KV request manifests (600) */
   int lookup_retries;     /* [lookup_retries] KV Redis calls: retries of transient errors (5) */
   int retry_backoff_ms;   /* [retry_backoff_ms] first backoff, doubled per retry (20) */
+  char placement[16];     /* [placement] servers from the registry: where a save goes, "hash" |
+                             "local" | "least-loaded" (hash; ignored with a servers list) */
 } ecs_ec_config_t;
 
 /* Fills cfg with the defaults above. */
