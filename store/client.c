@@ -967,6 +967,8 @@ const char *ecs_client_transport(const ecs_client_t *c) {
   /* a server not connected now counts as tcp: that is where it starts */
   const char *name = NULL;
   for (size_t i = 0; i < c->nsrv; i++) {
+    if (c->discover && !c->srv[i].ops)
+      continue; /* discovered servers are connected when used: only those count */
     const char *n = c->srv[i].ops ? c->srv[i].ops->name : ecs__cli_tcp_ops.name;
     if (name && strcmp(name, n) != 0)
       return "mixed";

@@ -209,7 +209,8 @@ ECS_API int ecs_register_buffer(ecs_client_t *c, void *ptr, size_t len);
 ECS_API int ecs_unregister_buffer(ecs_client_t *c, void *ptr);
 
 /* "tcp", "shm", "rdma", or "mixed" when servers are reached differently:
- * the data path this handle uses now. */
+ * the data path this handle uses now (discovery: over the servers it is
+ * connected to). */
 ECS_API const char *ecs_client_transport(const ecs_client_t *c);
 
 /* Frees a buffer from ecs_get_batch_alloc(); accepts NULL. */
