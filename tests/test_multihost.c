@@ -304,6 +304,16 @@ static void test_server_killed_mid_run(void **state) {
         assert_int_equal(st[i], ECS_ENOTFOUND);
     }
   }
+  /* A fresh client still finds the dead server in the registry (its entry
+   * lives until the TTL runs out): its puts there fail to connect and are
+   * placed again on the servers left. */
+  ecs_client_t *c2 = discover_client(f, "hash");
+  assert_non_null(c2);
+  put_all(c2, "fresh", 32, 7);
+  assert_int_equal(get_all(c2, "fresh", 32, 7, st), ECS_OK);
+  for (int i = 0; i < 32; i++)
+    assert_int_equal(st[i], ECS_OK);
+  ecs_client_close(c2);
   put_all(c, "after", 32, 6); /* none may go to the dead server */
   assert_int_equal(get_all(c, "after", 32, 6, st), ECS_OK);
   for (int i = 0; i < 32; i++)
