@@ -101,7 +101,7 @@ static char (*key_names(const char *pfx, int n))[64] {
   if (!k)
     exit(1);
   for (int i = 0; i < n; i++)
-    snprintf(k[i], 64, "%s-%d", pfx, i);
+    snprintf(k[i], 64, "%.40s-%d", pfx, i);
   return k;
 }
 
@@ -160,7 +160,7 @@ static int cmd_getloop(const opts_t *o) {
     for (int p = 0; p < np; p++)
       for (int i = 0; i < o->n; i++) {
         size_t j = (size_t)p * (size_t)o->n + (size_t)i;
-        snprintf(names[j], 64, "%s-%d", pf[p], i);
+        snprintf(names[j], 64, "%.40s-%d", pf[p], i);
         keys[j] = (ecs_key_t){names[j], strlen(names[j])};
       }
     int rc = ecs_get_batch_alloc(c, keys, b, n);

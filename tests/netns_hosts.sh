@@ -1,7 +1,7 @@
 # Simulated hosts for the multi-host tests, benchmark and example
 # (issue 14): network namespaces joined by veth links to one bridge, which
 # lives in a "switch" namespace of its own, so nothing touches the root
-# namespace's links.  Sourced by bash scripts.  Names carry the caller's PID
+# namespace's links.  Sourced by bash scripts (its functions keep their variables local).  Names carry the caller's PID
 # (other agents and test runs make their own at the same time); mh_cleanup
 # undoes everything and is safe to call twice.
 #
@@ -39,7 +39,7 @@ mh_ip() {
 }
 
 mh_host() {
-  ns="$MH_PFX-$1"
+  local ns="$MH_PFX-$1"
   ip netns add "$ns" || return 1
   MH_NETNS="$MH_NETNS $ns"
   ip link add name eth0 netns "$ns" type veth peer name "p$2" netns "$MH_PFX-sw" || return 1
@@ -51,14 +51,13 @@ mh_host() {
 }
 
 mh_exec() {
-  ns="$MH_PFX-$1"
+  local ns="$MH_PFX-$1"
   shift
   ip netns exec "$ns" "$@"
 }
 
 mh_bg() {
-  ns="$MH_PFX-$1"
-  log="$2"
+  local ns="$MH_PFX-$1" log="$2"
   shift 2
   ip netns exec "$ns" "$@" >"$log" 2>&1 &
   MH_PID=$!
@@ -66,6 +65,7 @@ mh_bg() {
 }
 
 mh_cleanup() {
+  local p ns
   for p in $MH_PIDS; do
     kill -9 "$p" 2>/dev/null
   done
@@ -81,7 +81,7 @@ mh_cleanup() {
 
 # mh_wait_tcp NAME HOST PORT SECS: waits until HOST:PORT accepts, from NAME.
 mh_wait_tcp() {
-  i=0
+  local i=0
   while [ "$i" -lt $(($4 * 10)) ]; do
     if mh_exec "$1" bash -c "exec 3<>/dev/tcp/$2/$3" 2>/dev/null; then
       return 0
