@@ -60,6 +60,11 @@ for size in 1M 16M; do
   mh_exec h3 "$DRV" bench --redis "$REDIS" --ns "$NS" --prefix "obj$size" --n 32 --size "$size" \
     --batches 1,32 --reps "$REPS" --raw "$(mh_ip 11):7800" --timeout-ms 60000 || die "bench $size"
 done
+echo "== the same without the client's checksum check (verify_checksum 0): its share of the get"
+for size in 1M 16M; do
+  mh_exec h3 "$DRV" bench --redis "$REDIS" --ns "$NS" --prefix "obj$size" --n 32 --size "$size" \
+    --batches 32 --reps "$REPS" --raw "$(mh_ip 11):7800" --timeout-ms 60000 --verify 0 || die "bench $size"
+done
 
 echo "== keys moved when a 4th server joins (placement hash, 400 keys)"
 mh_exec h3 "$DRV" put --redis "$REDIS" --ns "$NS" --placement hash --prefix mv --n 400 --size 4K >/dev/null ||

@@ -22,7 +22,8 @@
  *           raw TCP read of the same bytes over the same link, and of the
  *           batch's Redis location lookup alone
  *
- * Common: --redis URL --ns NS [--transport T] [--timeout-ms MS].
+ * Common: --redis URL --ns NS [--transport T] [--timeout-ms MS]
+ * [--verify 0|1] (the client's verify_checksum, default 1).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -45,7 +46,7 @@
 
 typedef struct opts {
   const char *redis, *ns, *prefix, *placement, *transport, *ctl, *listen, *raw, *batches;
-  int n, rounds, interval_ms, reps, timeout_ms;
+  int n, rounds, interval_ms, reps, timeout_ms, verify;
   uint64_t size;
 } opts_t;
 
@@ -86,6 +87,7 @@ static ecs_client_t *connect_or_die(const opts_t *o) {
   cfg.timeout_ms = o->timeout_ms;
   cfg.connect_timeout_ms = o->timeout_ms < 1000 ? o->timeout_ms : 1000;
   cfg.registry_refresh_ms = 500;
+  cfg.verify_checksum = o->verify;
   ecs_client_t *c = NULL;
   char err[300] = "";
   int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
@@ -349,11 +351,13 @@ static int cmd_bench(const opts_t *o) {
       stats(t_raw, o->reps, &rm, &rl, &rh);
       stats(t_loc, o->reps, &lm, &ll, &lh);
       double mib = (double)o->size * batch / (1 << 20);
-      printf("size=%lluKiB batch=%d reps=%d  ecstore get %.3f ms [%.3f..%.3f] %.0f MiB/s  raw tcp %.3f ms "
+      printf("size=%lluKiB batch=%d reps=%d verify=%d  ecstore get %.3f ms [%.3f..%.3f] %.0f MiB/s  raw tcp "
+             "%.3f ms "
              "[%.3f..%.3f] %.0f MiB/s  ratio get/raw %.2f  redis lookup %.3f ms [%.3f..%.3f] (%.1f%% of the "
              "get)\n",
-             (unsigned long long)(o->size >> 10), batch, o->reps, gm * 1e3, gl * 1e3, gh * 1e3, mib / gm,
-             rm * 1e3, rl * 1e3, rh * 1e3, mib / rm, gm / rm, lm * 1e3, ll * 1e3, lh * 1e3, 100.0 * lm / gm);
+             (unsigned long long)(o->size >> 10), batch, o->reps, o->verify, gm * 1e3, gl * 1e3, gh * 1e3,
+             mib / gm, rm * 1e3, rl * 1e3, rh * 1e3, mib / rm, gm / rm, lm * 1e3, ll * 1e3, lh * 1e3,
+             100.0 * lm / gm);
       fflush(stdout);
     }
     free(keys);
@@ -398,12 +402,25 @@ int main(int argc, char **argv) {
               .interval_ms = 200,
               .reps = 20,
               .timeout_ms = 3000,
-              .batches = "1,32"};
-  static const struct option lo[] = {
-      {"redis", 1, 0, 'r'},     {"ns", 1, 0, 's'},         {"prefix", 1, 0, 'p'},  {"placement", 1, 0, 'P'},
-      {"transport", 1, 0, 't'}, {"ctl", 1, 0, 'c'},        {"listen", 1, 0, 'l'},  {"raw", 1, 0, 'w'},
-      {"n", 1, 0, 'n'},         {"size", 1, 0, 'z'},       {"rounds", 1, 0, 'R'},  {"interval-ms", 1, 0, 'i'},
-      {"reps", 1, 0, 'e'},      {"timeout-ms", 1, 0, 'T'}, {"batches", 1, 0, 'b'}, {0, 0, 0, 0}};
+              .batches = "1,32",
+              .verify = 1};
+  static const struct option lo[] = {{"redis", 1, 0, 'r'},
+                                     {"ns", 1, 0, 's'},
+                                     {"prefix", 1, 0, 'p'},
+                                     {"placement", 1, 0, 'P'},
+                                     {"transport", 1, 0, 't'},
+                                     {"ctl", 1, 0, 'c'},
+                                     {"listen", 1, 0, 'l'},
+                                     {"raw", 1, 0, 'w'},
+                                     {"n", 1, 0, 'n'},
+                                     {"size", 1, 0, 'z'},
+                                     {"rounds", 1, 0, 'R'},
+                                     {"interval-ms", 1, 0, 'i'},
+                                     {"reps", 1, 0, 'e'},
+                                     {"timeout-ms", 1, 0, 'T'},
+                                     {"batches", 1, 0, 'b'},
+                                     {"verify", 1, 0, 'v'},
+                                     {0, 0, 0, 0}};
   int ch;
   optind = 2;
   while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -423,6 +440,7 @@ int main(int argc, char **argv) {
     case 'e': o.reps = atoi(optarg); break;
     case 'T': o.timeout_ms = atoi(optarg); break;
     case 'b': o.batches = optarg; break;
+    case 'v': o.verify = atoi(optarg) != 0; break;
     default: return 2;
     }
   }
