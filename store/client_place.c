@@ -5,9 +5,10 @@
  * A client given a Redis URL and no servers list keeps one slot per node
  * it has seen in the namespace's registry (store/meta.h: addr, epoch,
  * pool, free bytes, kept alive by the servers' heartbeats).  Slots are
- * never moved or reused while the client lives, so a view's server index
- * stays valid; a node that leaves the registry is marked not live and its
- * connection dropped, one that comes back (same id) takes its old slot.
+ * never moved, so a view's server index stays valid; a node that leaves
+ * the registry is marked not live and its connection dropped, one that
+ * comes back (same id) takes its old slot.  A departed node's slot is
+ * reused only when all ECS_CLI_MAX_SERVERS slots are taken.
  *
  * Placement is the client's choice, recorded by the server that stores
  * the object (its Redis record names the node and epoch), so a get never
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
@@ -64,14 +66,23 @@ static int addr16(const struct sockaddr *sa, uint8_t out[16]) {
   return 0;
 }
 
-/* 1 when host (a name or a literal) resolves to a loopback address or to
- * an address of one of this host's interfaces.  ifs: getifaddrs' list. */
+/* 1 when host is on this host: an address literal that is loopback or
+ * one of this host's interface addresses (ifs: getifaddrs' list), or a
+ * name that is "localhost" or this host's name.  Names are not resolved:
+ * a registry read must not wait on DNS. */
 static int host_is_local(const char *host, const struct ifaddrs *ifs) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
   hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
-    return 0;
+  hints.ai_flags = AI_NUMERICHOST;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) {
+    char me[256] = "";
+    if (gethostname(me, sizeof me - 1) != 0)
+      me[0] = '\0';
+    size_t ml = strcspn(me, ".");
+    return !strcmp(host, "localhost") ||
+           (me[0] && (!strcmp(host, me) || (strlen(host) == ml && !strncmp(host, me, ml))));
+  }
   static const uint8_t v6_loop[16] = {[15] = 1};
   static const uint8_t v4_mapped[12] = {[10] = 0xff, [11] = 0xff};
   int local = 0;
@@ -121,6 +132,13 @@ static int slot_set(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_meta_node_t *nd
   return ECS_OK;
 }
 
+static int in_list(const ecs_meta_node_t *nodes, size_t n, const char *id) {
+  for (size_t k = 0; k < n; k++)
+    if (!strcmp(nodes[k].node_id, id))
+      return 1;
+  return 0;
+}
+
 int ecs__place_refresh(ecs_client_t *c, int force) {
   if (!c->discover)
     return ECS_OK;
@@ -149,12 +167,18 @@ int ecs__place_refresh(ecs_client_t *c, int force) {
   for (size_t k = 0; k < n; k++) {
     ecs_cli_srv_t *s = slot_of(c, nodes[k].node_id);
     if (!s) {
-      if (c->nsrv == ECS_CLI_MAX_SERVERS)
-        continue; /* more nodes than slots: the rest are not used */
-      s = &c->srv[c->nsrv];
+      int fresh = c->nsrv < ECS_CLI_MAX_SERVERS;
+      if (fresh)
+        s = &c->srv[c->nsrv];
+      else /* all slots used: take one whose node left (and is not in this list) */
+        for (size_t i = 0; i < c->nsrv && !s; i++)
+          if (!c->srv[i].live && c->srv[i].fd < 0 && !in_list(nodes, n, c->srv[i].reg_id))
+            s = &c->srv[i];
+      if (!s)
+        continue; /* more live nodes than slots: the rest are not used */
       memset(s, 0, sizeof *s);
       s->fd = -1;
-      if (slot_set(c, s, &nodes[k], ifs) == ECS_OK)
+      if (slot_set(c, s, &nodes[k], ifs) == ECS_OK && fresh)
         c->nsrv++;
       continue;
     }
