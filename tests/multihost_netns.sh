@@ -5,7 +5,8 @@
 # client is configured with only the Redis URL and the namespace.
 #
 #   1. encoders on h1 and h2 put with placement local: each object lands on
-#      its own host's server (over shm), as the Redis records show;
+#      its own host's server (over shm), as the Redis records show; from a
+#      host without a server, local falls back to hash;
 #   2. a PD client on h3 gets batches spanning both, bytes checked, in one
 #      long-lived process;
 #   3. h1's server is killed mid-run: its objects become misses, the rest of
@@ -20,7 +21,7 @@ BIN=${1:?usage: multihost_netns.sh BIN_DIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/netns_hosts.sh
 . "$HERE/netns_hosts.sh"
-command -v redis-server >/dev/null || { echo "SKIP: no redis-server" >&2; exit 77; }
+command -v redis-server >/dev/null || { echo "skip: no redis-server" >&2; exit 77; }
 
 TMP=$(mktemp -d /tmp/ecs-mh-XXXXXX)
 chmod 0755 "$TMP"
@@ -73,6 +74,11 @@ for h in h1 h2; do
     grep -c " $(mh_ip "1${h#h}"):7700\$")
   [ "$held" = "$N" ] || fail "placement local: $held of $N objects of the encoder on $h are on its own server"
 done
+
+# placement local on a host without a server (Redis's): rendezvous over all
+out=$(mh_exec r timeout 60 "$DRV" put --redis "$REDIS" --ns "$NS" --placement local --prefix fromr --n 8 \
+  --size 4K) || fail "placement local without a local server: $out"
+case "$out" in *transport=tcp*) ;; *) fail "placement local from a host without a server: $out" ;; esac
 
 # 2. the PD client on h3, one process for the whole run
 echo eh1 >"$TMP/ctl"

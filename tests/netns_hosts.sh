@@ -21,11 +21,11 @@ MH_NETNS=""
 mh_init() {
   MH_PFX="$1$$"
   if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then
-    echo "SKIP: network namespaces need root and iproute2" >&2
+    echo "skip: network namespaces need root and iproute2" >&2
     exit 77
   fi
   if ! ip netns add "$MH_PFX-sw" 2>/dev/null; then
-    echo "SKIP: ip netns add fails here (no namespace support)" >&2
+    echo "skip: ip netns add fails here (no namespace support)" >&2
     exit 77
   fi
   MH_NETNS="$MH_PFX-sw"

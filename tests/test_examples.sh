@@ -121,7 +121,7 @@ multihost)
   # 2E2PD on four simulated hosts (network namespaces): connectors given only
   # the Redis URL, encoders saving to their own host's server.
   run disagg_multihost_example.sh "${small[@]}"
-  [ "$rc" -ne 77 ] || { echo "SKIP: needs root and network namespaces"; exit 77; }
+  [ "$rc" -ne 77 ] || { echo "skip: needs root and network namespaces"; exit 77; }
   expect_pass
   expect_no_failed
   [ "$(figure 'Recomputed embeddings')" = 0 ] || fail "recomputes in a clean run"
