@@ -345,6 +345,30 @@ static void test_server_killed_mid_run(void **state) {
   ecs_client_close(c);
 }
 
+/* Redis gone: puts still reach the servers the client knew (they serve on
+ * without Redis); a get cannot locate anything and fails as a whole, at
+ * once and saying why, never with a wrong or partial answer. */
+static void test_redis_down(void **state) {
+  fx_t *f = *state;
+  start_server(f, 0, NULL);
+  start_server(f, 1, NULL);
+  ecs_client_t *c = discover_client(f, "hash");
+  assert_non_null(c);
+  put_all(c, "r", 16, 9);
+  ecs_ts_kill9(&f->redis);
+  usleep(300 * 1000); /* past registry_refresh_ms: the next call tries Redis */
+  put_all(c, "r2", 16, 10);
+  int st[16];
+  uint64_t t0 = ecs_now_ms();
+  int rc = get_all(c, "r", 16, 9, st);
+  assert_true(rc == ECS_ECONN || rc == ECS_ETIMEDOUT);
+  assert_true(ecs_now_ms() - t0 < 3000 + 500);
+  assert_non_null(strstr(ecs_client_errmsg(c), "Redis"));
+  for (int i = 0; i < 16; i++)
+    assert_int_equal(st[i], rc);
+  ecs_client_close(c);
+}
+
 static void test_config_errors(void **state) {
   fx_t *f = *state;
   char url[64];
@@ -385,6 +409,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_hash_join_moves_its_share, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_least_loaded, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_server_killed_mid_run, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_redis_down, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
