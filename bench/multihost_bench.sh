@@ -6,6 +6,8 @@
 #     of the same bytes over the same link (ecs-mh-driver rawserve);
 #   - the batch's location lookup in Redis (one pipelined round trip), next
 #     to the transfer;
+#   - a batch spread over two hosts' servers in one call (the groups are
+#     fetched in parallel) against its two halves in two calls in a row;
 #   - keys moved when a fourth server joins under placement hash (target
 #     about 1/N of them).
 # Medians with the p10..p90 spread; nothing here is a pass/fail threshold.
@@ -47,7 +49,7 @@ server() { # server HOST IDX POOL
   mh_wait_tcp "$1" "$(mh_ip "$2")" 7700 30 || die "ecstore-server on $1 did not start"
 }
 server h1 11 1G
-server h2 12 128M
+server h2 12 512M
 server h3 13 128M
 mh_bg h1 "$TMP/raw.log" "$DRV" rawserve --listen "$(mh_ip 11):7800"
 mh_wait_tcp h3 "$(mh_ip 11)" 7800 10 || die "raw server did not start"
@@ -64,6 +66,14 @@ echo "== the same without the client's checksum check (verify_checksum 0): its s
 for size in 1M 16M; do
   mh_exec h3 "$DRV" bench --redis "$REDIS" --ns "$NS" --prefix "obj$size" --n 32 --size "$size" \
     --batches 32 --reps "$REPS" --raw "$(mh_ip 11):7800" --timeout-ms 60000 --verify 0 || die "bench $size"
+done
+
+echo "== a batch over two hosts' servers: one call (groups fetched in parallel) vs. two calls in a row"
+for size in 1M 16M; do
+  mh_exec h2 "$DRV" put --redis "$REDIS" --ns "$NS" --placement local --prefix "h2obj$size" --n 16 \
+    --size "$size" >/dev/null || die "put $size on h2"
+  mh_exec h3 "$DRV" spread --redis "$REDIS" --ns "$NS" --prefix "obj$size" --prefix2 "h2obj$size" --n 32 \
+    --size "$size" --reps "$REPS" --timeout-ms 60000 || die "spread $size"
 done
 
 echo "== keys moved when a 4th server joins (placement hash, 400 keys)"

@@ -21,6 +21,10 @@
  *           median and spread of a get batch from the remote holder, of a
  *           raw TCP read of the same bytes over the same link, and of the
  *           batch's Redis location lookup alone
+ *   spread  --prefix P --prefix2 Q --n N --size B --reps R
+ *           a batch of N/2 objects of P and N/2 of Q (held by two servers)
+ *           in one call, against the same two halves in two calls one
+ *           after the other: what fetching the groups in parallel saves
  *
  * Common: --redis URL --ns NS [--transport T] [--timeout-ms MS]
  * [--verify 0|1] (the client's verify_checksum, default 1).
@@ -45,7 +49,7 @@
 #include "store/net.h"
 
 typedef struct opts {
-  const char *redis, *ns, *prefix, *placement, *transport, *ctl, *listen, *raw, *batches;
+  const char *redis, *ns, *prefix, *placement, *transport, *ctl, *listen, *raw, *batches, *prefix2;
   int n, rounds, interval_ms, reps, timeout_ms, verify;
   uint64_t size;
 } opts_t;
@@ -379,6 +383,67 @@ static int cmd_bench(const opts_t *o) {
   return fail;
 }
 
+/* One get of keys[0..n) into dst; 0 when every item came back. */
+static int get_n(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *b, uint8_t *dst, size_t n,
+                 uint64_t size) {
+  for (size_t i = 0; i < n; i++)
+    b[i] = (ecs_get_buf_t){.data = dst + i * size, .capacity = size};
+  int rc = ecs_get_batch(c, keys, b, n);
+  for (size_t i = 0; i < n && rc == ECS_OK; i++)
+    rc = b[i].status;
+  if (rc)
+    fprintf(stderr, "spread get: %s %s\n", ecs_strerror(rc), ecs_client_errmsg(c));
+  return rc;
+}
+
+static int cmd_spread(const opts_t *o) {
+  ecs_client_t *c = connect_or_die(o);
+  int half = o->n / 2;
+  char(*n1)[64] = key_names(o->prefix, half), (*n2)[64] = key_names(o->prefix2, half);
+  ecs_key_t *keys = calloc((size_t)o->n, sizeof *keys);
+  ecs_get_buf_t *b = calloc((size_t)o->n, sizeof *b);
+  uint8_t *dst = malloc(o->size * (uint64_t)o->n);
+  double *t_one = calloc((size_t)o->reps, sizeof(double)), *t_two = calloc((size_t)o->reps, sizeof(double));
+  if (!keys || !b || !dst || !t_one || !t_two || half < 1)
+    return 1;
+  for (int i = 0; i < half; i++) {
+    keys[i] = (ecs_key_t){n1[i], strlen(n1[i])};
+    keys[half + i] = (ecs_key_t){n2[i], strlen(n2[i])};
+  }
+  int fail = 0;
+  for (int r = -1; r < o->reps && !fail; r++) { /* r = -1: warm-up */
+    double t0 = now_s();
+    fail |= get_n(c, keys, b, dst, (size_t)half * 2, o->size);
+    double t1 = now_s();
+    fail |= get_n(c, keys, b, dst, (size_t)half, o->size);
+    fail |= get_n(c, keys + half, b, dst, (size_t)half, o->size);
+    double t2 = now_s();
+    if (r >= 0) {
+      t_one[r] = t1 - t0;
+      t_two[r] = t2 - t1;
+    }
+  }
+  if (!fail) {
+    double am, al, ah, bm, bl, bh;
+    stats(t_one, o->reps, &am, &al, &ah);
+    stats(t_two, o->reps, &bm, &bl, &bh);
+    printf(
+        "size=%lluKiB batch=%d over 2 servers, reps=%d  one call (groups in parallel) %.3f ms [%.3f..%.3f]  "
+        "two calls in a row %.3f ms [%.3f..%.3f]  ratio %.2f\n",
+        (unsigned long long)(o->size >> 10), half * 2, o->reps, am * 1e3, al * 1e3, ah * 1e3, bm * 1e3,
+        bl * 1e3, bh * 1e3, am / bm);
+  }
+  free(n1);
+  free(n2);
+  free(keys);
+  free(b);
+  free(dst);
+  free(t_one);
+  free(t_two);
+  ecs_client_close(c);
+  return fail;
+}
+
 static uint64_t parse_size(const char *s) {
   char *end;
   unsigned long long v = strtoull(s, &end, 10);
@@ -404,23 +469,13 @@ int main(int argc, char **argv) {
               .timeout_ms = 3000,
               .batches = "1,32",
               .verify = 1};
-  static const struct option lo[] = {{"redis", 1, 0, 'r'},
-                                     {"ns", 1, 0, 's'},
-                                     {"prefix", 1, 0, 'p'},
-                                     {"placement", 1, 0, 'P'},
-                                     {"transport", 1, 0, 't'},
-                                     {"ctl", 1, 0, 'c'},
-                                     {"listen", 1, 0, 'l'},
-                                     {"raw", 1, 0, 'w'},
-                                     {"n", 1, 0, 'n'},
-                                     {"size", 1, 0, 'z'},
-                                     {"rounds", 1, 0, 'R'},
-                                     {"interval-ms", 1, 0, 'i'},
-                                     {"reps", 1, 0, 'e'},
-                                     {"timeout-ms", 1, 0, 'T'},
-                                     {"batches", 1, 0, 'b'},
-                                     {"verify", 1, 0, 'v'},
-                                     {0, 0, 0, 0}};
+  static const struct option lo[] = {
+      {"redis", 1, 0, 'r'},       {"ns", 1, 0, 's'},        {"prefix", 1, 0, 'p'},
+      {"prefix2", 1, 0, 'q'},     {"placement", 1, 0, 'P'}, {"transport", 1, 0, 't'},
+      {"ctl", 1, 0, 'c'},         {"listen", 1, 0, 'l'},    {"raw", 1, 0, 'w'},
+      {"n", 1, 0, 'n'},           {"size", 1, 0, 'z'},      {"rounds", 1, 0, 'R'},
+      {"interval-ms", 1, 0, 'i'}, {"reps", 1, 0, 'e'},      {"timeout-ms", 1, 0, 'T'},
+      {"batches", 1, 0, 'b'},     {"verify", 1, 0, 'v'},    {0, 0, 0, 0}};
   int ch;
   optind = 2;
   while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -428,6 +483,7 @@ int main(int argc, char **argv) {
     case 'r': o.redis = optarg; break;
     case 's': o.ns = optarg; break;
     case 'p': o.prefix = optarg; break;
+    case 'q': o.prefix2 = optarg; break;
     case 'P': o.placement = optarg; break;
     case 't': o.transport = optarg; break;
     case 'c': o.ctl = optarg; break;
@@ -463,6 +519,8 @@ int main(int argc, char **argv) {
     return cmd_getloop(&o);
   if (!strcmp(cmd, "holders") && o.prefix)
     return cmd_holders(&o);
+  if (!strcmp(cmd, "spread") && o.prefix && o.prefix2)
+    return cmd_spread(&o);
   if (!strcmp(cmd, "bench") && o.prefix && o.raw)
     return cmd_bench(&o);
   fprintf(stderr, "ecs-mh-driver: unknown command or missing option\n");
