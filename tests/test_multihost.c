@@ -201,6 +201,26 @@ static void test_discovery_and_join(void **state) {
   assert_int_equal(get_all(r, "a", 32, 1, st), ECS_OK);
   for (int i = 0; i < 32; i++)
     assert_int_equal(st[i], ECS_OK);
+  /* views: located the same way, leased on each holder (shm only) */
+  ecs_key_t vk[NOBJ];
+  ecs_view_t views[NOBJ];
+  char vnames[NOBJ][32];
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(vnames[i], sizeof vnames[i], "b", i);
+    vk[i] = (ecs_key_t){vnames[i], strlen(vnames[i])};
+  }
+  int shm = !strcmp(ecs_ts_transport(), "shm");
+  assert_int_equal(ecs_get_view_batch(r, vk, views, NOBJ), ECS_OK);
+  uint8_t want[OBJ_BYTES];
+  for (int i = 0; i < NOBJ; i++) {
+    assert_int_equal(views[i].status, shm ? ECS_OK : ECS_ENOTSUP);
+    if (shm) {
+      fill_obj(want, i, 2);
+      assert_int_equal(views[i].nbytes, OBJ_BYTES);
+      assert_memory_equal(views[i].data, want, OBJ_BYTES);
+    }
+  }
+  assert_int_equal(ecs_view_release(r, views, NOBJ), ECS_OK);
   /* exists and remove find the holders too */
   ecs_key_t k = {"b-0003", 6};
   int ex = 0, rs = 0;
