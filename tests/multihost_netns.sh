@@ -100,6 +100,7 @@ wait_rounds 5
 mark_before=$(rounds)
 
 # 3. h1's server killed mid-run
+# shellcheck disable=SC2154 # SRV_h1 is set by server() through eval
 kill -9 "$SRV_h1"
 wait "$SRV_h1" 2>/dev/null
 wait_rounds 10

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Simulated hosts for the multi-host tests, benchmark and example
 # (issue 14): network namespaces joined by veth links to one bridge, which
 # lives in a "switch" namespace of its own, so nothing touches the root
