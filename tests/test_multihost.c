@@ -232,6 +232,32 @@ static void test_discovery_and_join(void **state) {
   assert_int_equal(ex, 0);
   ecs_client_close(r);
   ecs_client_close(c);
+  /* the CLI with only --redis and --ns, as a shell user runs it */
+  char dir[256], cmd[1600], in[300], out[300];
+  assert_int_equal(ecs_ts_mkdtemp(dir, sizeof dir), 0);
+  snprintf(in, sizeof in, "%s/in", dir);
+  snprintf(out, sizeof out, "%s/out", dir);
+  uint8_t blob[5000];
+  ecs_ts_fill(blob, sizeof blob, 77);
+  FILE *fp = fopen(in, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(blob, 1, sizeof blob, fp), sizeof blob);
+  fclose(fp);
+  const char *cli = ecs_ts_bin("ecstore-cli");
+  snprintf(cmd, sizeof cmd,
+           "env -u ECSTORE_SERVERS %s --redis 127.0.0.1:%d --ns test --placement least-loaded put cli-k %s "
+           ">/dev/null && env -u ECSTORE_SERVERS %s --redis 127.0.0.1:%d --ns test get cli-k %s >/dev/null",
+           cli, f->redis.port, in, cli, f->redis.port, out);
+  assert_int_equal(system(cmd), 0);
+  uint8_t back[sizeof blob + 1];
+  fp = fopen(out, "rb");
+  assert_non_null(fp);
+  assert_int_equal(fread(back, 1, sizeof back, fp), sizeof blob);
+  fclose(fp);
+  assert_memory_equal(back, blob, sizeof blob);
+  unlink(in);
+  unlink(out);
+  rmdir(dir);
 }
 
 /* Rendezvous hashing: a fourth server takes about a quarter of the keys,
