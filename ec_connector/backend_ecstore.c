@@ -1,8 +1,9 @@
 /*
  * Backend "ecstore": libecstore, one client handle per connector role.
- * DATA handles talk to the servers only; the META handle also connects to
- * Redis, so has() is answered by Redis (ecs_exists_batch), or by the
- * servers while Redis is down.
+ * With a servers list, DATA handles talk to the servers only; the META
+ * handle also connects to Redis, so has() is answered by Redis
+ * (ecs_exists_batch), or by the servers while Redis is down.  Without one,
+ * every handle finds the servers in Redis's registry (docs/multihost.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +19,10 @@ typedef struct ecstore_h {
 static int es_open(const ecs_ec_config_t *cfg, int kind, void **out, char *err, size_t errlen) {
   ecs_client_config_t cc;
   ecs_client_config_init(&cc);
-  cc.servers = cfg->servers;
-  cc.redis_url = kind == ECS__EC_H_META ? cfg->redis_url : NULL;
+  /* No servers list: every handle finds the servers in Redis's registry. */
+  cc.servers = cfg->servers[0] ? cfg->servers : NULL;
+  cc.redis_url = kind == ECS__EC_H_META || !cfg->servers[0] ? cfg->redis_url : NULL;
+  cc.placement = cfg->placement;
   cc.ns = cfg->ns;
   cc.auth_token = cfg->auth_token[0] ? cfg->auth_token : NULL;
   cc.connect_timeout_ms = cfg->connect_timeout_ms;
@@ -42,7 +45,8 @@ static int es_open(const ecs_ec_config_t *cfg, int kind, void **out, char *err, 
                "\"compression\"): %s",
                cfg->protocol, cfg->compression, cerr);
     else
-      snprintf(err, errlen, "ecstore connect (servers \"%s\"): %s: %s", cfg->servers, ecs_strerror(rc), cerr);
+      snprintf(err, errlen, "ecstore connect (servers \"%s\"): %s: %s",
+               cfg->servers[0] ? cfg->servers : "from the registry", ecs_strerror(rc), cerr);
     free(h);
     return rc;
   }

@@ -63,12 +63,14 @@ static const key_def_t keys[] = {
     {"lookup_retries", K_INT, F(lookup_retries), 0, 0, 100, NULL},
     {"retry_backoff_ms", K_INT, F(retry_backoff_ms), 0, 1, 60000, NULL},
     {"redis_password_file", K_STR, F(redis_password_file), CAP(redis_password_file), 0, 0, NULL},
+    {"placement", K_CHOICE, F(placement), CAP(placement), 0, 0, "hash|local|least-loaded"},
 };
 
 void ecs_ec_config_init(ecs_ec_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->backend = ECS_EC_BACKEND_ECSTORE;
-  snprintf(cfg->servers, sizeof cfg->servers, "127.0.0.1:7700");
+  cfg->servers[0] = '\0'; /* the servers registered in redis_url's Redis */
+  snprintf(cfg->placement, sizeof cfg->placement, "hash");
   snprintf(cfg->ns, sizeof cfg->ns, "default");
   snprintf(cfg->protocol, sizeof cfg->protocol, "auto");
   snprintf(cfg->compression, sizeof cfg->compression, "none");
@@ -300,8 +302,6 @@ int ecs__ec_config_check(const ecs_ec_config_t *cfg, char *err, size_t errlen) {
     return cfg_fail(err, errlen, "key \"staging_bytes\": at least 65536");
   switch (cfg->backend) {
   case ECS_EC_BACKEND_ECSTORE:
-    if (cfg->servers[0] == '\0')
-      return cfg_fail(err, errlen, "key \"servers\": backend ecstore needs at least one server");
     if (cfg->redis_url[0] == '\0')
       return cfg_fail(err, errlen,
                       "key \"redis_url\": backend ecstore needs it (the scheduler's has() asks Redis only)");

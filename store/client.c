@@ -14,6 +14,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,13 +37,14 @@ const char *ecs_client_errmsg(const ecs_client_t *c) {
 
 void ecs_client_config_init(ecs_client_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->servers = "127.0.0.1:7700";
+  cfg->servers = NULL; /* "127.0.0.1:7700" unless a Redis URL asks for discovery */
   cfg->ns = "default";
   cfg->connect_timeout_ms = 2000;
   cfg->timeout_ms = 10000;
   cfg->verify_checksum = 1;
   cfg->max_object_size = ECS_DEFAULT_MAX_OBJECT_SIZE;
   cfg->shm_server_uid = -1;
+  cfg->registry_refresh_ms = 2000;
 }
 
 void ecs_free(void *p) {
@@ -124,6 +126,7 @@ static int parse_servers(ecs_client_t *c, char *errbuf, size_t errlen) {
     snprintf(s->addr, sizeof s->addr, "%s", tok);
     s->fd = -1;
     s->cli = c;
+    s->live = 1;
     c->nsrv++;
   }
   if (c->nsrv == 0) {
@@ -155,7 +158,11 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     c->cfg.timeout_ms = def.timeout_ms;
   if (c->cfg.max_object_size == 0) /* a zeroed config: the default, never "no cap" */
     c->cfg.max_object_size = def.max_object_size;
-  c->servers_s = strdup(cfg->servers ? cfg->servers : def.servers);
+  if (c->cfg.registry_refresh_ms <= 0)
+    c->cfg.registry_refresh_ms = def.registry_refresh_ms;
+  /* No servers list but a Redis URL: the servers come from the registry. */
+  c->discover = (!cfg->servers || !*cfg->servers) && cfg->redis_url && *cfg->redis_url;
+  c->servers_s = strdup(cfg->servers && *cfg->servers ? cfg->servers : "127.0.0.1:7700");
   c->ns_s = strdup(cfg->ns && *cfg->ns ? cfg->ns : def.ns);
   c->redis_s = cfg->redis_url && *cfg->redis_url ? strdup(cfg->redis_url) : NULL;
   c->token_s = cfg->auth_token && *cfg->auth_token ? strdup(cfg->auth_token) : NULL;
@@ -173,9 +180,14 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     snprintf(errbuf, errlen, "auth token longer than %d bytes", ECS_PROTO_MAX_TOKEN);
     goto fail;
   }
-  rc = parse_servers(c, errbuf, errlen);
+  rc = ecs__place_parse(c, c->cfg.placement, errbuf, errlen);
   if (rc)
     goto fail;
+  if (!c->discover) {
+    rc = parse_servers(c, errbuf, errlen);
+    if (rc)
+      goto fail;
+  }
   const char *tr = c->cfg.transport && *c->cfg.transport ? c->cfg.transport : "auto";
   if (!strcmp(tr, "auto")) {
     c->path = &ecs__cli_shm_ops;
@@ -207,7 +219,7 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     goto fail;
   }
   uint64_t deadline = ecs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms + (uint64_t)c->cfg.timeout_ms;
-  for (size_t i = 0; i < c->nsrv; i++) {
+  for (size_t i = 0; i < c->nsrv && !c->discover; i++) { /* discovered servers: lazily */
     rc = ensure(c, &c->srv[i], deadline);
     if (rc) {
       snprintf(errbuf, errlen, "%s", c->errmsg);
@@ -231,6 +243,14 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     /* A Redis that is down is not a reason to refuse: puts and gets go to
      * the servers, which keep serving without it; exists falls back to
      * asking the servers, and the handle reconnects on the next call. */
+  }
+  if (c->discover) {
+    /* Without a servers list, Redis is the only way to find a server. */
+    rc = ecs__place_refresh(c, 1);
+    if (rc) {
+      snprintf(errbuf, errlen, "%s", c->errmsg);
+      goto fail;
+    }
   }
   c->errmsg[0] = '\0';
   *out = c;
@@ -268,9 +288,11 @@ typedef struct batch_kind {
   int (*share)(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline);
   int (*status)(void *arg, size_t i);        /* item i's status: only OK items are sent */
   void (*fail)(void *arg, size_t i, int rc); /* an item a whole-share failure took down */
+  int parallel;                              /* 1: shares on several servers run at once */
+  int miss_when_gone;                        /* 1: discovery, an unreachable holder is a miss */
 } batch_kind_t;
 
-/* The server an object lives on. */
+/* The server an object lives on, with a configured servers list. */
 static size_t route(const ecs_client_t *c, const ecs_key_t *k) {
   if (c->nsrv == 1)
     return 0;
@@ -279,11 +301,11 @@ static size_t route(const ecs_client_t *c, const ecs_key_t *k) {
 
 /* Items of a batch that go to server si, as indices into the caller's
  * arrays.  idx must hold n entries. */
-static size_t pick(const ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind,
-                   void *arg, size_t si, size_t *idx) {
+static size_t pick(const size_t *where, size_t n, const batch_kind_t *kind, void *arg, size_t si,
+                   size_t *idx) {
   size_t m = 0;
   for (size_t i = 0; i < n; i++)
-    if (kind->status(arg, i) == ECS_OK && route(c, &keys[i]) == si)
+    if (kind->status(arg, i) == ECS_OK && where[i] == si)
       idx[m++] = i;
   return m;
 }
@@ -292,39 +314,168 @@ static int key_ok(const ecs_key_t *k) {
   return k->data && ecs_key_check(k->data, k->len) == ECS_OK;
 }
 
-/* Runs a batch whose items have their first status (the checks made here)
- * server by server, within one deadline: kind->share gets each server's
- * share of the items still OK (indices into the caller's arrays, at most
- * ECS_PROTO_MAX_ITEMS at a time).  A connection that turns out stale (the
- * server restarted since the last call) is re-opened and the share sent
- * once more: every request is idempotent (a removal retried after it took
- * effect reports ENOTFOUND).  When a share fails as a whole, fail() gives
- * its items, and the server's remaining ones, that error; the first such
- * error is returned.  Other servers still run. */
-static int run_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg) {
-  uint64_t deadline = ecs__cli_deadline(c);
-  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
-  if (!idx)
+/* Where each item still OK is: by key hash over the servers list, or,
+ * with discovery, where Redis says it is (an item with no live holder is
+ * a miss: fail(ECS_ENOTFOUND)).  where must hold n entries.  An error is
+ * Redis's, for the whole batch: every item still OK is given it. */
+static int locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
+                  size_t *where) {
+  if (!c->discover) {
+    for (size_t i = 0; i < n; i++)
+      where[i] = kind->status(arg, i) == ECS_OK ? route(c, &keys[i]) : ECS_CLI_NOWHERE;
+    return ECS_OK;
+  }
+  ecs__place_refresh(c, 0); /* a failure keeps the servers we knew */
+  c->errmsg[0] = '\0';
+  int *ok = malloc((n ? n : 1) * sizeof *ok);
+  if (!ok)
     return ECS_ENOMEM;
-  int ret = ECS_OK;
-  for (size_t si = 0; si < c->nsrv; si++) {
-    size_t m = pick(c, keys, n, kind, arg, si, idx);
-    for (size_t off = 0; off < m; off += ECS_PROTO_MAX_ITEMS) {
-      size_t k = m - off < ECS_PROTO_MAX_ITEMS ? m - off : ECS_PROTO_MAX_ITEMS;
-      srv_t *sv = &c->srv[si];
-      int reused = sv->fd >= 0;
-      int rc = kind->share(c, sv, idx + off, k, arg, deadline);
-      if (rc == ECS_ECONN && reused)
-        rc = kind->share(c, sv, idx + off, k, arg, deadline);
-      if (rc) {
-        for (size_t j = off; j < m; j++)
-          kind->fail(arg, idx[j], rc);
-        if (ret == ECS_OK)
-          ret = rc;
-        break;
-      }
+  for (size_t i = 0; i < n; i++)
+    ok[i] = kind->status(arg, i);
+  int rc = ecs__place_locate(c, keys, n, ok, where);
+  for (size_t i = 0; i < n; i++)
+    if (ok[i] == ECS_OK && (rc != ECS_OK || where[i] == ECS_CLI_NOWHERE))
+      kind->fail(arg, i, rc != ECS_OK ? rc : ECS_ENOTFOUND);
+  free(ok);
+  return rc;
+}
+
+/* One server's share of a batch, run by run_batch on the caller's thread
+ * or on a thread of its own. */
+typedef struct share_job {
+  ecs_client_t *c;          /* the client, or a worker copy of it */
+  srv_t *s;                 /* the server */
+  size_t *idx;              /* its items */
+  size_t m;                 /* their count */
+  const batch_kind_t *kind; /* what to do */
+  void *arg;                /* the call's arrays */
+  uint64_t deadline;        /* the call's deadline */
+  int rc;                   /* out: 0, or the error that failed the share */
+  pthread_t tid;            /* its thread, when it has one */
+  int threaded;             /* 1 when tid runs it */
+} share_job_t;
+
+/* Sends a server's items ECS_PROTO_MAX_ITEMS at a time.  A connection that
+ * turns out stale (the server restarted since the last call) is re-opened
+ * and the share sent once more: every request is idempotent (a removal
+ * retried after it took effect reports ENOTFOUND).  When a share fails as
+ * a whole, fail() gives its items, and the server's remaining ones, that
+ * error; with discovery, a get's or view's items on a server that cannot
+ * be reached are misses instead (the object went with its server). */
+static void share_run(share_job_t *j) {
+  ecs_client_t *c = j->c;
+  j->rc = ECS_OK;
+  for (size_t off = 0; off < j->m; off += ECS_PROTO_MAX_ITEMS) {
+    size_t k = j->m - off < ECS_PROTO_MAX_ITEMS ? j->m - off : ECS_PROTO_MAX_ITEMS;
+    int reused = j->s->fd >= 0;
+    int rc = j->kind->share(c, j->s, j->idx + off, k, j->arg, j->deadline);
+    if (rc == ECS_ECONN && reused)
+      rc = j->kind->share(c, j->s, j->idx + off, k, j->arg, j->deadline);
+    if (rc) {
+      int gone = c->discover && (rc == ECS_ECONN || rc == ECS_ETIMEDOUT);
+      int miss = gone && j->kind->miss_when_gone;
+      for (size_t q = off; q < j->m; q++)
+        j->kind->fail(j->arg, j->idx[q], miss ? ECS_ENOTFOUND : rc);
+      if (gone)
+        j->s->down_until = ecs_now_ms() + ECS_CLI_DOWN_MS;
+      if (!miss)
+        j->rc = rc;
+      return;
     }
   }
+}
+
+static void *share_thread(void *p) {
+  share_job_t *j = p;
+  share_run(j);
+  return NULL;
+}
+
+/* A copy of c for a worker thread: the same servers and settings, its own
+ * request, reply and error buffers (every path keeps its per-call state
+ * there); s is the server it may touch, in the real client. */
+static ecs_client_t *worker_of(const ecs_client_t *c) {
+  ecs_client_t *w = malloc(sizeof *w);
+  if (!w)
+    return NULL;
+  *w = *c;
+  w->rmeta = NULL;
+  w->rmeta_cap = 0;
+  ecs_wbuf_init(&w->w);
+  w->errmsg[0] = '\0';
+  return w;
+}
+
+static void worker_free(ecs_client_t *w) {
+  if (!w)
+    return;
+  free(w->rmeta);
+  ecs_wbuf_free(&w->w);
+  free(w);
+}
+
+/* Runs a batch whose items have their first status (the checks made here)
+ * server by server, within one deadline: kind->share gets each server's
+ * share of the items still OK (where[i]: item i's server).  The first
+ * error that failed a share is returned; other servers still run.
+ *
+ * With kind->parallel and more than one server in the batch, each server's
+ * share runs on a thread of its own (the first on the caller's), so a
+ * batch spread over several hosts costs the slowest host, not the sum.
+ * Threads rather than one poll loop: every path (tcp, shm, RDMA) is a
+ * sequence of blocking, deadline-bounded exchanges on its own connection,
+ * which a thread runs unchanged; a thread per server costs tens of
+ * microseconds against transfers of megabytes.  RDMA shares stay on the
+ * caller's thread (its device context and registered buffers are shared). */
+static int run_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
+                     const size_t *where) {
+  (void)keys;
+  uint64_t deadline = ecs__cli_deadline(c);
+  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+  share_job_t *jobs = calloc(c->nsrv ? c->nsrv : 1, sizeof *jobs);
+  if (!idx || !jobs) {
+    free(idx);
+    free(jobs);
+    return ECS_ENOMEM;
+  }
+  size_t nj = 0, used = 0;
+  for (size_t si = 0; si < c->nsrv; si++) {
+    size_t m = pick(where, n, kind, arg, si, idx + used);
+    if (m == 0)
+      continue;
+    jobs[nj++] = (share_job_t){
+        .c = c, .s = &c->srv[si], .idx = idx + used, .m = m, .kind = kind, .arg = arg, .deadline = deadline};
+    used += m;
+  }
+  int par = kind->parallel && nj > 1 && !c->rdma;
+  for (size_t k = 1; par && k < nj; k++) {
+    share_job_t *j = &jobs[k];
+    j->c = worker_of(c);
+    if (j->c && pthread_create(&j->tid, NULL, share_thread, j) == 0) {
+      j->threaded = 1;
+      continue;
+    }
+    worker_free(j->c); /* no thread: run it here, after the others */
+    j->c = c;
+  }
+  for (size_t k = 0; k < nj; k++)
+    if (!jobs[k].threaded)
+      share_run(&jobs[k]);
+  int ret = ECS_OK;
+  for (size_t k = 0; k < nj; k++) {
+    share_job_t *j = &jobs[k];
+    if (j->threaded) {
+      pthread_join(j->tid, NULL);
+      if (j->rc && !c->errmsg[0])
+        snprintf(c->errmsg, sizeof c->errmsg, "%s", j->c->errmsg);
+      if (j->c->next_req > c->next_req)
+        c->next_req = j->c->next_req;
+      worker_free(j->c);
+    }
+    if (j->rc && ret == ECS_OK)
+      ret = j->rc;
+  }
+  free(jobs);
   free(idx);
   return ret;
 }
@@ -366,7 +517,29 @@ static void put_fail(void *arg, size_t i, int rc) {
   ((put_arg_t *)arg)->status[i] = rc;
 }
 
-static const batch_kind_t put_kind = {put_share, put_status, put_fail};
+static const batch_kind_t put_kind = {put_share, put_status, put_fail, 0, 0};
+
+/* A put's item stored in a first round: not sent again (any nonzero
+ * status keeps an item back; no ECS_* code is positive). */
+#define PUT_DONE 1
+
+/* Discovery: places the items still OK (where[i]); an item with no live
+ * server anywhere gets ECS_ECONN. */
+static void put_place(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *ts, size_t n, int *status,
+                      size_t *where, uint64_t *load) {
+  memset(load, 0, ECS_CLI_MAX_SERVERS * sizeof *load);
+  int none = 0;
+  for (size_t i = 0; i < n; i++) {
+    where[i] = status[i] == ECS_OK ? ecs__place_put(c, &keys[i], ts[i].nbytes, load) : ECS_CLI_NOWHERE;
+    if (status[i] == ECS_OK && where[i] == ECS_CLI_NOWHERE) {
+      status[i] = ECS_ECONN;
+      none = 1;
+    }
+  }
+  if (none)
+    ecs__cli_err(c, "discovery: no live server in the registry of namespace '%s' (Redis %s)", c->ns_s,
+                 c->redis_s);
+}
 
 static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
                      int *status) {
@@ -374,7 +547,44 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
   for (size_t i = 0; i < n; i++)
     status[i] = put_validate(&keys[i], &tensors[i]);
   put_arg_t a = {keys, tensors, status};
-  return run_batch(c, keys, n, &put_kind, &a);
+  size_t *where = malloc((n ? n : 1) * sizeof *where);
+  uint64_t load[ECS_CLI_MAX_SERVERS];
+  if (!where)
+    return ECS_ENOMEM;
+  int ret;
+  if (!c->discover) {
+    for (size_t i = 0; i < n; i++)
+      where[i] = route(c, &keys[i]);
+    ret = run_batch(c, keys, n, &put_kind, &a, where);
+  } else {
+    ecs__place_refresh(c, 0);
+    c->errmsg[0] = '\0';
+    put_place(c, keys, tensors, n, status, where, load);
+    ret = run_batch(c, keys, n, &put_kind, &a, where);
+    /* A server that could not be reached (it died, and the registry still
+     * lists it until its entry expires): place its items again, once, on
+     * the servers left (run_batch marked it down). */
+    int again = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (where[i] != ECS_CLI_NOWHERE && (status[i] == ECS_ECONN || status[i] == ECS_ETIMEDOUT)) {
+        status[i] = ECS_OK;
+        again = 1;
+      } else if (status[i] == ECS_OK) {
+        status[i] = PUT_DONE;
+      }
+    }
+    if (again) {
+      ecs__place_refresh(c, 1);
+      c->errmsg[0] = '\0';
+      put_place(c, keys, tensors, n, status, where, load);
+      ret = run_batch(c, keys, n, &put_kind, &a, where);
+    }
+    for (size_t i = 0; i < n; i++)
+      if (status[i] == PUT_DONE)
+        status[i] = ECS_OK;
+  }
+  free(where);
+  return ret;
 }
 
 int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
@@ -427,7 +637,7 @@ static void get_fail(void *arg, size_t i, int rc) {
   b->nbytes = 0;
 }
 
-static const batch_kind_t get_kind = {get_share, get_status, get_fail};
+static const batch_kind_t get_kind = {get_share, get_status, get_fail, 1, 1};
 
 static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n, int alloc) {
   if (!c || (n && (!keys || !bufs)))
@@ -441,7 +651,13 @@ static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs
     bufs[i].status = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
   }
   get_arg_t a = {keys, bufs, alloc};
-  int ret = run_batch(c, keys, n, &get_kind, &a);
+  size_t *where = malloc((n ? n : 1) * sizeof *where);
+  if (!where)
+    return ECS_ENOMEM;
+  int ret = locate(c, keys, n, &get_kind, &a, where);
+  if (ret == ECS_OK)
+    ret = run_batch(c, keys, n, &get_kind, &a, where);
+  free(where);
   if (alloc) { /* only OK items keep a buffer */
     for (size_t i = 0; i < n; i++) {
       if (bufs[i].status != ECS_OK && bufs[i].data) {
@@ -490,7 +706,7 @@ static void view_fail(void *arg, size_t i, int rc) {
   ((view_arg_t *)arg)->views[i].status = rc;
 }
 
-static const batch_kind_t view_kind = {view_share, view_status, view_fail};
+static const batch_kind_t view_kind = {view_share, view_status, view_fail, 0, 1};
 
 int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n) {
   if (!c || (n && (!keys || !views)))
@@ -501,7 +717,14 @@ int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views
     views[i].status = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
   }
   view_arg_t a = {keys, views};
-  return run_batch(c, keys, n, &view_kind, &a);
+  size_t *where = malloc((n ? n : 1) * sizeof *where);
+  if (!where)
+    return ECS_ENOMEM;
+  int ret = locate(c, keys, n, &view_kind, &a, where);
+  if (ret == ECS_OK)
+    ret = run_batch(c, keys, n, &view_kind, &a, where);
+  free(where);
+  return ret;
 }
 
 /* ------------------------------------------------------------------ */
@@ -542,14 +765,21 @@ static void keys_fail(void *arg, size_t i, int rc) {
   ((keys_arg_t *)arg)->out[i] = rc;
 }
 
-static const batch_kind_t keys_kind = {keys_share, keys_status, keys_fail};
+static const batch_kind_t keys_kind = {keys_share, keys_status, keys_fail, 0, 0};
 
 static int keys_batch(ecs_client_t *c, uint8_t op, const ecs_key_t *keys, size_t n, int *out) {
   c->errmsg[0] = '\0';
   for (size_t i = 0; i < n; i++)
     out[i] = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
   keys_arg_t a = {keys, op, out};
-  return run_batch(c, keys, n, &keys_kind, &a);
+  size_t *where = malloc((n ? n : 1) * sizeof *where);
+  if (!where)
+    return ECS_ENOMEM;
+  int ret = locate(c, keys, n, &keys_kind, &a, where);
+  if (ret == ECS_OK)
+    ret = run_batch(c, keys, n, &keys_kind, &a, where);
+  free(where);
+  return ret;
 }
 
 int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status) {
@@ -702,8 +932,12 @@ int ecs_ping(ecs_client_t *c) {
   if (!c)
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
+  ecs__place_refresh(c, 0);
+  c->errmsg[0] = '\0';
   for (size_t i = 0; i < c->nsrv; i++) {
     ecs_hdr_t h;
+    if (!c->srv[i].live) /* departed (discovery) */
+      continue;
     int rc = simple_rpc(c, &c->srv[i], ECS_OP_PING, NULL, NULL, 0, &h);
     if (rc)
       return rc;
@@ -721,7 +955,12 @@ int ecs__client_debug_corrupt(ecs_client_t *c, const void *key, size_t key_len) 
   if (!c || !key_ok(&k))
     return ECS_EINVAL;
   ecs_hdr_t h;
-  return simple_rpc(c, &c->srv[route(c, &k)], ECS_OP_DEBUG, build_corrupt, key, key_len, &h);
+  int st = ECS_OK;
+  size_t where;
+  int rc = locate(c, &k, 1, &keys_kind, &(keys_arg_t){&k, ECS_OP_DEBUG, &st}, &where);
+  if (rc || st)
+    return rc ? rc : st;
+  return simple_rpc(c, &c->srv[where], ECS_OP_DEBUG, build_corrupt, key, key_len, &h);
 }
 
 int ecs__client_server_fd(ecs_client_t *c, size_t server) {
@@ -732,6 +971,8 @@ const char *ecs_client_transport(const ecs_client_t *c) {
   /* a server not connected now counts as tcp: that is where it starts */
   const char *name = NULL;
   for (size_t i = 0; i < c->nsrv; i++) {
+    if (c->discover && !c->srv[i].ops)
+      continue; /* discovered servers are connected when used: only those count */
     const char *n = c->srv[i].ops ? c->srv[i].ops->name : ecs__cli_tcp_ops.name;
     if (name && strcmp(name, n) != 0)
       return "mixed";

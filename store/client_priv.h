@@ -6,6 +6,8 @@
  *   client.c        the batch driver: connect, route by key, split a batch
  *                   by server, deadlines, per-item statuses; calls a data
  *                   path only through its ecs_cli_ops_t table
+ *   client_place.c  servers from the Redis registry, put placement
+ *                   (hash / local / least-loaded), locating a get's keys
  *   client_tcp.c    the socket path (tcp, and a read-only shm mapping's puts)
  *   client_shm.c    the shared-memory path (a server on this host)
  *   client_rdma.c   the RDMA path
@@ -99,6 +101,13 @@ struct ecs_cli_srv {
   ecs_shm_map_t *map;       /* the pool mapping while on the shm path */
   struct ecs_rdma_ep *ep;   /* RDMA endpoint while on the RDMA path */
   struct ecs_client *cli;   /* the owning client (for the RDMA exchange callback) */
+  /* discovery (client_place.c): the slot's node as the registry lists it */
+  char reg_id[64];     /* its node id in the registry ("" for a configured server) */
+  uint64_t reg_epoch;  /* its epoch in the registry */
+  uint64_t free_bytes; /* pool bytes free at its last heartbeat */
+  int live;            /* 1: usable (configured, or in the registry at the last refresh) */
+  int local;           /* 1: its address is one of this host's */
+  uint64_t down_until; /* a connection to it failed: placement skips it until then (ms) */
 };
 
 /* What to do when a server cannot be moved onto the path asked for. */
@@ -127,7 +136,10 @@ struct ecs_client {
   struct ecs_rdma_ctx *rdma;   /* RDMA device context (transport rdma), or NULL */
   ecs_cli_reg_t *regs;         /* registered buffers */
   size_t nregs, regs_cap;      /* count and capacity */
-  ecs_meta_t *meta;            /* Redis link for exists_batch, or NULL */
+  ecs_meta_t *meta;            /* Redis link for exists_batch (and discovery), or NULL */
+  int discover;                /* servers come from the Redis registry (no servers configured) */
+  int placement;               /* ECS_PLACE_*: where a discovery put goes */
+  uint64_t next_refresh_ms;    /* discovery: when the registry is read again */
   uint64_t redis_retry_ms;     /* after a Redis failure, exists asks the servers until then */
   uint32_t next_req;           /* request ids */
   uint8_t *rmeta;              /* reply records buffer */
@@ -142,6 +154,38 @@ struct ecs_client {
 static inline uint64_t ecs__cli_deadline(const ecs_client_t *c) {
   return ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
 }
+
+/* ---- client_place.c: discovery, placement, location ----------------- */
+
+/* Where a put goes when the servers come from the registry. */
+enum { ECS_PLACE_HASH = 0, ECS_PLACE_LOCAL = 1, ECS_PLACE_LEAST_LOADED = 2 };
+
+/* No server for an item (none live, or its holder is gone). */
+#define ECS_CLI_NOWHERE ((size_t)-1)
+
+/* How long placement avoids a server whose connection just failed. */
+#define ECS_CLI_DOWN_MS 3000
+
+/* Parses cfg.placement into c->placement; ECS_EINVAL with errbuf set. */
+int ecs__place_parse(ecs_client_t *c, const char *name, char *errbuf, size_t errlen);
+/* Reads the registry into c->srv when it is due (or now, with force):
+ * new nodes take a slot, departed ones are marked not live and their
+ * connections dropped, a restarted one (new epoch) is reconnected lazily.
+ * ECS_OK, or Redis's error (the last known servers are kept). */
+int ecs__place_refresh(ecs_client_t *c, int force);
+/* The server a put of keys[i] (nbytes) goes to under c->placement, over
+ * the live servers; load[] (c->nsrv entries, the bytes this batch already
+ * sent each) is updated.  ECS_CLI_NOWHERE when no server is live. */
+size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint64_t *load);
+/* The servers holding keys[i] for the items with ok[i] == ECS_OK, from
+ * their Redis records in one pipelined round trip: where[i] is a live
+ * slot whose node and epoch match the record, or ECS_CLI_NOWHERE (no
+ * record, or a node that died or restarted: a miss).  An error is
+ * Redis's, for the whole batch (c->errmsg says so). */
+int ecs__place_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const int *ok, size_t *where);
+/* Marks slot s as failing: placement skips it for ECS_CLI_DOWN_MS and the
+ * registry is read again on the next call. */
+void ecs__place_down(ecs_client_t *c, ecs_cli_srv_t *s);
 
 /* ---- client_conn.c: one connection ---------------------------------- */
 

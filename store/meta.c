@@ -112,6 +112,7 @@ struct ecs_meta {
   char node_id[64];         /* server: this node ("" for clients) */
   char addr[128];           /* server: advertised "HOST:PORT" */
   uint64_t pool_size;       /* server: pool bytes */
+  uint64_t free_bytes;      /* server: pool bytes free, published with each heartbeat */
   uint64_t epoch;           /* server: this process's epoch */
   uint64_t started_ms;      /* server: wall-clock ms at open, for the registry */
   int timeout_ms;           /* bound on each call */
@@ -450,14 +451,16 @@ int ecs_meta_register(ecs_meta_t *m) {
   snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
   snprintf(started, sizeof started, "%llu", (unsigned long long)m->started_ms);
   snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
-  const char *hset[] = {"HSET", m->node_key, "addr",  m->addr, "port",    port,
-                        "pool", pool,        "epoch", epoch,   "started", started};
+  char fb[24];
+  snprintf(fb, sizeof fb, "%llu", (unsigned long long)(m->free_bytes ? m->free_bytes : m->pool_size));
+  const char *hset[] = {"HSET", m->node_key, "addr", m->addr,   "port",  port,   "pool",
+                        pool,   "epoch",     epoch,  "started", started, "free", fb};
   const char *expire[] = {"EXPIRE", m->node_key, ttl};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
   const char **cmds[] = {hset, expire, sadd};
-  const int argcs[] = {12, 3, 3};
+  const int argcs[] = {14, 3, 3};
   for (int i = 0; i < 3; i++) {
-    size_t lens[12];
+    size_t lens[14];
     for (int j = 0; j < argcs[i]; j++)
       lens[j] = strlen(cmds[i][j]);
     rc = meta_append(m, argcs[i], cmds[i], lens);
@@ -486,18 +489,25 @@ static int meta_heartbeat(ecs_meta_t *m) {
   const char *expire[] = {"EXPIRE", m->node_key, ttl};
   const char *hget[] = {"HGET", m->node_key, "epoch"};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
+  char fb[24]; /* free bytes, for clients placing puts by load (HSET on a lost entry is harmless:
+                  the check below registers again) */
+  snprintf(fb, sizeof fb, "%llu", (unsigned long long)m->free_bytes);
+  const char *hset[] = {"HSET", m->node_key, "free", fb};
   size_t el[] = {6, strlen(m->node_key), strlen(ttl)};
   size_t hl[] = {4, strlen(m->node_key), 5};
   size_t sl[] = {4, strlen(m->nodes_key), strlen(m->node_id)};
+  size_t fl[] = {4, strlen(m->node_key), 4, strlen(fb)};
   int arc = meta_append(m, 3, expire, el);
   if (arc == ECS_OK)
     arc = meta_append(m, 3, hget, hl);
   if (arc == ECS_OK)
     arc = meta_append(m, 3, sadd, sl);
+  if (arc == ECS_OK)
+    arc = meta_append(m, 4, hset, fl);
   if (arc != ECS_OK)
     return arc;
   uint64_t deadline = meta_deadline(m);
-  redisReply *r1, *r2, *r3;
+  redisReply *r1, *r2, *r3, *r4;
   int rc = meta_reply(m, &r1, deadline);
   if (rc != ECS_OK)
     return rc;
@@ -507,12 +517,15 @@ static int meta_heartbeat(ecs_meta_t *m) {
     return rc;
   }
   rc = meta_reply(m, &r3, deadline);
+  if (rc == ECS_OK && (rc = meta_reply(m, &r4, deadline)) != ECS_OK)
+    freeReplyObject(r3);
   if (rc != ECS_OK) {
     freeReplyObject(r1);
     freeReplyObject(r2);
     return rc;
   }
   freeReplyObject(r3);
+  freeReplyObject(r4);
   char epoch[24];
   int n = snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
   int ours = r1->type == REDIS_REPLY_INTEGER && r1->integer == 1 && r2->type == REDIS_REPLY_STRING &&
@@ -944,6 +957,11 @@ int ecs_meta_lookup_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint1
   return rc;
 }
 
+void ecs_meta_set_free(ecs_meta_t *m, uint64_t free_bytes) {
+  if (m != NULL)
+    m->free_bytes = free_bytes;
+}
+
 int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
   if (m == NULL || n == NULL || (max > 0 && out == NULL))
     return ECS_EINVAL;
@@ -975,9 +993,9 @@ int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
     size_t pl = strlen(m->node_pfx);
     memcpy(key, m->node_pfx, pl);
     memcpy(key + pl, id->str, id->len);
-    const char *argv[] = {"HMGET", key, "addr", "epoch", "pool"};
-    size_t lens[] = {5, pl + id->len, 4, 5, 4};
-    rc = meta_append(m, 5, argv, lens);
+    const char *argv[] = {"HMGET", key, "addr", "epoch", "pool", "free"};
+    size_t lens[] = {5, pl + id->len, 4, 5, 4, 4};
+    rc = meta_append(m, 6, argv, lens);
     if (rc != ECS_OK) {
       freeReplyObject(set);
       return rc;
@@ -1008,14 +1026,14 @@ int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
       *n = 0;
       return e;
     }
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_NIL &&
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 4 && r->element[0]->type == REDIS_REPLY_NIL &&
         r->element[1]->type == REDIS_REPLY_NIL && dead != NULL && deadl != NULL) {
       dead[2 + ndead] = id->str; /* its entry expired: the node died */
       deadl[2 + ndead] = id->len;
       ndead++;
     }
     uint64_t epoch, pool;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && META_FIELD(r, 0) && META_FIELD(r, 1) &&
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 4 && META_FIELD(r, 0) && META_FIELD(r, 1) &&
         META_FIELD(r, 2) && r->element[0]->len < sizeof out->addr &&
         ecs__rds_parse_u64(r->element[1]->str, r->element[1]->len, &epoch) == 0 &&
         ecs__rds_parse_u64(r->element[2]->str, r->element[2]->len, &pool) == 0 && k < max) {
@@ -1025,6 +1043,11 @@ int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
       memcpy(nd->addr, r->element[0]->str, r->element[0]->len);
       nd->epoch = epoch;
       nd->pool_size = pool;
+      /* free: absent from an older server's entry; then the whole pool, a bound */
+      if (!META_FIELD(r, 3) ||
+          ecs__rds_parse_u64(r->element[3]->str, r->element[3]->len, &nd->free_bytes) != 0 ||
+          nd->free_bytes > pool)
+        nd->free_bytes = pool;
     }
     freeReplyObject(r);
   }

@@ -7,7 +7,7 @@
  * schema is docs/redis-schema.md:
  *
  *   ecs:{ns}:obj:{key}   hash  node epoch off len raw_len dtype shape csum codec t
- *   ecs:{ns}:node:{id}   hash  addr port pool epoch started   (TTL heartbeat)
+ *   ecs:{ns}:node:{id}   hash  addr port pool epoch started free   (TTL heartbeat)
  *   ecs:{ns}:nodes       set   node ids
  *
  * A record is live when its node's registry hash exists and carries the
@@ -65,6 +65,7 @@ typedef struct ecs_meta_node {
   char node_id[64];
   char addr[128]; /* "HOST:PORT" */
   uint64_t epoch, pool_size;
+  uint64_t free_bytes; /* pool bytes free at the last heartbeat (pool_size if not published) */
 } ecs_meta_node_t;
 
 void ecs_meta_opts_init(ecs_meta_opts_t *o);
@@ -103,6 +104,10 @@ typedef struct ecs_meta_resync {
   int (*has_key)(void *ctx, const void *key, uint16_t key_len);
   void *ctx;
 } ecs_meta_resync_t;
+
+/* Pool bytes free, published in the registry entry with the next
+ * heartbeat (clients placing puts by load read it). */
+void ecs_meta_set_free(ecs_meta_t *m, uint64_t free_bytes);
 
 /* Periodic work, called by the server loop at least every second:
  * heartbeat (EXPIRE + epoch check), reconnect when down, and the re-sync

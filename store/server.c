@@ -133,6 +133,9 @@ static void tick(ecs_server_t *s) {
   s->last_tick_ms = now;
   if (s->meta) {
     ecs_meta_resync_t rs = {.publish_all = resync_publish_all, .has_key = resync_has_key, .ctx = s};
+    ecs_pool_stats_t ps;
+    ecs_pool_stats(s->pool, &ps);
+    ecs_meta_set_free(s->meta, ps.bytes_free);
     ecs_meta_tick(s->meta, now, &rs);
     redis_log_change(s);
   }

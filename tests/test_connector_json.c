@@ -189,7 +189,16 @@ static void test_config_defaults_and_keys(void **state) {
   assert_string_equal(cfg.ns, "default");
   assert_int_equal(cfg.queue_depth, 256);
   assert_int_equal(cfg.staging_bytes, 64ull << 20);
+  assert_string_equal(cfg.servers, ""); /* the servers come from redis_url's registry */
+  assert_string_equal(cfg.placement, "hash");
   char err[300];
+  assert_int_equal(ecs_ec_config_parse_json(&cfg, "{\"placement\": \"least-loaded\"}", 0, err, sizeof err),
+                   ECS_OK);
+  assert_string_equal(cfg.placement, "least-loaded");
+  assert_int_equal(ecs_ec_config_parse_json(&cfg, "{\"placement\": \"nearest\"}", 0, err, sizeof err),
+                   ECS_EINVAL);
+  assert_non_null(strstr(err, "placement"));
+  ecs_ec_config_init(&cfg);
   const char *js =
       "{\"backend\": \"redis\", \"servers\": [\"10.0.0.1:7700\", \"10.0.0.2:7700\"],"
       " \"redis_url\": \"redis://127.0.0.1:6379/2\", \"namespace\": \"qwen\", \"protocol\": \"tcp\","

@@ -7,7 +7,8 @@
 #   tests/test_examples.sh BUILD_DIR CASE
 #
 # Cases: 1e1pd-ecstore, 1e1p1d-ecstore-tcp, 1e1pd-disk, 1e1p1d-redis,
-#        fault-server-down, fault-evict, fault-kv-timeout.
+#        fault-server-down, fault-evict, fault-kv-timeout, multihost (root:
+#        network namespaces; 77 elsewhere).
 set -uo pipefail
 
 build=${1:?usage: test_examples.sh BUILD_DIR CASE}
@@ -115,6 +116,17 @@ fault-kv-timeout)
   run disagg_1e1p1d_example.sh "${small[@]}" --backend ecstore --kv-timeout-ms 800 --fault kv-stall
   [ "$rc" -ne 0 ] || fail "a run with failed requests exited 0"
   grep -q "FAILED: some requests failed" "$out" || fail "no FAILED line"
+  ;;
+multihost)
+  # 2E2PD on four simulated hosts (network namespaces): connectors given only
+  # the Redis URL, encoders saving to their own host's server.
+  run disagg_multihost_example.sh "${small[@]}"
+  [ "$rc" -ne 77 ] || { echo "skip: needs root and network namespaces"; exit 77; }
+  expect_pass
+  expect_no_failed
+  [ "$(figure 'Recomputed embeddings')" = 0 ] || fail "recomputes in a clean run"
+  [ "$(figure 'Failed saves')" = 0 ] || fail "saves failed"
+  grep -q "^server 10.77.0.11:7700" "$out" || fail "no per-server report"
   ;;
 *)
   echo "unknown case $case_"

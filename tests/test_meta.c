@@ -455,7 +455,7 @@ static void test_register_heartbeat_ttl(void **state) {
   redisReply *r = redisCommand(f->raw, "HGETALL ecs:" NS ":node:node-a");
   assert_non_null(r);
   assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-  assert_int_equal(r->elements, 10);
+  assert_int_equal(r->elements, 12); /* addr port pool epoch started free */
   freeReplyObject(r);
   r = redisCommand(f->raw, "HMGET ecs:" NS ":node:node-a addr port pool epoch");
   assert_string_equal(r->element[0]->str, "127.0.0.1:7000");
@@ -476,6 +476,7 @@ static void test_register_heartbeat_ttl(void **state) {
   assert_string_equal(nodes[0].addr, "127.0.0.1:7000");
   assert_int_equal(nodes[0].epoch, 1111);
   assert_int_equal(nodes[0].pool_size, 64 << 20);
+  assert_int_equal(nodes[0].free_bytes, 64 << 20); /* registered: the whole pool */
 
   /* A record, then heartbeats keep the entry (and the record) alive past
    * the TTL.  (The start-up re-sync stays owed: these ticks pass no
@@ -493,6 +494,13 @@ static void test_register_heartbeat_ttl(void **state) {
   assert_int_equal(ecs_meta_exists_batch(m, ks->ptr, ks->len, 4, ex), ECS_OK);
   for (int i = 0; i < 4; i++)
     assert_int_equal(ex[i], 1);
+  /* The free bytes a heartbeat publishes (least-loaded placement reads them). */
+  ecs_meta_set_free(m, 12345);
+  t += 340;
+  assert_int_equal(ecs_meta_tick(m, t, NULL), ECS_OK);
+  assert_int_equal(ecs_meta_nodes(m, nodes, 4, &nn), ECS_OK);
+  assert_int_equal(nn, 1);
+  assert_int_equal(nodes[0].free_bytes, 12345);
 
   /* No heartbeat: the entry expires, the records read as misses and are
    * deleted, the node disappears from the list. */

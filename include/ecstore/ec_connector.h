@@ -71,7 +71,8 @@ typedef enum ecs_ec_backend {
  * See docs/connector.md for the full table. */
 typedef struct ecs_ec_config {
   int backend;            /* [backend] "ecstore" | "disk" | "redis" (ecstore) */
-  char servers[1024];     /* [servers] "HOST:PORT[,...]" or a JSON array (127.0.0.1:7700) */
+  char servers[1024];     /* [servers] "HOST:PORT[,...]" or a JSON array ("": the servers in
+                             redis_url's registry, docs/multihost.md) */
   char redis_url[256];    /* [redis_url] "redis://HOST:PORT[/DB]" or "HOST:PORT" ("") */
   char ns[128];           /* [namespace] key namespace, e.g. the model (default) */
   char auth_token[256];   /* [auth_token] token the ecstore servers require ("") */
@@ -97,6 +98,8 @@ typedef struct ecs_ec_config {
   /* [redis_password_file] Redis AUTH password: the first line of this file,
    * chmod 600 ("": the URL's, else ECSTORE_REDIS_PASSWORD) */
   char redis_password_file[512];
+  char placement[16];     /* [placement] servers from the registry: where a save goes, "hash" |
+                             "local" | "least-loaded" (hash; ignored with a servers list) */
 } ecs_ec_config_t;
 
 /* Fills cfg with the defaults above. */

@@ -8,9 +8,15 @@
  * error (ECS_ETIMEDOUT, ECS_ECONN, ...) -- the items that error touched
  * carry it as their status too.
  *
- * Placement: an object lives on the server chosen by hashing its key over
- * the configured server list, so every client of one store must list the
- * same servers in the same order.
+ * Placement, with a servers list: an object lives on the server chosen by
+ * hashing its key over the list, so every client of one store must list
+ * the same servers in the same order.  With only a Redis URL (discovery,
+ * docs/multihost.md): the servers are those live in Redis's node registry
+ * (joins and departures seen without a restart), a put goes where
+ * config.placement says and the server records it in Redis, and a get
+ * looks each key's holder up in Redis (one round trip per batch) and
+ * fetches from the holders in parallel; an object whose holder died or
+ * restarted is a miss (ECS_ENOTFOUND), never an error for the batch.
  *
  * Deadlines: every call finishes within config.timeout_ms (connects within
  * connect_timeout_ms): a dead or stopped server or Redis becomes
@@ -44,7 +50,9 @@ extern "C" {
 typedef struct ecs_client ecs_client_t;
 
 typedef struct ecs_client_config {
-  const char *servers;      /* "HOST:PORT[,HOST:PORT...]" (default "127.0.0.1:7700") */
+  const char *servers;      /* "HOST:PORT[,HOST:PORT...]", or NULL (the default): with a
+                               redis_url, the servers come from Redis's node registry
+                               (discovery, docs/multihost.md); without one, "127.0.0.1:7700" */
   const char *redis_url;    /* "redis://HOST:PORT[/DB]" or NULL: exists_batch then asks the servers */
   const char *ns;           /* namespace, e.g. the model name (default "default") */
   const char *auth_token;   /* token the servers require, or NULL */
@@ -73,6 +81,12 @@ typedef struct ecs_client_config {
                                root and this process's own (default -1: none); a socket
                                held by any other uid is refused before the HELLO (and its
                                token) is sent */
+  const char *placement;    /* discovery: where a put goes: "hash" (default: rendezvous
+                               hashing over the live servers), "local" (a server on this
+                               host, else hash) or "least-loaded" (most free bytes in the
+                               registry); ignored with a servers list (key hash) */
+  int registry_refresh_ms;  /* discovery: how often the registry is read again (default
+                               2000; also re-read after a server fails) */
 } ecs_client_config_t;
 
 /* max_object_size's default: 4 GiB, far above any embedding tensor. */
@@ -196,7 +210,8 @@ ECS_API int ecs_unregister_buffer(ecs_client_t *c, void *ptr);
 
 /* "tcp", "shm", "rdma", "unix" (transport shm for a uid the server does
  * not let map its pool: copies over its Unix socket), or "mixed" when
- * servers are reached differently: the data path this handle uses now. */
+ * servers are reached differently: the data path this handle uses now
+ * (discovery: over the servers it is connected to). */
 ECS_API const char *ecs_client_transport(const ecs_client_t *c);
 
 /* Frees a buffer from ecs_get_batch_alloc(); accepts NULL. */
@@ -214,7 +229,8 @@ ECS_API int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, i
 /* Removes n objects.  status[i]: ECS_OK or ECS_ENOTFOUND. */
 ECS_API int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status);
 
-/* Number of configured servers, and the counters of server i. */
+/* Number of configured servers (discovery: server slots seen so far,
+ * departed ones included), and the counters of server i. */
 ECS_API size_t ecs_client_server_count(const ecs_client_t *c);
 ECS_API int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st);
 

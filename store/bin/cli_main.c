@@ -25,9 +25,12 @@ static void usage(FILE *f) {
           "  ping                                     round trip to every server\n"
           "\n"
           "options:\n"
-          "  --server HOST:PORT[,...]  servers (default 127.0.0.1:7700, or $ECSTORE_SERVERS)\n"
+          "  --server HOST:PORT[,...]  servers (default 127.0.0.1:7700, or $ECSTORE_SERVERS; with\n"
+          "                            --redis and no servers: those in Redis's registry)\n"
           "  --redis URL               Redis for 'exists' (default $ECSTORE_REDIS; none: ask the servers)\n"
           "                            its password: $ECSTORE_REDIS_PASSWORD, never in --redis\n"
+          "  --placement P             where a put goes when the servers come from Redis:\n"
+          "                            hash (default), local, least-loaded (docs/multihost.md)\n"
           "  --ns NAME                 namespace (default 'default', or $ECSTORE_NS)\n"
           "  --auth-token-file FILE    token the servers require\n"
           "  --timeout-ms MS           deadline of each call (default 10000)\n"
@@ -318,11 +321,12 @@ int main(int argc, char **argv) {
     cfg.ns = getenv("ECSTORE_NS");
   const char *dtype = NULL, *shape = NULL;
   static char token[300];
-  enum { O_SERVER = 256, O_REDIS, O_NS, O_AUTH, O_TIMEOUT, O_DTYPE, O_SHAPE, O_JSON, O_HELP };
+  enum { O_SERVER = 256, O_REDIS, O_NS, O_AUTH, O_TIMEOUT, O_DTYPE, O_SHAPE, O_JSON, O_HELP, O_PLACE };
   int json = 0;
   static const struct option opts[] = {{"server", required_argument, 0, O_SERVER},
                                        {"redis", required_argument, 0, O_REDIS},
                                        {"ns", required_argument, 0, O_NS},
+                                       {"placement", required_argument, 0, O_PLACE},
                                        {"auth-token-file", required_argument, 0, O_AUTH},
                                        {"timeout-ms", required_argument, 0, O_TIMEOUT},
                                        {"dtype", required_argument, 0, O_DTYPE},
@@ -346,6 +350,7 @@ int main(int argc, char **argv) {
       cfg.redis_url = strcmp(optarg, "none") ? optarg : NULL;
       break;
     case O_NS: cfg.ns = optarg; break;
+    case O_PLACE: cfg.placement = optarg; break;
     case O_AUTH:
       if (read_token(optarg, token, sizeof token))
         return 2;

@@ -108,6 +108,8 @@ class ClientConfig(ctypes.Structure):
         ("shm_read_only", ctypes.c_int),
         ("max_object_size", ctypes.c_uint64),
         ("shm_server_uid", ctypes.c_int),
+        ("placement", ctypes.c_char_p),
+        ("registry_refresh_ms", ctypes.c_int),
     ]
 
 

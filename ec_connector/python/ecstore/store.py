@@ -58,6 +58,8 @@ _CONFIG = {
     "shm_read_only": ("shm_read_only", "bool"),
     "max_object_size": ("max_object_size", "int"),
     "shm_server_uid": ("shm_server_uid", "int"),
+    "placement": ("placement", "str"),
+    "registry_refresh_ms": ("registry_refresh_ms", "int"),
 }
 
 
@@ -167,7 +169,10 @@ class Store:
         ``protocol``: auto, tcp, shm, rdma), ``rdma_device`` (alias
         ``device``), ``rdma_port``, ``rdma_gid_index``, ``compression``,
         ``shm_read_only``, ``max_object_size``,
-        ``shm_server_uid``.
+        ``shm_server_uid``, ``placement`` (hash, local, least-loaded) and
+        ``registry_refresh_ms``.  Without ``servers`` but with
+        ``redis_url``, the servers come from Redis's registry
+        (docs/multihost.md).
         Unknown keys are an error.  Unlike Mooncake's positional setup(),
         only these names are taken.  Connects this thread's handle now,
         so a wrong address or token raises here (with the C library's

@@ -1,0 +1,94 @@
+# shellcheck shell=bash
+# Simulated hosts for the multi-host tests, benchmark and example
+# (issue 14): network namespaces joined by veth links to one bridge, which
+# lives in a "switch" namespace of its own, so nothing touches the root
+# namespace's links.  Sourced by bash scripts (its functions keep their variables local).  Names carry the caller's PID
+# (other agents and test runs make their own at the same time); mh_cleanup
+# undoes everything and is safe to call twice.
+#
+#   mh_init TAG        namespaces are named "${TAG}$$-NAME"; exit 77 where
+#                      `ip netns add` cannot be used (not root, no support)
+#   mh_host NAME IDX   a host namespace with eth0 = 10.77.0.IDX/24 and lo up
+#   mh_exec NAME CMD   runs CMD in host NAME
+#   mh_bg NAME LOG CMD starts CMD in host NAME in the background, output to
+#                      LOG; its PID is recorded (killed by mh_cleanup) and
+#                      left in MH_PID
+#   mh_ip IDX          10.77.0.IDX
+#   mh_cleanup         kills what mh_bg started, deletes the namespaces
+
+MH_PIDS=""
+MH_NETNS=""
+
+mh_init() {
+  MH_PFX="$1$$"
+  if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then
+    echo "skip: network namespaces need root and iproute2" >&2
+    exit 77
+  fi
+  if ! ip netns add "$MH_PFX-sw" 2>/dev/null; then
+    echo "skip: ip netns add fails here (no namespace support)" >&2
+    exit 77
+  fi
+  MH_NETNS="$MH_PFX-sw"
+  ip -n "$MH_PFX-sw" link add br0 type bridge || return 1
+  ip -n "$MH_PFX-sw" link set br0 up || return 1
+  ip -n "$MH_PFX-sw" link set lo up
+}
+
+mh_ip() {
+  echo "10.77.0.$1"
+}
+
+mh_host() {
+  local ns="$MH_PFX-$1"
+  ip netns add "$ns" || return 1
+  MH_NETNS="$MH_NETNS $ns"
+  ip link add name eth0 netns "$ns" type veth peer name "p$2" netns "$MH_PFX-sw" || return 1
+  ip -n "$MH_PFX-sw" link set "p$2" master br0 || return 1
+  ip -n "$MH_PFX-sw" link set "p$2" up || return 1
+  ip -n "$ns" addr add "$(mh_ip "$2")/24" dev eth0 || return 1
+  ip -n "$ns" link set eth0 up || return 1
+  ip -n "$ns" link set lo up || return 1
+}
+
+mh_exec() {
+  local ns="$MH_PFX-$1"
+  shift
+  ip netns exec "$ns" "$@"
+}
+
+mh_bg() {
+  local ns="$MH_PFX-$1" log="$2"
+  shift 2
+  ip netns exec "$ns" "$@" >"$log" 2>&1 &
+  MH_PID=$!
+  MH_PIDS="$MH_PIDS $MH_PID"
+}
+
+mh_cleanup() {
+  local p ns
+  for p in $MH_PIDS; do
+    kill -9 "$p" 2>/dev/null
+  done
+  for p in $MH_PIDS; do
+    wait "$p" 2>/dev/null
+  done
+  MH_PIDS=""
+  for ns in $MH_NETNS; do
+    ip netns del "$ns" 2>/dev/null
+  done
+  MH_NETNS=""
+}
+
+# mh_wait_tcp NAME HOST PORT SECS: waits until HOST:PORT accepts, from NAME.
+mh_wait_tcp() {
+  local i=0
+  while [ "$i" -lt $(($4 * 10)) ]; do
+    if mh_exec "$1" bash -c "exec 3<>/dev/tcp/$2/$3" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+    i=$((i + 1))
+  done
+  return 1
+}

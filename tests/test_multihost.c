@@ -1,0 +1,462 @@
+/*
+ * test_multihost: servers discovered from Redis's node registry, puts placed
+ * by policy, gets located in Redis and fetched from several servers at once
+ * (issue 14; docs/multihost.md).  Loopback only: every server and Redis on
+ * 127.0.0.1 (the network-namespace version is tests/multihost_netns.sh).
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "ecstore/ecstore.h"
+#include "store/net.h"
+#include "support/fixture.h"
+#include "support/raw.h"
+
+#define NOBJ 96
+#define OBJ_BYTES 4096
+#define MAXS 5
+
+typedef struct fx {
+  ecs_ts_proc_t redis;
+  ecs_ts_proc_t srv[MAXS];
+  redisContext *r;
+} fx_t;
+
+static int fx_setup(void **state) {
+  fx_t *f = calloc(1, sizeof *f);
+  if (!f || ecs_ts_redis_start(&f->redis) != 0)
+    return -1;
+  f->r = ecs_ts_redis_at(f->redis.port);
+  *state = f;
+  return f->r ? 0 : -1;
+}
+
+static int fx_teardown(void **state) {
+  fx_t *f = *state;
+  int bad = 0;
+  for (int i = 0; i < MAXS; i++)
+    if (f->srv[i].pid > 0 && ecs_ts_stop(&f->srv[i], 5000) != 0)
+      bad = 1; /* a crash or a sanitizer report in a server */
+  if (f->r)
+    redisFree(f->r);
+  ecs_ts_stop(&f->redis, 5000);
+  free(f);
+  return bad ? -1 : 0;
+}
+
+/* A server with a short registry TTL, so a killed one leaves the registry
+ * within the test. */
+static void start_server(fx_t *f, int i, const char *pool) {
+  const char *extra[] = {"--heartbeat-ttl", "2", "--pool-size", pool ? pool : "64M", NULL};
+  assert_int_equal(ecs_ts_server_start(&f->srv[i], f->redis.port, extra), 0);
+}
+
+static ecs_client_t *discover_client(fx_t *f, const char *placement) {
+  char url[64];
+  snprintf(url, sizeof url, "127.0.0.1:%d", f->redis.port);
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, NULL, ecs_ts_transport());
+  cfg.servers = NULL; /* only Redis: discovery */
+  cfg.redis_url = url;
+  cfg.placement = placement;
+  cfg.registry_refresh_ms = 200;
+  cfg.timeout_ms = 3000;
+  cfg.connect_timeout_ms = 1000;
+  return ecs_ts_connect(&cfg);
+}
+
+static void key_of(char *out, size_t cap, const char *pfx, int i) {
+  snprintf(out, cap, "%s-%04d", pfx, i);
+}
+
+/* Object i's bytes: a pattern of its own, so a mix-up is seen. */
+static void fill_obj(uint8_t *p, int i, uint32_t salt) {
+  ecs_ts_fill(p, OBJ_BYTES, (uint32_t)i * 7919u + salt);
+}
+
+/* Puts n objects "pfx-i"; every status must be OK. */
+static void put_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt) {
+  char(*names)[32] = calloc((size_t)n, 32);
+  uint8_t *data = malloc((size_t)n * OBJ_BYTES);
+  ecs_key_t *keys = calloc((size_t)n, sizeof *keys);
+  ecs_tensor_t *ts = calloc((size_t)n, sizeof *ts);
+  int *st = calloc((size_t)n, sizeof *st);
+  assert_true(names && data && keys && ts && st);
+  for (int i = 0; i < n; i++) {
+    key_of(names[i], 32, pfx, i);
+    fill_obj(data + (size_t)i * OBJ_BYTES, i, salt);
+    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+    ts[i].data = data + (size_t)i * OBJ_BYTES;
+    ts[i].nbytes = OBJ_BYTES;
+    ts[i].desc.dtype = ECS_DTYPE_U8;
+    ts[i].desc.ndim = 1;
+    ts[i].desc.shape[0] = OBJ_BYTES;
+  }
+  int rc = ecs_put_batch(c, keys, ts, (size_t)n, st);
+  if (rc != ECS_OK)
+    fprintf(stderr, "put: %s: %s\n", ecs_strerror(rc), ecs_client_errmsg(c));
+  assert_int_equal(rc, ECS_OK);
+  for (int i = 0; i < n; i++)
+    assert_int_equal(st[i], ECS_OK);
+  free(names);
+  free(data);
+  free(keys);
+  free(ts);
+  free(st);
+}
+
+/* Gets n objects "pfx-i" in one batch; statuses into st; every OK one's
+ * bytes are checked against its pattern (nothing wrong is ever returned). */
+static int get_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *st) {
+  char(*names)[32] = calloc((size_t)n, 32);
+  uint8_t *data = malloc((size_t)n * OBJ_BYTES);
+  uint8_t *want = malloc(OBJ_BYTES);
+  ecs_key_t *keys = calloc((size_t)n, sizeof *keys);
+  ecs_get_buf_t *b = calloc((size_t)n, sizeof *b);
+  assert_true(names && data && want && keys && b);
+  for (int i = 0; i < n; i++) {
+    key_of(names[i], 32, pfx, i);
+    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+    b[i].data = data + (size_t)i * OBJ_BYTES;
+    b[i].capacity = OBJ_BYTES;
+  }
+  int rc = ecs_get_batch(c, keys, b, (size_t)n);
+  for (int i = 0; i < n; i++) {
+    st[i] = b[i].status;
+    if (b[i].status == ECS_OK) {
+      fill_obj(want, i, salt);
+      assert_int_equal(b[i].nbytes, OBJ_BYTES);
+      assert_memory_equal(b[i].data, want, OBJ_BYTES);
+    }
+  }
+  free(names);
+  free(data);
+  free(want);
+  free(keys);
+  free(b);
+  return rc;
+}
+
+/* The node id a key's Redis record names, into out ("" when none). */
+static void holder(fx_t *f, const char *key, char *out, size_t cap) {
+  redisReply *r = redisCommand(f->r, "HGET ecs:test:obj:%s node", key);
+  assert_non_null(r);
+  snprintf(out, cap, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+  freeReplyObject(r);
+}
+
+static void node_of(const fx_t *f, int i, char *out, size_t cap) {
+  snprintf(out, cap, "127.0.0.1:%d", f->srv[i].port); /* the default node id: the listen address */
+}
+
+/* Waits (bounded) until the client sees want live servers. */
+static void wait_servers(ecs_client_t *c, size_t want) {
+  for (int t = 0; t < 100 && ecs_client_server_count(c) < want; t++) {
+    usleep(50 * 1000);
+    ecs_ping(c);
+  }
+  assert_int_equal(ecs_client_server_count(c), want);
+}
+
+static void test_discovery_and_join(void **state) {
+  fx_t *f = *state;
+  start_server(f, 0, NULL);
+  ecs_client_t *c = discover_client(f, "hash");
+  assert_non_null(c);
+  assert_int_equal(ecs_client_server_count(c), 1);
+  put_all(c, "a", 32, 1);
+  int st[NOBJ];
+  assert_int_equal(get_all(c, "a", 32, 1, st), ECS_OK);
+  for (int i = 0; i < 32; i++)
+    assert_int_equal(st[i], ECS_OK);
+  /* A second server joins: the same client sees it without a restart,
+   * new puts reach it, and a second client (a reader) finds both. */
+  start_server(f, 1, NULL);
+  wait_servers(c, 2);
+  put_all(c, "b", NOBJ, 2);
+  char node1[64], who[64], key[32];
+  node_of(f, 1, node1, sizeof node1);
+  int on1 = 0;
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(key, sizeof key, "b", i);
+    holder(f, key, who, sizeof who);
+    on1 += !strcmp(who, node1);
+  }
+  assert_true(on1 > NOBJ / 5 && on1 < NOBJ * 4 / 5); /* about half */
+  ecs_client_t *r = discover_client(f, NULL);
+  assert_non_null(r);
+  assert_int_equal(get_all(r, "b", NOBJ, 2, st), ECS_OK);
+  for (int i = 0; i < NOBJ; i++)
+    assert_int_equal(st[i], ECS_OK);
+  assert_int_equal(get_all(r, "a", 32, 1, st), ECS_OK);
+  for (int i = 0; i < 32; i++)
+    assert_int_equal(st[i], ECS_OK);
+  /* views: located the same way, leased on each holder (shm only) */
+  ecs_key_t vk[NOBJ];
+  ecs_view_t views[NOBJ];
+  char vnames[NOBJ][32];
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(vnames[i], sizeof vnames[i], "b", i);
+    vk[i] = (ecs_key_t){vnames[i], strlen(vnames[i])};
+  }
+  int shm = !strcmp(ecs_ts_transport(), "shm");
+  assert_int_equal(ecs_get_view_batch(r, vk, views, NOBJ), ECS_OK);
+  uint8_t want[OBJ_BYTES];
+  for (int i = 0; i < NOBJ; i++) {
+    assert_int_equal(views[i].status, shm ? ECS_OK : ECS_ENOTSUP);
+    if (shm) {
+      fill_obj(want, i, 2);
+      assert_int_equal(views[i].nbytes, OBJ_BYTES);
+      assert_memory_equal(views[i].data, want, OBJ_BYTES);
+    }
+  }
+  assert_int_equal(ecs_view_release(r, views, NOBJ), ECS_OK);
+  /* exists and remove find the holders too */
+  ecs_key_t k = {"b-0003", 6};
+  int ex = 0, rs = 0;
+  assert_int_equal(ecs_exists_batch(r, &k, 1, &ex), ECS_OK);
+  assert_int_equal(ex, 1);
+  assert_int_equal(ecs_remove_batch(r, &k, 1, &rs), ECS_OK);
+  assert_int_equal(rs, ECS_OK);
+  assert_int_equal(ecs_exists_batch(r, &k, 1, &ex), ECS_OK);
+  assert_int_equal(ex, 0);
+  ecs_client_close(r);
+  ecs_client_close(c);
+  /* the CLI with only --redis and --ns, as a shell user runs it */
+  char dir[256], cmd[1600], in[300], out[300];
+  assert_int_equal(ecs_ts_mkdtemp(dir, sizeof dir), 0);
+  snprintf(in, sizeof in, "%s/in", dir);
+  snprintf(out, sizeof out, "%s/out", dir);
+  uint8_t blob[5000];
+  ecs_ts_fill(blob, sizeof blob, 77);
+  FILE *fp = fopen(in, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(blob, 1, sizeof blob, fp), sizeof blob);
+  fclose(fp);
+  const char *cli = ecs_ts_bin("ecstore-cli");
+  snprintf(cmd, sizeof cmd,
+           "env -u ECSTORE_SERVERS %s --redis 127.0.0.1:%d --ns test --placement least-loaded put cli-k %s "
+           ">/dev/null && env -u ECSTORE_SERVERS %s --redis 127.0.0.1:%d --ns test get cli-k %s >/dev/null",
+           cli, f->redis.port, in, cli, f->redis.port, out);
+  assert_int_equal(system(cmd), 0);
+  uint8_t back[sizeof blob + 1];
+  fp = fopen(out, "rb");
+  assert_non_null(fp);
+  assert_int_equal(fread(back, 1, sizeof back, fp), sizeof blob);
+  fclose(fp);
+  assert_memory_equal(back, blob, sizeof blob);
+  unlink(in);
+  unlink(out);
+  rmdir(dir);
+}
+
+/* Rendezvous hashing: a fourth server takes about a quarter of the keys,
+ * and every key that moves, moves to it. */
+static void test_hash_join_moves_its_share(void **state) {
+  fx_t *f = *state;
+  for (int i = 0; i < 3; i++)
+    start_server(f, i, NULL);
+  ecs_client_t *c = discover_client(f, "hash");
+  assert_non_null(c);
+  assert_int_equal(ecs_client_server_count(c), 3);
+  enum { N = 400 };
+  put_all(c, "h", N, 3);
+  static char before[N][64];
+  char key[32], who[64], node3[64];
+  for (int i = 0; i < N; i++) {
+    key_of(key, sizeof key, "h", i);
+    holder(f, key, before[i], sizeof before[i]);
+    assert_true(before[i][0] != '\0');
+  }
+  start_server(f, 3, NULL);
+  wait_servers(c, 4);
+  node_of(f, 3, node3, sizeof node3);
+  put_all(c, "h", N, 3); /* same keys, same bytes: each goes where hash says now */
+  int moved = 0;
+  for (int i = 0; i < N; i++) {
+    key_of(key, sizeof key, "h", i);
+    holder(f, key, who, sizeof who);
+    if (strcmp(who, before[i]) != 0) {
+      assert_string_equal(who, node3); /* nothing moves between the old three */
+      moved++;
+    }
+  }
+  fprintf(stderr, "hash: a 4th server took %d of %d keys (1/N = %d)\n", moved, N, N / 4);
+  assert_true(moved > N / 8 && moved < N * 3 / 8);
+  ecs_client_close(c);
+}
+
+/* least-loaded follows the free bytes the heartbeats publish. */
+static void test_least_loaded(void **state) {
+  fx_t *f = *state;
+  start_server(f, 0, "64M");
+  start_server(f, 1, "256M");
+  ecs_client_t *c = discover_client(f, "least-loaded");
+  assert_non_null(c);
+  assert_int_equal(ecs_client_server_count(c), 2);
+  put_all(c, "l", 32, 4);
+  char key[32], who[64], big[64];
+  node_of(f, 1, big, sizeof big);
+  for (int i = 0; i < 32; i++) {
+    key_of(key, sizeof key, "l", i);
+    holder(f, key, who, sizeof who);
+    assert_string_equal(who, big);
+  }
+  ecs_client_close(c);
+}
+
+/* Gets over three servers in batches while one is killed: its objects
+ * become misses, every other item is OK with the right bytes, and no batch
+ * fails.  Then a put places around the dead server at once. */
+static void test_server_killed_mid_run(void **state) {
+  fx_t *f = *state;
+  for (int i = 0; i < 3; i++)
+    start_server(f, i, NULL);
+  ecs_client_t *c = discover_client(f, "hash");
+  assert_non_null(c);
+  put_all(c, "k", NOBJ, 5);
+  static char where[NOBJ][64];
+  char key[32], dead[64];
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(key, sizeof key, "k", i);
+    holder(f, key, where[i], sizeof where[i]);
+  }
+  node_of(f, 1, dead, sizeof dead);
+  int st[NOBJ], ndead = 0;
+  for (int i = 0; i < NOBJ; i++)
+    ndead += !strcmp(where[i], dead);
+  assert_true(ndead > 0 && ndead < NOBJ);
+  for (int round = 0; round < 12; round++) {
+    if (round == 4)
+      ecs_ts_kill9(&f->srv[1]);
+    int rc = get_all(c, "k", NOBJ, 5, st);
+    if (rc != ECS_OK)
+      fprintf(stderr, "round %d: %s: %s\n", round, ecs_strerror(rc), ecs_client_errmsg(c));
+    assert_int_equal(rc, ECS_OK);
+    for (int i = 0; i < NOBJ; i++) {
+      if (strcmp(where[i], dead) != 0 || round < 4)
+        assert_int_equal(st[i], ECS_OK);
+      else
+        assert_int_equal(st[i], ECS_ENOTFOUND);
+    }
+  }
+  /* A fresh client still finds the dead server in the registry (its entry
+   * lives until the TTL runs out): its puts there fail to connect and are
+   * placed again on the servers left. */
+  ecs_client_t *c2 = discover_client(f, "hash");
+  assert_non_null(c2);
+  put_all(c2, "fresh", 32, 7);
+  assert_int_equal(get_all(c2, "fresh", 32, 7, st), ECS_OK);
+  for (int i = 0; i < 32; i++)
+    assert_int_equal(st[i], ECS_OK);
+  ecs_client_close(c2);
+  put_all(c, "after", 32, 6); /* none may go to the dead server */
+  assert_int_equal(get_all(c, "after", 32, 6, st), ECS_OK);
+  for (int i = 0; i < 32; i++)
+    assert_int_equal(st[i], ECS_OK);
+  /* The server comes back on the same address (same node id, a new epoch,
+   * an empty pool): the same client, not restarted, counts its old objects
+   * as misses and stores on it again. */
+  start_server(f, 1, NULL);
+  usleep(300 * 1000); /* past a registry refresh (registry_refresh_ms 200) */
+  for (int t = 0; t < 5; t++) {
+    assert_int_equal(get_all(c, "k", NOBJ, 5, st), ECS_OK);
+    for (int i = 0; i < NOBJ; i++)
+      assert_int_equal(st[i], strcmp(where[i], dead) ? ECS_OK : ECS_ENOTFOUND);
+    usleep(100 * 1000);
+  }
+  /* a new epoch in the registry lifts the back-off from the failed connections at once */
+  put_all(c, "back", NOBJ, 8);
+  int on_back = 0;
+  char who[64];
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(key, sizeof key, "back", i);
+    holder(f, key, who, sizeof who);
+    on_back += !strcmp(who, dead);
+  }
+  assert_true(on_back > 0);
+  assert_int_equal(get_all(c, "back", NOBJ, 8, st), ECS_OK);
+  for (int i = 0; i < NOBJ; i++)
+    assert_int_equal(st[i], ECS_OK);
+  ecs_client_close(c);
+}
+
+/* Redis gone: puts still reach the servers the client knew (they serve on
+ * without Redis); a get cannot locate anything and fails as a whole, at
+ * once and saying why, never with a wrong or partial answer. */
+static void test_redis_down(void **state) {
+  fx_t *f = *state;
+  start_server(f, 0, NULL);
+  start_server(f, 1, NULL);
+  ecs_client_t *c = discover_client(f, "hash");
+  assert_non_null(c);
+  put_all(c, "r", 16, 9);
+  ecs_ts_kill9(&f->redis);
+  usleep(300 * 1000); /* past registry_refresh_ms: the next call tries Redis */
+  put_all(c, "r2", 16, 10);
+  int st[16];
+  uint64_t t0 = ecs_now_ms();
+  int rc = get_all(c, "r", 16, 9, st);
+  assert_true(rc == ECS_ECONN || rc == ECS_ETIMEDOUT);
+  assert_true(ecs_now_ms() - t0 < 3000 + 500);
+  assert_non_null(strstr(ecs_client_errmsg(c), "Redis"));
+  for (int i = 0; i < 16; i++)
+    assert_int_equal(st[i], rc);
+  ecs_client_close(c);
+}
+
+static void test_config_errors(void **state) {
+  fx_t *f = *state;
+  char url[64];
+  snprintf(url, sizeof url, "127.0.0.1:%d", f->redis.port);
+  ecs_client_config_t cfg;
+  ecs_client_config_init(&cfg);
+  cfg.redis_url = url;
+  cfg.ns = "test";
+  cfg.placement = "nearest";
+  ecs_client_t *c = NULL;
+  char err[256] = "";
+  assert_int_equal(ecs_client_connect(&cfg, &c, err, sizeof err), ECS_EINVAL);
+  assert_non_null(strstr(err, "unknown placement 'nearest'"));
+  /* discovery with no Redis: nothing to discover, said plainly */
+  cfg.placement = NULL;
+  char dead[32];
+  snprintf(dead, sizeof dead, "127.0.0.1:%d", ecs_ts_free_port());
+  cfg.redis_url = dead;
+  cfg.connect_timeout_ms = 500;
+  cfg.timeout_ms = 500;
+  assert_int_not_equal(ecs_client_connect(&cfg, &c, err, sizeof err), ECS_OK);
+  assert_null(c);
+  assert_non_null(strstr(err, "node registry"));
+  /* a namespace with no server: connect works, a put says why it cannot */
+  cfg.redis_url = url;
+  cfg.ns = "empty-ns";
+  assert_int_equal(ecs_client_connect(&cfg, &c, err, sizeof err), ECS_OK);
+  uint8_t b[4] = {0};
+  assert_int_equal(ecs_ts_put1(c, "x", b, 4, ECS_DTYPE_U8), ECS_ECONN);
+  assert_non_null(strstr(ecs_client_errmsg(c), "no live server"));
+  ecs_client_close(c);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_discovery_and_join, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_hash_join_moves_its_share, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_least_loaded, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_server_killed_mid_run, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_redis_down, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
