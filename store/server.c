@@ -182,8 +182,7 @@ static void pub_done(void *ctx, int rc) {
     return;
   if (w->c != NULL && w->c->st == C_WAIT)
     pub_reply(w);
-  else if (w->c == NULL)
-    pub_free(w);
+  pub_free(w);
 }
 
 int ecs__pub_record(ecs_server_t *s, pub_wait_t *w, uint32_t idx, const ecs_obj_t *obj) {
@@ -244,6 +243,8 @@ static void redis_log_change(ecs_server_t *s) {
   int up = ecs_meta_is_up(s->meta);
   if (up == s->redis_was_up)
     return;
+  if (!up && ecs_meta_errstr(s->meta)[0] == '\0')
+    return; /* not down: the asynchronous link is still connecting */
   s->redis_was_up = up;
   ecs_objstore_stats_t st;
   ecs_objstore_stats(s->os, &st);
