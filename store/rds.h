@@ -130,6 +130,7 @@ typedef struct ecs__rdsa {
   int fd;                             /* ac's socket while it is in epfd, else -1 */
   uint32_t events;                    /* what epfd watches on fd */
   char host[256];                     /* from the URL */
+  char addr[64];                      /* host resolved once by init: reconnects never wait on DNS */
   int port;                           /* from the URL */
   int db;                             /* SELECTed by the handshake */
   int timeout_ms;                     /* deadline of the connect and of each reply */
@@ -144,7 +145,10 @@ typedef struct ecs__rdsa {
   char err[256];                      /* last error, naming the Redis address */
 } ecs__rdsa_t;
 
-/* Parses url into r (not connected).  ECS_OK or ECS_EINVAL. */
+/* Parses url into r (not connected) and resolves its host once, here
+ * (a blocking lookup: call it before the loop runs); connects use that
+ * address, so a reconnect never waits for DNS (a Redis that moves to
+ * another address needs a server restart).  ECS_OK or ECS_EINVAL. */
 int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, void (*on_up)(void *ctx),
                    void (*on_down)(void *ctx, int rc), void *cb_ctx);
 

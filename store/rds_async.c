@@ -12,11 +12,15 @@
  * with a NULL reply; the trampoline turns that into the code of the drop
  * (r->fail_rc), so callers see the same mapping as the blocking link.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -51,6 +55,28 @@ int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, vo
     snprintf(r->err, sizeof r->err, "bad redis_url \"%.200s\"", url ? url : "");
     return ECS_EINVAL;
   }
+  /* hiredis's redisAsyncConnect resolves names with a blocking
+   * getaddrinfo(): resolve once now, connect by address later. */
+  snprintf(r->addr, sizeof r->addr, "%.63s", r->host);
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(r->host, NULL, &hints, &res) == 0 && res != NULL) {
+    /* IPv4 first, as a Redis bound to 127.0.0.1 is reached as "localhost" */
+    const struct addrinfo *pick = res;
+    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+      if (ai->ai_family == AF_INET) {
+        pick = ai;
+        break;
+      }
+    const void *a = pick->ai_family == AF_INET6
+                        ? (const void *)&((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr
+                        : (const void *)&((const struct sockaddr_in *)pick->ai_addr)->sin_addr;
+    if (inet_ntop(pick->ai_family, a, r->addr, sizeof r->addr) == NULL)
+      snprintf(r->addr, sizeof r->addr, "%.63s", r->host);
+  }
+  if (res != NULL)
+    freeaddrinfo(res);
   return ECS_OK;
 }
 
@@ -250,7 +276,7 @@ static void rdsa_hello_done(void *ctx, int rc, redisReply *reply) {
 int ecs__rdsa_connect(ecs__rdsa_t *r) {
   if (r->state != ECS_RDSA_DOWN || r->ac != NULL)
     return ECS_OK;
-  redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
+  redisAsyncContext *ac = redisAsyncConnect(r->addr, r->port);
   if (ac == NULL) {
     rdsa_seterr(r, "connect", "out of memory");
     return ECS_ENOMEM;
