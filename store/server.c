@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +44,24 @@ void ecs_server_opts_init(ecs_server_opts_t *o) {
   o->low_watermark = 0.85;
   o->max_request = 4ull << 30;
   o->max_conns = 1024;
+  o->threads = 0; /* the cores available */
   o->lease_timeout_ms = 30000;
   o->hello_timeout_ms = 5000;
   o->max_preauth_conns = 64;
   o->auth_fail_delay_ms = 1000;
   o->max_pins = 4096;
   snprintf(o->rdma, sizeof o->rdma, "auto");
+}
+
+/* ------------------------------------------------------------------ */
+/* the server lock                                                     */
+
+void ecs__lock(ecs_server_t *s) {
+  pthread_mutex_lock(&s->mu);
+}
+
+void ecs__unlock(ecs_server_t *s) {
+  pthread_mutex_unlock(&s->mu);
 }
 
 /* ------------------------------------------------------------------ */
@@ -256,25 +269,28 @@ static void redis_log_change(ecs_server_t *s) {
               s->o.redis_url, ecs_meta_errstr(s->meta));
 }
 
-static void tick(ecs_server_t *s) {
+static void tick_shared(ecs_server_t *s, uint64_t now);
+
+/* Timer work of loop l, under the lock: loop 0 runs the server-wide part
+ * (Redis, background eviction, metrics); every loop its own connections. */
+static void tick(ecs_server_t *s, ecs_loop_t *l) {
   uint64_t now = ecs_now_ms();
-  if (now - s->last_tick_ms < TICK_MS)
+  if (now - l->last_tick_ms < TICK_MS)
     return;
-  s->last_tick_ms = now;
-  if (s->meta) {
-    ecs_meta_resync_t rs = {.publish_all = resync_publish_all, .has_key = resync_has_key, .ctx = s};
-    ecs_pool_stats_t ps;
-    ecs_pool_stats(s->pool, &ps);
-    ecs_meta_set_free(s->meta, ps.bytes_free);
-    ecs_meta_tick(s->meta, now, &rs);
-    redis_log_change(s);
-  }
-  if (ecs_objstore_evict_background(s->os, 256) > 0)
-    ecs__server_meta_flush(s);
-  ecs_metrics_tick(s->metrics, now);
+  l->last_tick_ms = now;
+  if (l->idx == 0)
+    tick_shared(s, now);
   /* Drop connections stalled in the middle of a request or a reply. */
   for (size_t i = 0; i < s->nconns;) {
     conn_t *c = s->conns[i];
+    if (c->loop != l) {
+      i++;
+      continue;
+    }
+    if (c->doomed) {
+      ecs__conn_close(s, c); /* swaps the last connection into slot i */
+      continue;
+    }
     if (c->live_pins)
       ecs__pins_expire(s, c, now);
     if (!c->authed && now - c->accept_ms > (uint64_t)s->o.hello_timeout_ms) {
@@ -292,6 +308,20 @@ static void tick(ecs_server_t *s) {
     }
     i++;
   }
+}
+
+static void tick_shared(ecs_server_t *s, uint64_t now) {
+  if (s->meta) {
+    ecs_meta_resync_t rs = {.publish_all = resync_publish_all, .has_key = resync_has_key, .ctx = s};
+    ecs_pool_stats_t ps;
+    ecs_pool_stats(s->pool, &ps);
+    ecs_meta_set_free(s->meta, ps.bytes_free);
+    ecs_meta_tick(s->meta, now, &rs);
+    redis_log_change(s);
+  }
+  if (ecs_objstore_evict_background(s->os, 256) > 0)
+    ecs__server_meta_flush(s);
+  ecs_metrics_tick(s->metrics, now);
 }
 
 /* ------------------------------------------------------------------ */
@@ -497,6 +527,74 @@ static int bound_to_loopback(int fd) {
   return 0;
 }
 
+/* The cores this process may run on (sched_getaffinity), at least 1. */
+static unsigned cores_available(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    return 1;
+  int n = CPU_COUNT(&set);
+  return n > 0 ? (unsigned)n : 1;
+}
+
+/* The loops' epolls, eventfds and discard buffers (threads start in run).
+ * s->epfd and s->evfd name loop 0's. */
+static int loops_create(ecs_server_t *s) {
+  int want = s->o.threads;
+  if (want < 0 || want > ECS_SERVER_MAX_THREADS) {
+    ECS_LOG_E("cannot start: --threads %d: expected 1..%d (0: the cores available)", want,
+              ECS_SERVER_MAX_THREADS);
+    return ECS_EINVAL;
+  }
+  unsigned n = want ? (unsigned)want : cores_available();
+  if (n > ECS_SERVER_MAX_THREADS)
+    n = ECS_SERVER_MAX_THREADS;
+  s->loops = calloc(n, sizeof *s->loops);
+  if (!s->loops) {
+    ECS_LOG_E("cannot start: %s", ecs_strerror(ECS_ENOMEM));
+    return ECS_ENOMEM;
+  }
+  for (unsigned i = 0; i < n; i++) {
+    ecs_loop_t *l = &s->loops[i];
+    l->s = s;
+    l->idx = i;
+    l->epfd = l->evfd = -1;
+  }
+  s->nloops = n;
+  for (unsigned i = 0; i < n; i++) {
+    ecs_loop_t *l = &s->loops[i];
+    l->scratch = malloc(SCRATCH_SIZE);
+    if (!l->scratch) {
+      ECS_LOG_E("cannot start: %s", ecs_strerror(ECS_ENOMEM));
+      return ECS_ENOMEM;
+    }
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    l->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    struct epoll_event e = {.events = EPOLLIN, .data.ptr = &l->evfd};
+    if (l->epfd < 0 || l->evfd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->evfd, &e) != 0) {
+      ECS_LOG_E("cannot start: %s", strerror(errno));
+      return ECS_EIO;
+    }
+  }
+  s->epfd = s->loops[0].epfd;
+  s->evfd = s->loops[0].evfd;
+  return ECS_OK;
+}
+
+static void loops_destroy(ecs_server_t *s) {
+  for (unsigned i = 0; s->loops && i < s->nloops; i++) {
+    ecs_loop_t *l = &s->loops[i];
+    if (l->epfd >= 0)
+      close(l->epfd);
+    if (l->evfd >= 0)
+      close(l->evfd);
+    free(l->scratch);
+  }
+  free(s->loops);
+  s->loops = NULL;
+  s->nloops = 0;
+}
+
 int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   *out = NULL;
   ecs_server_t *s = calloc(1, sizeof *s);
@@ -511,11 +609,14 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   s->lfd = s->ufd = s->epfd = s->evfd = -1;
   s->epoch = ecs_wall_us();
   int rc = ECS_ENOMEM;
-  s->scratch = malloc(SCRATCH_SIZE);
-  if (!s->scratch) {
-    ECS_LOG_E("cannot start: %s", ecs_strerror(rc));
-    goto fail;
+  if (pthread_mutex_init(&s->mu, NULL) != 0) {
+    free(s);
+    return ECS_ENOMEM;
   }
+  s->mu_init = 1;
+  rc = loops_create(s);
+  if (rc)
+    goto fail;
   /* Bound now (so the port is known for the node id) but listening only at
    * the end: a client that can connect finds the node registered. */
   rc = ecs_net_listen(o->listen_host, o->listen_port, -1, &s->lfd);
@@ -597,15 +698,8 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   }
 
   rc = ECS_EIO;
-  s->epfd = epoll_create1(EPOLL_CLOEXEC);
-  s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (s->epfd < 0 || s->evfd < 0)
-    goto fail_sys;
   struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &e) != 0)
-    goto fail_sys;
-  e.data.ptr = &s->evfd;
-  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &e) != 0)
     goto fail_sys;
   /* From here on the loop never waits for Redis: records, deletes, the
    * heartbeat and the re-sync go over the asynchronous link. */
@@ -653,66 +747,115 @@ int ecs_server_port(const ecs_server_t *s) {
   return s->port;
 }
 
+/* Async-signal-safe: an atomic store and write(2)s. */
 void ecs_server_stop(ecs_server_t *s) {
   s->stopping = 1;
   uint64_t one = 1;
-  ssize_t r = write(s->evfd, &one, sizeof one);
-  (void)r;
+  for (unsigned i = 0; i < s->nloops; i++) {
+    ssize_t r = write(s->loops[i].evfd, &one, sizeof one);
+    (void)r;
+  }
+}
+
+/* One pass of loop l's event batch, under the lock.  Loop 0 accepts after
+ * the batch's other events: admitting a connection may close an
+ * unauthenticated one of loop 0, whose pointer could otherwise still be
+ * waiting further down evs (a connection of another loop is only doomed,
+ * and closed by its own loop). */
+static void loop_batch(ecs_server_t *s, ecs_loop_t *l, struct epoll_event *evs, int n) {
+  int accept_tcp = 0, accept_unix = 0;
+  for (int i = 0; i < n; i++) {
+    void *p = evs[i].data.ptr;
+    if (p == &l->evfd)
+      s->stopping = 1;
+    else if (l->idx == 0 && p == NULL)
+      accept_tcp = 1;
+    else if (l->idx == 0 && p == &s->ufd)
+      accept_unix = 1;
+    else if (l->idx == 0 && ecs_meta_owns(s->meta, p))
+      ecs_meta_event(s->meta, evs[i].events);
+    else if (l->idx == 0 && ecs_metrics_owns(s->metrics, p))
+      ecs_metrics_event(s->metrics, p, evs[i].events);
+    else
+      ecs__conn_event(s, p, evs[i].events);
+  }
+  if (accept_tcp)
+    ecs__conn_accept_all(s, s->lfd, 0);
+  if (accept_unix)
+    ecs__conn_accept_all(s, s->ufd, 1);
+  tick(s, l);
+}
+
+/* The body of one loop; the lock is held except in epoll_wait and around
+ * the payload syscalls (server_conn.c). */
+static int loop_run(ecs_loop_t *l) {
+  ecs_server_t *s = l->s;
+  struct epoll_event evs[64];
+  while (!s->stopping) {
+    int wait = TICK_MS;
+    if (l->idx == 0) {
+      /* Wake for the next Redis deadline too, so that a put waiting on a
+       * stopped Redis is answered when the Redis timeout passes. */
+      ecs__lock(s);
+      int due = ecs_meta_poll(s->meta, ecs_now_ms());
+      ecs__unlock(s);
+      if (due >= 0 && due < TICK_MS)
+        wait = due + 1;
+    }
+    int n = epoll_wait(l->epfd, evs, 64, wait);
+    if (n < 0 && errno != EINTR) {
+      ECS_LOG_E("epoll_wait (loop %u): %s", l->idx, strerror(errno));
+      ecs_server_stop(s);
+      return ECS_EIO;
+    }
+    ecs__lock(s);
+    loop_batch(s, l, evs, n < 0 ? 0 : n);
+    ecs__unlock(s);
+  }
+  return ECS_OK;
+}
+
+static void *loop_thread(void *arg) {
+  loop_run(arg);
+  return NULL;
 }
 
 int ecs_server_run(ecs_server_t *s) {
   ecs_pool_stats_t ps;
   ecs_pool_stats(s->pool, &ps);
-  ECS_LOG_I("ready: listening on %s:%d%s%s; namespace '%s', pool %llu MiB (%s), epoch %llu", s->o.listen_host,
-            s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, s->o.ns,
+  ECS_LOG_I("ready: listening on %s:%d%s%s; namespace '%s', pool %llu MiB (%s), epoch %llu, %u thread%s",
+            s->o.listen_host, s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, s->o.ns,
             (unsigned long long)(ps.size >> 20), ps.locked ? "pinned" : "NOT pinned",
-            (unsigned long long)s->epoch);
-  struct epoll_event evs[64];
-  while (!s->stopping) {
-    /* Wake for the next Redis deadline too, so that a put waiting on a
-     * stopped Redis is answered when the Redis timeout passes. */
-    int due = ecs_meta_poll(s->meta, ecs_now_ms());
-    int n = epoll_wait(s->epfd, evs, 64, due >= 0 && due < TICK_MS ? due + 1 : TICK_MS);
-    if (n < 0 && errno != EINTR) {
-      ECS_LOG_E("epoll_wait: %s", strerror(errno));
-      return ECS_EIO;
+            (unsigned long long)s->epoch, s->nloops, s->nloops == 1 ? "" : "s");
+  for (unsigned i = 1; i < s->nloops; i++) {
+    int e = pthread_create(&s->loops[i].th, NULL, loop_thread, &s->loops[i]);
+    if (e != 0) {
+      ECS_LOG_E("cannot start loop thread %u: %s", i, strerror(e));
+      ecs_server_stop(s);
+      break;
     }
-    /* Accepting comes after the batch's other events: admitting a
-     * connection may close an unauthenticated one, whose pointer could
-     * otherwise still be waiting further down evs. */
-    int accept_tcp = 0, accept_unix = 0;
-    for (int i = 0; i < n; i++) {
-      void *p = evs[i].data.ptr;
-      if (p == NULL)
-        accept_tcp = 1;
-      else if (p == &s->ufd)
-        accept_unix = 1;
-      else if (p == &s->evfd)
-        s->stopping = 1;
-      else if (ecs_meta_owns(s->meta, p))
-        ecs_meta_event(s->meta, evs[i].events);
-      else if (ecs_metrics_owns(s->metrics, p))
-        ecs_metrics_event(s->metrics, p, evs[i].events);
-      else
-        ecs__conn_event(s, p, evs[i].events);
-    }
-    if (accept_tcp)
-      ecs__conn_accept_all(s, s->lfd, 0);
-    if (accept_unix)
-      ecs__conn_accept_all(s, s->ufd, 1);
-    tick(s);
+    s->loops[i].started = 1;
   }
+  int rc = loop_run(&s->loops[0]);
+  ecs_server_stop(s); /* loop 0 may have left on an error: the others follow */
+  for (unsigned i = 1; i < s->nloops; i++)
+    if (s->loops[i].started) {
+      pthread_join(s->loops[i].th, NULL);
+      s->loops[i].started = 0;
+    }
   ECS_LOG_I("stopping: closing %zu connections", s->nconns);
+  ecs__lock(s);
   while (s->nconns)
     ecs__conn_close(s, s->conns[0]);
   if (s->meta && ecs_meta_is_up(s->meta)) {
-    int rc = ecs_meta_unregister(s->meta);
-    if (rc)
-      ECS_LOG_W("could not remove records from Redis: %s", ecs_strerror(rc));
+    int urc = ecs_meta_unregister(s->meta);
+    if (urc)
+      ECS_LOG_W("could not remove records from Redis: %s", ecs_strerror(urc));
     else
       ECS_LOG_I("records and registry entry removed from Redis");
   }
-  return ECS_OK;
+  ecs__unlock(s);
+  return rc;
 }
 
 void ecs_server_destroy(ecs_server_t *s) {
@@ -732,10 +875,8 @@ void ecs_server_destroy(ecs_server_t *s) {
     close(s->ufd);
     unlink(s->shm_path);
   }
-  if (s->epfd >= 0)
-    close(s->epfd);
-  if (s->evfd >= 0)
-    close(s->evfd);
-  free(s->scratch);
+  loops_destroy(s);
+  if (s->mu_init)
+    pthread_mutex_destroy(&s->mu);
   free(s);
 }

@@ -19,6 +19,8 @@
 
 typedef struct ecs_server ecs_server_t;
 
+#define ECS_SERVER_MAX_THREADS 256 /* bound on --threads */
+
 typedef struct ecs_server_opts {
   char listen_host[128];       /* default "127.0.0.1" */
   int listen_port;             /* default 7700; 0 picks a free port */
@@ -39,6 +41,7 @@ typedef struct ecs_server_opts {
   double low_watermark;        /* ...down to this fill (0.85) */
   uint64_t max_request;        /* largest data section of one request (4 GiB) */
   int max_conns;               /* connection limit (1024) */
+  int threads;                 /* event-loop threads (0: the cores available, sched_getaffinity) */
   int enable_debug_ops;        /* allow test-only DEBUG requests */
   char shm_socket[108];        /* Unix socket for local clients: "" = a directory the server owns, "off" */
   unsigned shm_allow_uids[16]; /* uids that may map the pool read-only (besides ours and root) */

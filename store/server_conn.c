@@ -51,7 +51,9 @@ static void conn_abort_slots(ecs_server_t *s, conn_t *c) {
 }
 
 void ecs__conn_close(ecs_server_t *s, conn_t *c) {
-  if (!c->authed)
+  if (c->doomed)
+    s->ndoomed--; /* counted out of npreauth when it was doomed */
+  else if (!c->authed)
     s->npreauth--;
   ecs__pub_abandon(c->pub); /* its records are answered to nobody */
   conn_release_refs(s, c);
@@ -60,7 +62,7 @@ void ecs__conn_close(ecs_server_t *s, conn_t *c) {
   ecs_rdma_ep_destroy(c->ep);
   if (c->send_fd >= 0)
     close(c->send_fd);
-  epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  epoll_ctl(c->loop->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
   for (size_t i = 0; i < s->nconns; i++) {
     if (s->conns[i] == c) {
@@ -80,10 +82,11 @@ void ecs__conn_close(ecs_server_t *s, conn_t *c) {
 
 /* Arms the socket for ev; a no-op (no syscall) when it already is. */
 static int conn_set_events(ecs_server_t *s, conn_t *c, uint32_t ev) {
+  (void)s;
   if (c->events == ev)
     return 0;
   struct epoll_event e = {.events = ev, .data.ptr = c};
-  if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &e) != 0)
+  if (epoll_ctl(c->loop->epfd, EPOLL_CTL_MOD, c->fd, &e) != 0)
     return -1;
   c->events = ev;
   return 0;
@@ -218,7 +221,7 @@ static ssize_t read_data(ecs_server_t *s, conn_t *c) {
       iov[cnt].iov_base = (uint8_t *)ecs_objstore_data(s->os, sl->obj) + off;
       iov[cnt].iov_len = left > SSIZE_MAX ? SSIZE_MAX : (size_t)left;
     } else { /* refused item: its bytes go to the scratch buffer */
-      iov[cnt].iov_base = s->scratch;
+      iov[cnt].iov_base = c->loop->scratch;
       iov[cnt].iov_len = left > SCRATCH_SIZE ? SCRATCH_SIZE : (size_t)left;
     }
     off += iov[cnt].iov_len;
@@ -226,10 +229,17 @@ static ssize_t read_data(ecs_server_t *s, conn_t *c) {
   }
   if (cnt == 0)
     return 0;
+  /* The payload moves without the server lock: the reserved objects are
+   * PENDING with our reference, which only this connection can drop, and
+   * the scratch buffer is this loop's. */
   ssize_t r;
+  ecs__unlock(s);
   do {
     r = readv(c->fd, iov, cnt);
   } while (r < 0 && errno == EINTR);
+  int e = errno;
+  ecs__lock(s);
+  errno = e;
   if (r == 0)
     return -1;
   if (r < 0)
@@ -340,7 +350,7 @@ static int conn_on_readable(ecs_server_t *s, conn_t *c) {
 
 /* Sends as much of the reply as the socket takes.  1: done, 0: blocked,
  * -1: error. */
-static int conn_flush(conn_t *c) {
+static int conn_flush(ecs_server_t *s, conn_t *c) {
   while (c->wpos < c->wcnt) {
     struct iovec *iov = c->wiov + c->wpos;
     int cnt = c->wcnt - c->wpos;
@@ -363,7 +373,14 @@ static int conn_flush(conn_t *c) {
       cm->cmsg_len = CMSG_LEN(sizeof(int));
       memcpy(CMSG_DATA(cm), &c->send_fd, sizeof(int));
     }
+    /* Without the server lock: the blocks named by wiov are held by
+     * references (c->held) that only this connection releases, and no
+     * other thread touches a connection in C_WRITE. */
+    ecs__unlock(s);
     ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    int e = errno;
+    ecs__lock(s);
+    errno = e;
     if (n < 0) {
       if (errno == EINTR)
         continue;
@@ -382,7 +399,7 @@ static int conn_flush(conn_t *c) {
 
 /* Returns -1 to close the connection. */
 static int conn_on_writable(ecs_server_t *s, conn_t *c) {
-  int r = conn_flush(c);
+  int r = conn_flush(s, c);
   if (r < 0)
     return -1;
   if (r == 0) {
@@ -399,6 +416,10 @@ static int conn_on_writable(ecs_server_t *s, conn_t *c) {
 
 void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev) {
   int r = 0;
+  if (c->doomed) { /* evicted by loop 0 at an accept */
+    ecs__conn_close(s, c);
+    return;
+  }
   if (c->st == C_WAIT) { /* only errors and hang-ups are watched */
     if (ev & (EPOLLERR | EPOLLHUP))
       ecs__conn_close(s, c);
@@ -456,12 +477,22 @@ static int peer_rights(const ecs_server_t *s, int fd, unsigned *uid) {
 static int evict_oldest_preauth(ecs_server_t *s) {
   conn_t *old = NULL;
   for (size_t i = 0; i < s->nconns; i++)
-    if (!s->conns[i]->authed && (!old || s->conns[i]->id < old->id))
+    if (!s->conns[i]->authed && !s->conns[i]->doomed && (!old || s->conns[i]->id < old->id))
       old = s->conns[i];
   if (!old)
     return 0;
   ECS_LOG_D("conn %llu: closed unauthenticated to admit a new connection", (unsigned long long)old->id);
-  ecs__conn_close(s, old);
+  if (old->loop == &s->loops[0]) { /* ours (accepting runs on loop 0) */
+    ecs__conn_close(s, old);
+    return 1;
+  }
+  /* Another loop's: only its own thread may free it (it may be mid-write
+   * without the lock, or named in its event batch).  It stops counting
+   * now; the shutdown wakes its loop, which closes it. */
+  old->doomed = 1;
+  s->npreauth--;
+  s->ndoomed++;
+  shutdown(old->fd, SHUT_RDWR);
   return 1;
 }
 
@@ -496,7 +527,7 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
     }
     if (s->npreauth >= (size_t)s->o.max_preauth_conns)
       evict_oldest_preauth(s);
-    if (s->nconns >= (size_t)s->o.max_conns && !evict_oldest_preauth(s)) {
+    if (s->nconns - s->ndoomed >= (size_t)s->o.max_conns && !evict_oldest_preauth(s)) {
       ECS_LOG_W("connection limit (%d) reached; refusing", s->o.max_conns);
       close(fd);
       continue;
@@ -519,6 +550,7 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
     }
     s->conns = nc;
     c->fd = fd;
+    c->loop = &s->loops[s->next_loop++ % s->nloops]; /* round robin */
     c->local = local;
     c->peer_uid = uid;
     c->shm_rights = (unsigned)rights;
@@ -535,14 +567,16 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
     }
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
     c->events = EPOLLIN;
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
+    s->conns[s->nconns++] = c; /* listed first: its loop may see an event at once (it waits for the lock) */
+    s->npreauth++;
+    if (epoll_ctl(c->loop->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
+      s->nconns--;
+      s->npreauth--;
       ecs_wbuf_free(&c->out);
       free(c);
       close(fd);
       continue;
     }
-    s->conns[s->nconns++] = c;
-    s->npreauth++;
     ECS_LOG_D("conn %llu accepted%s", (unsigned long long)c->id, local ? " (local)" : "");
   }
 }

@@ -10,11 +10,25 @@
  *   server_ops.c    the opcode handlers behind one static const table
  *   server_lease.c  the per-connection lease / reservation table (pins)
  *
- * Everything here runs on the loop's one thread.
+ * Threads (--threads N): N event loops, each with its own epoll; loop 0
+ * also owns the listeners, the Redis link and the metrics endpoint, and
+ * hands each accepted connection to a loop in turn.  A connection lives on
+ * one loop all its life: only that loop's thread reads, writes, ticks or
+ * closes it.  Everything shared (the object index, the pool's accounting,
+ * the pins, the Redis link, the counters, the conns array) is guarded by
+ * the one server lock s->mu, which a loop holds while it handles an event
+ * and drops around the payload syscalls (read_data's readv into reserved
+ * pool blocks, conn_flush's sendmsg out of referenced blocks): a pending
+ * object is freed only by its reserver and a referenced one never, so the
+ * bytes under those syscalls stay allocated without the lock.  Another
+ * thread touches a connection only under the lock and only in states in
+ * which its owner never drops the lock with it (C_WAIT for a Redis
+ * acknowledgement; `doomed` for an eviction at accept).
  */
 #ifndef ECS_SERVER_INTERNAL_H
 #define ECS_SERVER_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -48,6 +62,18 @@ _Static_assert(ECS_UPGRADE_SECRET_SIZE == 32 && ECS_UPGRADE_NONCE_SIZE == 32, "c
 typedef enum conn_state { C_HDR, C_META, C_DATA, C_WRITE, C_WAIT } conn_state_t;
 
 typedef struct conn conn_t;
+
+/* One event-loop thread (server.c). */
+typedef struct ecs_loop {
+  struct ecs_server *s;  /* the server */
+  unsigned idx;          /* 0..nloops-1; 0 also runs the listeners, Redis and metrics */
+  int epfd;              /* its epoll instance */
+  int evfd;              /* eventfd that wakes it for stop */
+  pthread_t th;          /* its thread (loops 1..n-1, while started) */
+  int started;           /* th is running */
+  uint8_t *scratch;      /* its discard buffer for refused payloads */
+  uint64_t last_tick_ms; /* when its timer work last ran */
+} ecs_loop_t;
 
 /* A reply that waits for its records' acknowledgements.  One per parked
  * request; each record in flight points at its item.  The connection may
@@ -91,6 +117,8 @@ typedef struct pin {
 
 struct conn {
   int fd;                              /* the socket */
+  ecs_loop_t *loop;                    /* the loop that owns it (its epoll, its thread) */
+  int doomed;                          /* evicted from another loop: its owner closes it */
   int local;                           /* came in on the Unix socket (shm allowed) */
   uint32_t events;                     /* what epoll watches now (EPOLLIN or EPOLLOUT) */
   int send_fd;                         /* fd to pass with the reply (ATTACH), or -1 */
@@ -145,14 +173,19 @@ struct ecs_server {
   char shm_path[108];    /* its path ("" when off) */
   ecs_rdma_ctx *rdma;    /* RDMA device context, or NULL */
   int port;              /* bound port */
-  int epfd;              /* epoll instance */
-  int evfd;              /* eventfd that wakes the loop for stop */
+  int epfd;              /* loop 0's epoll instance (listeners, Redis, metrics) */
+  int evfd;              /* loop 0's eventfd */
+  ecs_loop_t *loops;     /* the event loops (--threads) */
+  unsigned nloops;       /* how many */
+  unsigned next_loop;    /* round-robin cursor for accepted connections */
+  pthread_mutex_t mu;    /* the server lock: everything shared (see the top of this file) */
+  int mu_init;           /* mu is initialized */
+  size_t ndoomed;        /* connections doomed but not yet closed by their loop */
   atomic_int stopping;   /* set by ecs_server_stop (any thread, or a signal handler) */
   ecs_pool_t *pool;      /* the pinned pool */
   ecs_objstore_t *os;    /* objects over the pool */
   ecs_meta_t *meta;      /* Redis link (NULL when running without) */
   uint64_t epoch;        /* this process's epoch (start time, µs) */
-  uint8_t *scratch;      /* discard buffer */
   conn_t **conns;        /* open connections (unordered) */
   size_t nconns;         /* count */
   uint64_t next_conn_id; /* for logs */
@@ -166,7 +199,6 @@ struct ecs_server {
   uint64_t denied;              /* requests refused for want of a right (ACL) */
   uint64_t denied_log_ms;       /* when such a refusal was last logged */
   uint64_t denied_unlogged;     /* refusals since, not logged one by one */
-  uint64_t last_tick_ms;        /* when timer work last ran */
   pub_wait_t *pub_cur;          /* a REMOVE under way: its deletes are awaited here... */
   uint32_t pub_cur_idx;         /* ...as this item */
   /* counters for STAT */
@@ -184,6 +216,10 @@ static inline uint64_t ecs__now_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+/* server.c: the lock (pthread_mutex; uncontended with --threads 1). */
+void ecs__lock(ecs_server_t *s);
+void ecs__unlock(ecs_server_t *s);
 
 /* server.c: the Redis glue. */
 

@@ -67,6 +67,7 @@ static void usage(FILE *f) {
           "  --low-watermark F         ...and stops at this fill (default 0.85)\n"
           "  --max-request SIZE        largest payload of one request (default 4G)\n"
           "  --max-conns N             connection limit (default 1024)\n"
+          "  --threads N               event-loop threads (default: the cores available)\n"
           "  --scrub-freed             zero an object's pool bytes when it is removed, evicted or\n"
           "                            aborted (costs a memset per free)\n"
           "  --max-objects N           objects held, empty ones included; the oldest are evicted\n"
@@ -120,6 +121,7 @@ enum {
   O_LOW,
   O_MAXREQ,
   O_MAXCONN,
+  O_THREADS,
   O_PORTFILE,
   O_LOG,
   O_CONFIG,
@@ -165,6 +167,7 @@ static const struct option long_opts[] = {
     {"low-watermark", required_argument, 0, O_LOW},
     {"max-request", required_argument, 0, O_MAXREQ},
     {"max-conns", required_argument, 0, O_MAXCONN},
+    {"threads", required_argument, 0, O_THREADS},
     {"port-file", required_argument, 0, O_PORTFILE},
     {"shm-socket", required_argument, 0, O_SHMSOCK},
     {"shm-allow-uid", required_argument, 0, O_SHMUID},
@@ -365,6 +368,11 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     if (ecs_parse_size(arg, &sz) || sz < (1u << 20))
       return bad("max-request", arg, "expected a size of at least 1M");
     o->max_request = sz;
+    return 0;
+  case O_THREADS:
+    if (ecs_parse_int(arg, 1, ECS_SERVER_MAX_THREADS, &v))
+      return bad("threads", arg, "expected 1..256");
+    o->threads = (int)v;
     return 0;
   case O_MAXCONN:
     if (ecs_parse_int(arg, 1, 65536, &v))

@@ -373,7 +373,7 @@ int ecs_ts_server_start(ecs_ts_proc_t *p, int redis_port, const char *const extr
   size_t nextra = 0;
   while (extra != NULL && extra[nextra] != NULL)
     nextra++;
-  char **argv = calloc(nextra + 14, sizeof *argv);
+  char **argv = calloc(nextra + 16, sizeof *argv);
   if (argv == NULL)
     return -1;
   /* The shm socket goes in the server's own directory, which stop removes:
@@ -407,6 +407,13 @@ int ecs_ts_server_start(ecs_ts_proc_t *p, int redis_port, const char *const extr
     argv[k++] = "test";
     argv[k++] = "--shm-socket";
     argv[k++] = shm;
+    /* ECS_TEST_SERVER_THREADS=N runs every suite's server with --threads N
+     * (a test's own --threads, later on the line, wins). */
+    const char *threads = getenv("ECS_TEST_SERVER_THREADS");
+    if (threads != NULL && threads[0] != '\0') {
+      argv[k++] = "--threads";
+      argv[k++] = (char *)threads;
+    }
     for (size_t i = 0; i < nextra; i++)
       argv[k++] = (char *)extra[i];
     argv[k] = NULL;
