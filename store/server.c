@@ -56,11 +56,19 @@ void ecs_server_opts_init(ecs_server_opts_t *o) {
 /* ------------------------------------------------------------------ */
 /* the server lock                                                     */
 
+/* Timed (three vDSO clock reads per acquisition): how long the lock is
+ * held and waited for is what decides whether more threads help
+ * (ecstore_lock_* in /metrics, docs/architecture.md "Threads"). */
 void ecs__lock(ecs_server_t *s) {
+  uint64_t t0 = ecs__now_ns();
   pthread_mutex_lock(&s->mu);
+  s->lock_t0_ns = ecs__now_ns();
+  s->lock_wait_ns += s->lock_t0_ns - t0;
+  s->lock_n++;
 }
 
 void ecs__unlock(ecs_server_t *s) {
+  s->lock_held_ns += ecs__now_ns() - s->lock_t0_ns;
   pthread_mutex_unlock(&s->mu);
 }
 

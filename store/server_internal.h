@@ -95,6 +95,7 @@ typedef struct put_slot {
   ecs_put_item_t item; /* decoded record (key points into conn->meta) */
   ecs_obj_t *obj;      /* reserved object, or NULL when the payload is discarded */
   int status;          /* per-item status so far */
+  uint64_t sum;        /* the payload's checksum, once it is in (put_end) */
 } put_slot_t;
 
 /* A pin: an object a client holds through a lease (a committed object it
@@ -181,6 +182,10 @@ struct ecs_server {
   pthread_mutex_t mu;    /* the server lock: everything shared (see the top of this file) */
   int mu_init;           /* mu is initialized */
   size_t ndoomed;        /* connections doomed but not yet closed by their loop */
+  uint64_t lock_t0_ns;   /* when mu was last taken (under mu) */
+  uint64_t lock_held_ns; /* total time mu was held (under mu), for /metrics and the bench's model */
+  uint64_t lock_wait_ns; /* total time spent waiting for it (under mu) */
+  uint64_t lock_n;       /* acquisitions (under mu) */
   atomic_int stopping;   /* set by ecs_server_stop (any thread, or a signal handler) */
   ecs_pool_t *pool;      /* the pinned pool */
   ecs_objstore_t *os;    /* objects over the pool */

@@ -360,6 +360,15 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
 
 /* PUT, step 3: verify checksums, commit, publish, reply. */
 void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
+  /* Hashing reads every payload byte: done without the server lock (the
+   * objects are PENDING and only this connection holds them), and before
+   * the wait below exists, which Redis acknowledgements may touch. */
+  ecs__unlock(s);
+  for (size_t i = 0; i < c->nslots; i++)
+    if (c->slots[i].obj)
+      c->slots[i].sum =
+          ecs_checksum(ecs_objstore_data(s->os, c->slots[i].obj), (size_t)c->slots[i].obj->nbytes);
+  ecs__lock(s);
   uint64_t now = ecs_wall_ms();
   pub_wait_t *w = ecs__pub_begin(s, c, (uint32_t)c->nslots);
   for (size_t i = 0; i < c->nslots; i++) {
@@ -368,7 +377,7 @@ void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
       continue;
     ecs_obj_t *o = sl->obj;
     sl->obj = NULL;
-    uint64_t sum = ecs_checksum(ecs_objstore_data(s->os, o), (size_t)o->nbytes);
+    uint64_t sum = sl->sum;
     if (sum != sl->item.checksum) {
       ecs_objstore_abort(s->os, o);
       sl->status = ECS_ECHECKSUM;
@@ -904,6 +913,12 @@ void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b) {
   ecs_metrics_counter(b, "ecstore_removes_total", "Objects removed on request.", st.removes);
   ecs_metrics_counter(b, "ecstore_requests_denied_total",
                       "Requests refused: the token lacks the right (ACL).", s->denied);
+  ecs_metrics_gauge(b, "ecstore_threads", "Event-loop threads (--threads).", (double)s->nloops);
+  ecs_metrics_counter(b, "ecstore_lock_acquisitions_total", "Times the server lock was taken.", s->lock_n);
+  ecs_metrics_counter(b, "ecstore_lock_held_microseconds_total", "Time the server lock was held.",
+                      s->lock_held_ns / 1000);
+  ecs_metrics_counter(b, "ecstore_lock_wait_microseconds_total", "Time threads waited for the server lock.",
+                      s->lock_wait_ns / 1000);
   const char *vals[N_OPS];
   const ecs_hist_t *hs[N_OPS];
   size_t n = 0;
