@@ -10,7 +10,9 @@
  * ratios are ecstore / baseline.
  */
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +42,137 @@ typedef struct cfg {
   int no_redis;       /* skip the Redis baseline */
   int no_verify;      /* ecstore clients skip checksum verification */
   int do_tcp, do_shm; /* which path tables to run */
+  int threads; /* --threads: the server's, and the raw baseline's slots (0: server default, raw unlimited) */
+  int srv_pid; /* the server we started (its CPU time is read), or 0 */
+  int mport;   /* its /metrics port (lock times are read), or 0 */
 } cfg_t;
+
+/* CPU and lock costs, for the per-request cost table and its model. */
+typedef struct snap {
+  double srv_cpu;   /* server process CPU seconds (user + system, all threads) */
+  double self_cpu;  /* this process's (the clients, and the raw server's threads) */
+  double lock_held; /* server lock held, seconds */
+  double lock_wait; /* waited for, seconds */
+} snap_t;
+
+static double proc_cpu(int pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')'); /* the name may hold spaces; fields follow its ')' */
+  unsigned long long ut = 0, st = 0;
+  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+    return 0;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+         (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* The value of counter name in a /metrics scrape, or 0. */
+static double metric(const char *body, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = body; (p = strstr(p, name)) != NULL; p += n)
+    if ((p == body || p[-1] == '\n') && p[n] == ' ')
+      return atof(p + n + 1);
+  return 0;
+}
+
+static void scrape(int port, double *held, double *wait) {
+  *held = *wait = 0;
+  int fd;
+  if (port <= 0 || ecs_net_connect("127.0.0.1", port, 2000, &fd))
+    return;
+  static const char req[] = "GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n";
+  char *body = malloc(1 << 20);
+  size_t got = 0;
+  if (body &&
+      ecs_net_writev_all(fd, &(struct iovec){(void *)req, sizeof req - 1}, 1, ecs_now_ms() + 2000) == 0)
+    for (uint64_t end = ecs_now_ms() + 2000; got < (1u << 20) - 1 && ecs_now_ms() < end;) {
+      struct pollfd pf = {fd, POLLIN, 0};
+      if (poll(&pf, 1, 200) <= 0)
+        continue;
+      ssize_t r = read(fd, body + got, (1u << 20) - 1 - got);
+      if (r <= 0)
+        break;
+      got += (size_t)r;
+    }
+  close(fd);
+  if (body) {
+    body[got] = '\0';
+    *held = metric(body, "ecstore_lock_held_microseconds_total") / 1e6;
+    *wait = metric(body, "ecstore_lock_wait_microseconds_total") / 1e6;
+  }
+  free(body);
+}
+
+static void snap_take(const cfg_t *cfg, snap_t *sn) {
+  sn->srv_cpu = cfg->srv_pid ? proc_cpu(cfg->srv_pid) : 0;
+  sn->self_cpu = self_cpu();
+  scrape(cfg->mport, &sn->lock_held, &sn->lock_wait);
+}
+
+/* One get cell's costs per object (µs). */
+typedef struct cost {
+  size_t size;
+  int batch, conns;
+  double ecs_gbps, raw_gbps;               /* measured */
+  double srv_us, cli_us, held_us, wait_us; /* ecstore: server CPU, client CPU, lock held, lock waited */
+  double raw_us;                           /* raw baseline: CPU of both ends */
+} cost_t;
+
+#define MAX_COSTS 256
+static cost_t g_costs[MAX_COSTS];
+static int g_ncosts;
+
+/* The cost table, and what the same requests would reach on `cores` cores:
+ * objects/s = min(cores / CPU per object, 1 / lock hold per object), both
+ * ends on the host (loopback), memory bandwidth not modelled. */
+static void cost_tables(const cfg_t *cfg) {
+  if (!g_ncosts)
+    return;
+  printf("\n# per-object costs of the get cells above (CPU: /proc of the server, getrusage of the clients;\n"
+         "# lock: the server's /metrics), warm-up and setup included; raw: both ends of the raw stream\n");
+  printf("%6s %5s %5s | %9s %9s %9s %9s | %9s\n", "size", "batch", "conns", "srv us", "cli us", "lock us",
+         "wait us", "raw us");
+  for (int i = 0; i < g_ncosts; i++) {
+    const cost_t *c = &g_costs[i];
+    char sz[16];
+    ecs_bench_size_label(sz, sizeof sz, c->size);
+    printf("%6s %5d %5d | %9.1f %9.1f %9.2f %9.2f | %9.1f\n", sz, c->batch, c->conns, c->srv_us, c->cli_us,
+           c->held_us, c->wait_us, c->raw_us);
+  }
+  static const int cores[] = {2, 16};
+  for (int k = 0; k < 2; k++) {
+    printf("\n# model: %d cores (GB/s = objects/s x size; ecs objects/s = min(cores/(srv+cli), 1/lock))%s\n",
+           cores[k], cores[k] == 2 ? "; a check of the model against the measured figures" : "");
+    printf("%6s %5s %5s | %9s %9s %7s | %9s %9s\n", "size", "batch", "conns", "ecs GB/s", "raw GB/s",
+           "ecs/raw", "meas ecs", "meas raw");
+    for (int i = 0; i < g_ncosts; i++) {
+      const cost_t *c = &g_costs[i];
+      double cpu = c->srv_us + c->cli_us;
+      double ecs = cpu > 0 ? cores[k] * 1e6 / cpu : 0;
+      if (c->held_us > 0 && 1e6 / c->held_us < ecs)
+        ecs = 1e6 / c->held_us;
+      double raw = c->raw_us > 0 ? cores[k] * 1e6 / c->raw_us : 0;
+      char sz[16];
+      ecs_bench_size_label(sz, sizeof sz, c->size);
+      printf("%6s %5d %5d | %9.2f %9.2f %6.0f%% | %9.2f %9.2f\n", sz, c->batch, c->conns,
+             ecs * (double)c->size / 1e9, raw * (double)c->size / 1e9, raw > 0 ? 100 * ecs / raw : 0,
+             c->ecs_gbps, c->raw_gbps);
+    }
+  }
+  (void)cfg;
+}
 
 typedef ecs_bench_result_t result_t;
 
@@ -79,10 +211,27 @@ static int tcp_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
           size_t size = cfg->sizes[i];
           int b = cfg->batches[j], nc = cfg->conns[k];
           result_t ecs, raw = {0}, red = {0};
+          snap_t s0, s1, s2;
+          snap_take(cfg, &s0);
           if (measure(cfg, op == 0 ? ECS_BM_ECS_GET : ECS_BM_ECS_PUT, "tcp", size, b, nc, e, &ecs))
             return 1;
+          snap_take(cfg, &s1);
           if (op == 0)
             measure(cfg, ECS_BM_RAW_GET, NULL, size, b, nc, e, &raw);
+          snap_take(cfg, &s2);
+          if (op == 0 && cfg->srv_pid && g_ncosts < MAX_COSTS && ecs.objects_all && raw.objects_all) {
+            double no = (double)ecs.objects_all, nr = (double)raw.objects_all;
+            g_costs[g_ncosts++] = (cost_t){.size = size,
+                                           .batch = b,
+                                           .conns = nc,
+                                           .ecs_gbps = ecs.gbps,
+                                           .raw_gbps = raw.gbps,
+                                           .srv_us = (s1.srv_cpu - s0.srv_cpu) / no * 1e6,
+                                           .cli_us = (s1.self_cpu - s0.self_cpu) / no * 1e6,
+                                           .held_us = (s1.lock_held - s0.lock_held) / no * 1e6,
+                                           .wait_us = (s1.lock_wait - s0.lock_wait) / no * 1e6,
+                                           .raw_us = (s2.self_cpu - s1.self_cpu) / nr * 1e6};
+          }
           if (!cfg->no_redis)
             measure(cfg, op == 0 ? ECS_BM_REDIS_GET : ECS_BM_REDIS_SET, NULL, size, b, nc, e, &red);
           char sz[16];
@@ -108,6 +257,7 @@ static int tcp_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
       }
     }
   }
+  cost_tables(cfg);
   return 0;
 }
 
@@ -150,19 +300,22 @@ static int shm_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
 /* command line                                                         */
 
 static void net_usage(FILE *f) {
-  fprintf(f, "usage: ecstore-bench net [options]\n"
-             "  --sizes LIST     object sizes (default 64K,1M,4M,16M)\n"
-             "  --batches LIST   objects per call (default 1,8,32)\n"
-             "  --conns LIST     client connections (default 1,4)\n"
-             "  --reps N         timed repetitions per cell, median reported (default 5)\n"
-             "  --seconds S      time per repetition (default 0.5)\n"
-             "  --server H:P     use a running ecstore-server (namespace 'test')\n"
-             "  --redis H:P      use a running Redis for the baseline\n"
-             "  --no-redis       skip the Redis baseline\n"
-             "  --paths LIST     tcp,shm (default both): which tables to run\n"
-             "  --no-verify      ecstore clients skip checksum verification\n"
-             "  --csv FILE       also write the table as CSV\n"
-             "  --quick          a small, fast run (CI checks the harness with it)\n");
+  fprintf(f,
+          "usage: ecstore-bench net [options]\n"
+          "  --sizes LIST     object sizes (default 64K,1M,4M,16M)\n"
+          "  --batches LIST   objects per call (default 1,8,32)\n"
+          "  --conns LIST     client connections (default 1,4)\n"
+          "  --reps N         timed repetitions per cell, median reported (default 5)\n"
+          "  --seconds S      time per repetition (default 0.5)\n"
+          "  --server H:P     use a running ecstore-server (namespace 'test')\n"
+          "  --redis H:P      use a running Redis for the baseline\n"
+          "  --no-redis       skip the Redis baseline\n"
+          "  --paths LIST     tcp,shm (default both): which tables to run\n"
+          "  --no-verify      ecstore clients skip checksum verification\n"
+          "  --threads N      the server's --threads, and the raw baseline limited to N syscalls at once;\n"
+          "                   adds per-object CPU and lock costs and a 2- and 16-core model (get cells)\n"
+          "  --csv FILE       also write the table as CSV\n"
+          "  --quick          a small, fast run (CI checks the harness with it)\n");
 }
 
 int ecs_bench_net(int argc, char **argv) {
@@ -176,14 +329,21 @@ int ecs_bench_net(int argc, char **argv) {
                .seconds = 0.5,
                .do_tcp = 1,
                .do_shm = 1};
-  static const struct option opts[] = {
-      {"sizes", required_argument, 0, 's'},   {"batches", required_argument, 0, 'b'},
-      {"conns", required_argument, 0, 'c'},   {"reps", required_argument, 0, 'r'},
-      {"seconds", required_argument, 0, 't'}, {"server", required_argument, 0, 'S'},
-      {"redis", required_argument, 0, 'R'},   {"no-redis", no_argument, 0, 'N'},
-      {"csv", required_argument, 0, 'o'},     {"quick", no_argument, 0, 'q'},
-      {"paths", required_argument, 0, 'P'},   {"no-verify", no_argument, 0, 'V'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  static const struct option opts[] = {{"sizes", required_argument, 0, 's'},
+                                       {"batches", required_argument, 0, 'b'},
+                                       {"conns", required_argument, 0, 'c'},
+                                       {"reps", required_argument, 0, 'r'},
+                                       {"seconds", required_argument, 0, 't'},
+                                       {"server", required_argument, 0, 'S'},
+                                       {"redis", required_argument, 0, 'R'},
+                                       {"no-redis", no_argument, 0, 'N'},
+                                       {"csv", required_argument, 0, 'o'},
+                                       {"quick", no_argument, 0, 'q'},
+                                       {"paths", required_argument, 0, 'P'},
+                                       {"no-verify", no_argument, 0, 'V'},
+                                       {"threads", required_argument, 0, 'T'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   int o;
   optind = 1;
   while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -208,6 +368,11 @@ int ecs_bench_net(int argc, char **argv) {
     case 't':
       cfg.seconds = atof(optarg);
       if (cfg.seconds <= 0 || cfg.seconds > 60)
+        goto bad;
+      break;
+    case 'T':
+      cfg.threads = atoi(optarg);
+      if (cfg.threads < 1 || cfg.threads > 256)
         goto bad;
       break;
     case 'S': cfg.server = optarg; break;
@@ -275,16 +440,29 @@ int ecs_bench_net(int argc, char **argv) {
     pool = pool < (1u << 30) ? (1u << 30) : pool;
     char psz[32];
     snprintf(psz, sizeof psz, "%zuM", pool >> 20);
-    const char *extra[] = {"--pool-size", psz, "--log-level", "warn", NULL};
+    char thr[16], mlisten[48];
+    snprintf(thr, sizeof thr, "%d", cfg.threads);
+    const char *extra[] = {"--pool-size", psz, "--log-level", "warn", NULL, NULL, NULL, NULL, NULL};
+    if (cfg.threads) { /* the cost table reads the server's lock times from /metrics */
+      int mp = ecs_ts_free_port();
+      snprintf(mlisten, sizeof mlisten, "127.0.0.1:%d", mp);
+      extra[4] = "--threads";
+      extra[5] = thr;
+      extra[6] = "--metrics-listen";
+      extra[7] = mlisten;
+      cfg.mport = mp;
+    }
     if (ecs_ts_server_start(&server, rport, extra)) {
       fprintf(stderr, "ecstore-bench net: cannot start ecstore-server\n");
       ecs_ts_stop(&redis, 3000);
       return 1;
     }
     snprintf(servers, sizeof servers, "127.0.0.1:%d", server.port);
+    if (cfg.threads)
+      cfg.srv_pid = (int)server.pid;
   }
   ecs_bench_raw_t rs;
-  if (ecs_bench_raw_start(&rs)) {
+  if (ecs_bench_raw_start_threads(&rs, cfg.threads)) {
     fprintf(stderr, "ecstore-bench net: cannot listen for the raw baseline\n");
     return 1;
   }

@@ -15,6 +15,7 @@
 #ifndef ECS_BENCH_WORK_H
 #define ECS_BENCH_WORK_H
 
+#include <semaphore.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,6 +69,7 @@ typedef struct ecs_bench_result {
   double mops;               /* objects/s in millions, median over reps */
   double p50_us, p99_us;     /* per-call latency over every timed call of every rep */
   size_t calls;              /* timed calls behind the latencies */
+  uint64_t objects_all;      /* objects moved in the whole measurement, warm-up included (CPU costs) */
   int reps;                  /* timed repetitions */
 } ecs_bench_result_t;
 
@@ -87,9 +89,16 @@ typedef struct ecs_bench_raw {
   volatile int stop; /* asks the accept loop to end */
   int started;       /* the accept thread runs */
   uint64_t thread_;  /* internal: the accept thread */
+  int threads;       /* > 0: at most this many payload syscalls at once (ecs_bench_raw_start_threads) */
+  sem_t slots_;      /* internal: those slots */
 } ecs_bench_raw_t;
 
 int ecs_bench_raw_start(ecs_bench_raw_t *rs);
+/* As ecs_bench_raw_start, but the payload syscalls of all its connections
+ * share `threads` slots: the baseline of a server with that many threads
+ * (a connection waiting for its socket holds no slot, as an epoll thread
+ * serves another meanwhile).  0: a thread per connection, unlimited. */
+int ecs_bench_raw_start_threads(ecs_bench_raw_t *rs, int threads);
 void ecs_bench_raw_stop(ecs_bench_raw_t *rs);
 
 /* Starts memcached (PATH or /usr/bin) on a free port with room for mem_mb
