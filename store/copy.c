@@ -42,6 +42,27 @@ __attribute__((target("avx2"))) static inline void stripe(__m256i acc[2], uint8_
   }
 }
 
+/* The same with non-temporal stores (dst 16-byte aligned): for objects
+ * larger than L2 the destination would be evicted before anyone reads it
+ * anyway, and streaming stores skip reading each destination line before
+ * writing it.  Measured in-process, 8 objects per round, load ~7: 4 MiB
+ * 101-127% of memcpy against 71-117% with plain stores, 16 MiB 125-157%
+ * against 90-117%; 1 and 2 MiB no different, so plain stores there (the
+ * caller may read a small object while it is in cache). */
+__attribute__((target("avx2"))) static inline void stripe_nt(__m256i acc[2], uint8_t *dst, const uint8_t *src,
+                                                             const uint8_t *secret) {
+  for (int i = 0; i < 2; i++) {
+    __m256i d = _mm256_loadu_si256((const __m256i *)(const void *)(src + 32 * i));
+    _mm_stream_si128((__m128i *)(void *)(dst + 32 * i), _mm256_castsi256_si128(d));
+    _mm_stream_si128((__m128i *)(void *)(dst + 32 * i + 16), _mm256_extracti128_si256(d, 1));
+    __m256i k = _mm256_loadu_si256((const __m256i *)(const void *)(secret + 32 * i));
+    __m256i dk = _mm256_xor_si256(d, k);
+    __m256i prod = _mm256_mul_epu32(dk, _mm256_srli_epi64(dk, 32));
+    __m256i swap = _mm256_shuffle_epi32(d, _MM_SHUFFLE(1, 0, 3, 2));
+    acc[i] = _mm256_add_epi64(prod, _mm256_add_epi64(acc[i], swap));
+  }
+}
+
 /* The same accumulation without the store (the last stripe, re-read). */
 __attribute__((target("avx2"))) static inline void stripe_hash(__m256i acc[2], const uint8_t *src,
                                                                const uint8_t *secret) {
@@ -72,11 +93,18 @@ __attribute__((target("avx2"))) static uint64_t copy_hash_avx2(uint8_t *dst, con
   __m256i acc[2] = {_mm256_load_si256((const __m256i *)(const void *)init),
                     _mm256_load_si256((const __m256i *)(const void *)(init + 4))};
   size_t nb_blocks = (n - 1) / BLOCK, at = 0;
+  int nt = n >= ECS__COPY_NT_MIN && ((uintptr_t)dst & 15) == 0;
   for (size_t b = 0; b < nb_blocks; b++) {
-    for (size_t s = 0; s < STRIPES_PER_BLOCK; s++, at += STRIPE)
-      stripe(acc, dst + at, src + at, secret + 8 * s);
+    if (nt)
+      for (size_t s = 0; s < STRIPES_PER_BLOCK; s++, at += STRIPE)
+        stripe_nt(acc, dst + at, src + at, secret + 8 * s);
+    else
+      for (size_t s = 0; s < STRIPES_PER_BLOCK; s++, at += STRIPE)
+        stripe(acc, dst + at, src + at, secret + 8 * s);
     scramble(acc, secret + secret_size - STRIPE);
   }
+  if (nt)
+    _mm_sfence();
   size_t last = ((n - 1) - BLOCK * nb_blocks) / STRIPE;
   for (size_t s = 0; s < last; s++, at += STRIPE)
     stripe(acc, dst + at, src + at, secret + 8 * s);

@@ -17,6 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Objects of at least this many bytes are stored with non-temporal
+ * stores (when dst is 16-byte aligned): about the L2 size of current
+ * server cores. */
+#define ECS__COPY_NT_MIN ((size_t)4 << 20)
+
 /* memcpy(dst, src, n) and returns XXH3-64 (seed 0, default secret) of the
  * bytes: the same value as ecs_checksum(src, n).  dst and src must not
  * overlap; any alignment.  One pass on x86-64 CPUs with AVX2 for n > 240

@@ -70,6 +70,17 @@ static void test_large_lengths(void **state) {
     }
 }
 
+/* Large enough for the non-temporal stores, with dst 16-byte aligned
+ * (streamed) and not (plain stores). */
+static void test_streamed(void **state) {
+  (void)state;
+  uint64_t seed = 99;
+  check(ECS__COPY_NT_MIN, 0, 0, &seed);
+  check(ECS__COPY_NT_MIN + 4096 + 17, 3, 16, &seed);
+  check(2 * ECS__COPY_NT_MIN + 63, 1, 5, &seed);
+  check(ECS__COPY_NT_MIN - 1, 0, 0, &seed);
+}
+
 /* Random lengths and alignments. */
 static void test_random(void **state) {
   (void)state;
@@ -85,6 +96,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_small_lengths),
       cmocka_unit_test(test_large_lengths),
+      cmocka_unit_test(test_streamed),
       cmocka_unit_test(test_random),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
