@@ -6,7 +6,7 @@
  * memcpy 256 KiB, then hash it back out of L2.  Measured on 1..16 MiB
  * objects that second pass cost 30-40% of the copy's time (get at 62-77%
  * of memcpy, against 90-105% with verification off;
- * docs/bench-results/2026-11-25-shm-copy.md).  Here each 64-byte stripe is
+ * docs/bench-results/2026-11-25-pool-and-shm-copy.md).  Here each 64-byte stripe is
  * loaded once into vector registers, stored to the destination and fed to
  * the XXH3 accumulators from the same registers, so the hash rides on the
  * copy's loads and costs a few ALU operations per stripe.
