@@ -609,6 +609,9 @@ int ecs__buddy_validate(const ecs__buddy_t *b, char *why, size_t cap) {
     if (nfree[j] != b->nfree[j])
       BAD("order %u: map has %llu free blocks, counter %llu", j, (unsigned long long)nfree[j],
           (unsigned long long)b->nfree[j]);
+    if ((nfree[j] != 0) != ((b->nonempty >> j) & 1)) /* validate_sets checks it too, when the sets are kept */
+      BAD("order %u: %llu free blocks, mask bit %u", j, (unsigned long long)nfree[j],
+          (unsigned)((b->nonempty >> j) & 1));
     freeb += nfree[j] << j;
   }
   if (used != b->used_blocks || live != b->live_allocs || req != b->bytes_requested)

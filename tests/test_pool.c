@@ -454,6 +454,29 @@ static void diff_run(ecs__buddy_t *b, uint64_t nblocks, uint64_t steps, uint64_t
   free(m.live);
 }
 
+/* Under RUN the per-order free sets are not kept, but the validator still
+ * checks the per-order counters and the non-empty mask against the map. */
+static void test_validate_run_counters(void **state) {
+  (void)state;
+  ecs__buddy_t b;
+  char why[256];
+  assert_int_equal(ecs__buddy_init(&b, 40 * MB, MB), 0);
+  uint64_t off;
+  assert_int_equal(ecs__buddy_alloc(&b, 3 * MB, &off), 0);
+  assert_int_equal(ecs__buddy_validate(&b, why, sizeof why), 0);
+  for (unsigned j = 0; j <= b.top; j++) {
+    b.nonempty ^= 1ull << j; /* a wrong mask bit */
+    assert_int_equal(ecs__buddy_validate(&b, why, sizeof why), ECS_ECORRUPT);
+    b.nonempty ^= 1ull << j;
+    b.nfree[j]++; /* a wrong count */
+    assert_int_equal(ecs__buddy_validate(&b, why, sizeof why), ECS_ECORRUPT);
+    b.nfree[j]--;
+  }
+  assert_int_equal(ecs__buddy_free(&b, off, 3 * MB), 0);
+  assert_int_equal(ecs__buddy_validate(&b, why, sizeof why), 0);
+  ecs__buddy_fini(&b);
+}
+
 static void test_differential(void **state) {
   (void)state;
   static const uint64_t sizes[] = {256, 333, 1000, 37};
@@ -1028,6 +1051,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_non_pow2_regions),
       cmocka_unit_test(test_alignment),
       cmocka_unit_test(test_differential),
+      cmocka_unit_test(test_validate_run_counters),
       cmocka_unit_test(test_differential_pool),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_threads_fifo_accounted),
