@@ -226,7 +226,9 @@ static int compressed_size_ok(const ecs_get_reply_t *rep) {
   if (rep->raw_nbytes > SIZE_MAX)
     return 0;
   size_t bound = ecs_codec_bound(id, (size_t)rep->raw_nbytes);
-  return bound != 0 && rep->nbytes <= bound;
+  /* nbytes 0: no compressor emits an empty frame (and with no compressed
+   * bytes there is no scratch buffer to point the decoder into) */
+  return bound != 0 && rep->nbytes != 0 && rep->nbytes <= bound;
 }
 
 /* What a GET item asks the server for at most, and so the most the client

@@ -22,7 +22,8 @@
  *
  * Buffers are allocated at exactly their capacity, so a write past one is
  * an ASan report.  Invariants: the planned iovecs and the compressed
- * scratch add up to data_len and each iovec fits its buffer; a delivered
+ * scratch add up to data_len and each iovec fits its buffer; a compressed
+ * item is not empty and lies inside the scratch area; a delivered
  * item never claims more bytes than its buffer holds; decoded strings are
  * NUL-terminated inside their arrays; records re-encode to themselves.
  */
@@ -88,7 +89,12 @@ static void get_reply(ecs_client_t *c, const ecs_hdr_t *h, fuzz_in_t *in, ecs_ge
     FUZZ_CHECK(iov[i].iov_len <= b->capacity);
     sum += iov[i].iov_len;
   }
-  FUZZ_CHECK(sum == h->data_len); /* planned bytes are the reply's payload, no more, no less */
+  FUZZ_CHECK(sum == h->data_len);  /* planned bytes are the reply's payload, no more, no less */
+  for (size_t j = 0; j < m; j++) { /* compressed items: inside the scratch area, never empty */
+    const ecs_cli_get_item_t *it = &items[j];
+    if (bufs[idx[j]].status == ECS_OK && it->rep.codec != ECS_CODEC_NONE)
+      FUZZ_CHECK(it->rep.nbytes > 0 && it->zoff < ztotal && it->rep.nbytes <= ztotal - it->zoff);
+  }
   const uint8_t *payload = fuzz_take(in, (size_t)h->data_len);
   if (!payload)
     return; /* the connection would break or time out mid-payload */
