@@ -45,9 +45,14 @@ if ! echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d;
   exit 77
 fi
 
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 echo "== fuzz: configure and build (build-fuzz)"
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
+if ! { cmake --preset fuzz && cmake --build --preset fuzz -j "$(nproc 2>/dev/null || echo 2)"; } >"$work/build.log" 2>&1; then
+  tail -n 40 "$work/build.log"
+  echo "== fuzz: the fuzz build failed (above)"
+  exit 1
+fi
 bin=build-fuzz/bin
 if [ $gen = 1 ]; then
   "$bin/fuzz_gen_seeds" tests/fuzz/corpus
@@ -57,8 +62,6 @@ fi
 
 arts=build-fuzz/artifacts
 mkdir -p "$arts"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 failed=()
 for t in "${targets[@]}"; do
   if [ ! -x "$bin/$t" ] || [ ! -d "tests/fuzz/corpus/$t" ]; then
@@ -70,19 +73,24 @@ for t in "${targets[@]}"; do
   cp tests/fuzz/corpus/"$t"/* "$corpus"/
   dict=()
   [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
-  # -timeout: one input may take 10 s at most; -rss_limit_mb and
+  # -timeout: one input may take 10 s at most; -error_exitcode=1: a crash is
+  # not confused with 77, the skip; -rss_limit_mb and
   # -malloc_limit_mb: a hostile size must not turn into a huge allocation;
   # leaks are checked (ASan's LeakSanitizer) at the end of every input.
   rc=0
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    "$bin/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+    "$bin/$t" -max_total_time="$secs" -timeout=10 -error_exitcode=1 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
     -print_final_stats=1 -artifact_prefix="$arts/$t-" "${dict[@]}" "$corpus" >"$work/$t.log" 2>&1 || rc=$?
-  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log" | tail -n 1)
-  cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' "$work/$t.log" | tail -n 1)
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log" | tail -n 1) || true
+  cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' "$work/$t.log" | tail -n 1) || true
   files=$(find "$corpus" -type f | wc -l)
   if [ $rc -ne 0 ]; then
     echo "FAIL $t: exit $rc after ${runs:-?} runs; the end of its log:"
-    grep -E 'ERROR|SUMMARY|invariant|Test unit written|^    #[0-9]' "$work/$t.log" | head -n 30 || tail -n 30 "$work/$t.log"
+    if grep -qE 'ERROR|SUMMARY|invariant|runtime error' "$work/$t.log"; then
+      grep -E 'ERROR|SUMMARY|invariant|runtime error|Test unit written|^    #[0-9]' "$work/$t.log" | head -n 30
+    else
+      tail -n 30 "$work/$t.log"
+    fi
     failed+=("$t")
   else
     echo "ok   $t: ${runs:-?} runs in ${secs}s, ${cov:-cov ?}, corpus $files files"
