@@ -964,6 +964,10 @@ static int meta_parse_rec(const redisReply *e, ecs_meta_rec_t *rec) {
   return 0;
 }
 
+int ecs__meta_parse_rec(const struct redisReply *e, ecs_meta_rec_t *rec) {
+  return meta_parse_rec(e, rec);
+}
+
 static void meta_each_lookup(void *ctx, size_t i, const redisReply *e) {
   meta_lookup_ctx_t *c = ctx;
   ecs_meta_rec_t *rec = &c->recs[i];
