@@ -197,6 +197,8 @@ typedef struct ecs__rdsa {
   char addr[64];                      /* host resolved once by init: reconnects never wait on DNS */
   int port;                           /* from the URL */
   int db;                             /* SELECTed by the handshake */
+  char user[128];                     /* AUTH user ("": the default user) */
+  char pass[256];                     /* AUTH password ("": no AUTH); never logged */
   int timeout_ms;                     /* deadline of the connect and of each reply */
   uint64_t connect_t0_ms;             /* when the connect began (monotonic) */
   int fail_rc;                        /* code for callbacks failed by the drop under way */
@@ -216,7 +218,13 @@ typedef struct ecs__rdsa {
 int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, void (*on_up)(void *ctx),
                    void (*on_down)(void *ctx, int rc), void *cb_ctx);
 
-/* Starts a connect and its handshake (SELECT db) when down; returns at
+/* The credentials the handshake sends (AUTH [USER] PASS before SELECT),
+ * those the blocking link resolved (ecs__rds_url_resolve: the URL's
+ * password, else ECSTORE_REDIS_PASSWORD); pass "" for none.  A refused
+ * AUTH drops the link with ECS_EAUTH, "authentication failed". */
+void ecs__rdsa_set_auth(ecs__rdsa_t *r, const char *user, const char *pass);
+
+/* Starts a connect and its handshake (AUTH when set, SELECT db) when down; returns at
  * once.  on_up or on_down follows from the loop.  ECS_OK, or ECS_ECONN /
  * ECS_ENOMEM when it could not even start (on_down is not called). */
 int ecs__rdsa_connect(ecs__rdsa_t *r);

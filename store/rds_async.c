@@ -273,6 +273,26 @@ static void rdsa_hello_done(void *ctx, int rc, redisReply *reply) {
     r->on_up(r->cb_ctx);
 }
 
+void ecs__rdsa_set_auth(ecs__rdsa_t *r, const char *user, const char *pass) {
+  snprintf(r->user, sizeof r->user, "%s", user ? user : "");
+  snprintf(r->pass, sizeof r->pass, "%s", pass ? pass : "");
+}
+
+/* AUTH's reply: an error reply is a refused password (or user). */
+static void rdsa_auth_done(void *ctx, int rc, redisReply *reply) {
+  ecs__rdsa_t *r = ctx;
+  (void)reply;
+  if (r->state != ECS_RDSA_CONNECTING || rc == ECS_OK)
+    return; /* dropped meanwhile, or accepted: SELECT's reply completes the handshake */
+  if (rc == ECS_EREDIS) {
+    rdsa_seterr(r, "authentication failed", r->user[0] ? r->user : "(default user)");
+    rc = ECS_EAUTH;
+  }
+  rdsa_lost(r, rc);
+  if (r->ac != NULL)
+    redisAsyncFree(r->ac); /* inside a callback: hiredis frees it on return */
+}
+
 int ecs__rdsa_connect(ecs__rdsa_t *r) {
   if (r->state != ECS_RDSA_DOWN || r->ac != NULL)
     return ECS_OK;
@@ -307,7 +327,14 @@ int ecs__rdsa_connect(ecs__rdsa_t *r) {
   char db[16];
   snprintf(db, sizeof db, "%d", r->db);
   const char *argv[] = {"SELECT", db};
-  int rc = rdsa_send(r, rdsa_hello_done, r, 2, argv, NULL);
+  int rc = ECS_OK;
+  if (r->pass[0]) {
+    const char *auth[] = {"AUTH", r->user, r->pass};
+    rc = r->user[0] ? rdsa_send(r, rdsa_auth_done, r, 3, auth, NULL)
+                    : rdsa_send(r, rdsa_auth_done, r, 2, (const char *[]){"AUTH", r->pass}, NULL);
+  }
+  if (rc == ECS_OK)
+    rc = rdsa_send(r, rdsa_hello_done, r, 2, argv, NULL);
   if (rc != ECS_OK) {
     r->state = ECS_RDSA_DOWN;
     redisAsyncFree(ac); /* no pending command: cleanup only */

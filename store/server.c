@@ -709,10 +709,6 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &e) != 0)
     goto fail_sys;
-  /* From here on the loop never waits for Redis: records, deletes, the
-   * heartbeat and the re-sync go over the asynchronous link. */
-  if (s->meta && ecs_meta_attach_loop(s->meta, s->epfd) != ECS_OK)
-    goto fail_sys;
   rc = rdma_setup(s);
   if (rc)
     goto fail;
@@ -835,6 +831,12 @@ int ecs_server_run(ecs_server_t *s) {
             s->o.listen_host, s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, s->o.ns,
             (unsigned long long)(ps.size >> 20), ps.locked ? "pinned" : "NOT pinned",
             (unsigned long long)s->epoch, s->nloops, s->nloops == 1 ? "" : "s");
+  /* From here on no loop waits for Redis: records, deletes, the
+   * heartbeat and the re-sync go over the asynchronous link, on loop 0.
+   * Attached here, not in create, so that its connect deadline starts
+   * when the loop that answers it does. */
+  if (s->meta && ecs_meta_attach_loop(s->meta, s->epfd) != ECS_OK)
+    ECS_LOG_W("redis: cannot attach the asynchronous link; records are re-published when it connects");
   for (unsigned i = 1; i < s->nloops; i++) {
     int e = pthread_create(&s->loops[i].th, NULL, loop_thread, &s->loops[i]);
     if (e != 0) {
