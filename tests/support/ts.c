@@ -19,6 +19,7 @@
  */
 #include "support/ts.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -434,10 +435,45 @@ int ecs_ts_server_start(ecs_ts_proc_t *p, int redis_port, const char *const extr
   return rc;
 }
 
+/* Whether every thread of pid is stopped (state T in /proc): kill(2)
+ * returns before a multi-threaded process has stopped, and a thread not
+ * yet stopped may still answer a request (the server's --threads). */
+static int ts_all_stopped(int pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", pid);
+  DIR *d = opendir(path);
+  if (d == NULL)
+    return 1; /* no /proc: nothing better to wait for */
+  int all = 1;
+  struct dirent *de;
+  while (all && (de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    char stat[128], buf[512];
+    snprintf(stat, sizeof stat, "/proc/%d/task/%.20s/stat", pid, de->d_name);
+    FILE *f = fopen(stat, "r");
+    if (f == NULL)
+      continue; /* the thread exited */
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    if (rp && rp[1] == ' ' && rp[2] != 'T' && rp[2] != 't')
+      all = 0;
+  }
+  closedir(d);
+  return all;
+}
+
 int ecs_ts_signal(ecs_ts_proc_t *p, int sig) {
   if (p == NULL || p->pid <= 0)
     return -1;
-  return kill(p->pid, sig) == 0 ? 0 : -1;
+  if (kill(p->pid, sig) != 0)
+    return -1;
+  /* SIGSTOP: return once the whole process has stopped (2 s at most) */
+  for (int i = 0; sig == SIGSTOP && i < 2000 && !ts_all_stopped(p->pid); i++)
+    usleep(1000);
+  return 0;
 }
 
 static int ts_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
