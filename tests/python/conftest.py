@@ -79,7 +79,22 @@ class Proc:
             raise
 
     def pause(self):
+        """SIGSTOP, returning once every thread has stopped (kill returns
+        before a multi-threaded server stops)."""
         self.proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                tasks = os.listdir(f"/proc/{self.proc.pid}/task")
+                states = []
+                for t in tasks:
+                    with open(f"/proc/{self.proc.pid}/task/{t}/stat") as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                return
+            if all(st in ("T", "t") for st in states):
+                return
+            time.sleep(0.001)
 
     def resume(self):
         self.proc.send_signal(signal.SIGCONT)
