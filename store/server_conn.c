@@ -82,7 +82,7 @@ void ecs__conn_close(ecs_server_t *s, conn_t *c) {
 
 /* Arms the socket for ev; a no-op (no syscall) when it already is. */
 static int conn_set_events(ecs_server_t *s, conn_t *c, uint32_t ev) {
-  (void)s;
+  (void)s; /* c's own loop's epoll (any thread may arm it, under the lock) */
   if (c->events == ev)
     return 0;
   struct epoll_event e = {.events = ev, .data.ptr = c};
@@ -107,7 +107,7 @@ void ecs__conn_unpark(ecs_server_t *s, conn_t *c) {
 }
 
 void ecs__conn_authed(ecs_server_t *s, conn_t *c) {
-  if (!c->authed)
+  if (!c->authed && !c->doomed) /* a doomed one was counted out already */
     s->npreauth--;
   c->authed = 1;
 }
