@@ -11,6 +11,7 @@
  * reader, a payload read into the wrong block, or a reply mixing two
  * objects all show as a mismatch.  Views must not change while held.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -20,11 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "ecstore/error.h"
 #include "ecstore/ecstore.h"
+#include "store/net.h"
 #include "support/fixture.h"
 #include "support/ts.h"
 
@@ -254,10 +258,52 @@ static void test_many_conns_under_eviction(void **state) {
   assert_int_equal(ecs_ts_env_stop(&env), 0);
 }
 
+/* --threads reaches the server (its /metrics says how many loops run and
+ * that the lock is taken), and a bad value is refused with the range. */
+static void test_threads_option(void **state) {
+  (void)state;
+  ecs_ts_proc_t srv = {0};
+  int mport = ecs_ts_free_port();
+  char mlisten[32];
+  snprintf(mlisten, sizeof mlisten, "127.0.0.1:%d", mport);
+  assert_int_equal(ecs_ts_server_start(&srv, 1,
+                                       (const char *const[]){"--redis", "none", "--threads", "3",
+                                                             "--metrics-listen", mlisten, NULL}),
+                   0);
+  int fd;
+  assert_int_equal(ecs_net_connect("127.0.0.1", mport, 2000, &fd), ECS_OK);
+  static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+  struct iovec iov = {(void *)req, sizeof req - 1};
+  assert_int_equal(ecs_net_writev_all(fd, &iov, 1, ecs_now_ms() + 2000), ECS_OK);
+  static char resp[1 << 16];
+  size_t got = 0;
+  for (uint64_t end = ecs_now_ms() + 3000; got < sizeof resp - 1 && ecs_now_ms() < end;) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 100) <= 0)
+      continue;
+    ssize_t r = read(fd, resp + got, sizeof resp - 1 - got);
+    if (r <= 0)
+      break;
+    got += (size_t)r;
+  }
+  close(fd);
+  resp[got] = '\0';
+  assert_non_null(strstr(resp, "\necstore_threads 3\n"));
+  assert_non_null(strstr(resp, "\necstore_lock_acquisitions_total "));
+  assert_int_equal(ecs_ts_stop(&srv, 5000), 0);
+
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "'%s' --threads 0 --redis none 2>&1 | grep -q -- \"--threads '0': expected 1..256\"",
+           ecs_ts_bin("ecstore-server"));
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_many_conns_under_eviction),
+      cmocka_unit_test(test_threads_option),
   };
   return cmocka_run_group_tests_name("many_conns", tests, NULL, NULL);
 }
