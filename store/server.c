@@ -1,6 +1,7 @@
 /*
  * The ecstore server's loop and life cycle: options, create (pool, index,
- * Redis, sockets), the epoll loop, the timer work (Redis heartbeat and
+ * Redis, sockets), the epoll loops (--threads; server_internal.h says what
+ * they share and under which lock), the timer work (Redis heartbeat and
  * re-sync, background eviction, stalled connections, expired pins), stop
  * and destroy.  See server.h for the contract, server_internal.h for how
  * the server is split into files, and docs/protocol.md for the wire format.
