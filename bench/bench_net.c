@@ -53,6 +53,7 @@ typedef struct snap {
   double self_cpu;  /* this process's (the clients, and the raw server's threads) */
   double lock_held; /* server lock held, seconds */
   double lock_wait; /* waited for, seconds */
+  double lock_n;    /* acquisitions */
 } snap_t;
 
 static double proc_cpu(int pid) {
@@ -87,8 +88,8 @@ static double metric(const char *body, const char *name) {
   return 0;
 }
 
-static void scrape(int port, double *held, double *wait) {
-  *held = *wait = 0;
+static void scrape(int port, double *held, double *wait, double *acq) {
+  *held = *wait = *acq = 0;
   int fd;
   if (port <= 0 || ecs_net_connect("127.0.0.1", port, 2000, &fd))
     return;
@@ -111,6 +112,7 @@ static void scrape(int port, double *held, double *wait) {
     body[got] = '\0';
     *held = metric(body, "ecstore_lock_held_microseconds_total") / 1e6;
     *wait = metric(body, "ecstore_lock_wait_microseconds_total") / 1e6;
+    *acq = metric(body, "ecstore_lock_acquisitions_total");
   }
   free(body);
 }
@@ -118,7 +120,7 @@ static void scrape(int port, double *held, double *wait) {
 static void snap_take(const cfg_t *cfg, snap_t *sn) {
   sn->srv_cpu = cfg->srv_pid ? proc_cpu(cfg->srv_pid) : 0;
   sn->self_cpu = self_cpu();
-  scrape(cfg->mport, &sn->lock_held, &sn->lock_wait);
+  scrape(cfg->mport, &sn->lock_held, &sn->lock_wait, &sn->lock_n);
 }
 
 /* One get cell's costs per object (µs). */
@@ -127,6 +129,7 @@ typedef struct cost {
   int batch, conns;
   double ecs_gbps, raw_gbps;               /* measured */
   double srv_us, cli_us, held_us, wait_us; /* ecstore: server CPU, client CPU, lock held, lock waited */
+  double acq;                              /* lock acquisitions per object */
   double raw_us;                           /* raw baseline: CPU of both ends */
 } cost_t;
 
@@ -142,14 +145,14 @@ static void cost_tables(const cfg_t *cfg) {
     return;
   printf("\n# per-object costs of the get cells above (CPU: /proc of the server, getrusage of the clients;\n"
          "# lock: the server's /metrics), warm-up and setup included; raw: both ends of the raw stream\n");
-  printf("%6s %5s %5s | %9s %9s %9s %9s | %9s\n", "size", "batch", "conns", "srv us", "cli us", "lock us",
-         "wait us", "raw us");
+  printf("%6s %5s %5s | %9s %9s %9s %9s %7s | %9s\n", "size", "batch", "conns", "srv us", "cli us", "lock us",
+         "wait us", "acq", "raw us");
   for (int i = 0; i < g_ncosts; i++) {
     const cost_t *c = &g_costs[i];
     char sz[16];
     ecs_bench_size_label(sz, sizeof sz, c->size);
-    printf("%6s %5d %5d | %9.1f %9.1f %9.2f %9.2f | %9.1f\n", sz, c->batch, c->conns, c->srv_us, c->cli_us,
-           c->held_us, c->wait_us, c->raw_us);
+    printf("%6s %5d %5d | %9.1f %9.1f %9.2f %9.2f %7.1f | %9.1f\n", sz, c->batch, c->conns, c->srv_us,
+           c->cli_us, c->held_us, c->wait_us, c->acq, c->raw_us);
   }
   static const int cores[] = {2, 16};
   for (int k = 0; k < 2; k++) {
@@ -230,6 +233,7 @@ static int tcp_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
                                            .cli_us = (s1.self_cpu - s0.self_cpu) / no * 1e6,
                                            .held_us = (s1.lock_held - s0.lock_held) / no * 1e6,
                                            .wait_us = (s1.lock_wait - s0.lock_wait) / no * 1e6,
+                                           .acq = (s1.lock_n - s0.lock_n) / no,
                                            .raw_us = (s2.self_cpu - s1.self_cpu) / nr * 1e6};
           }
           if (!cfg->no_redis)

@@ -189,10 +189,17 @@ void ecs__reply_error(ecs_server_t *s, conn_t *c, int status, int close_after) {
 /* ------------------------------------------------------------------ */
 /* reading                                                             */
 
-/* Reads into [p, p+n).  Returns bytes read, 0 on EAGAIN, -1 on EOF/error. */
-static ssize_t read_some(int fd, void *p, size_t n) {
+/* Reads into [p, p+n).  Returns bytes read, 0 on EAGAIN, -1 on EOF/error.
+ * The read(2) runs without the server lock: p is the connection's own
+ * header or records buffer, and no other thread touches those (a
+ * connection in HDR or META is only ever doomed from another loop). */
+static ssize_t read_some(ecs_server_t *s, int fd, void *p, size_t n) {
   for (;;) {
+    ecs__unlock(s);
     ssize_t r = read(fd, p, n);
+    int e = errno;
+    ecs__lock(s);
+    errno = e;
     if (r > 0)
       return r;
     if (r == 0)
@@ -273,7 +280,7 @@ static int conn_on_readable(ecs_server_t *s, conn_t *c) {
   for (;;) {
     ssize_t r;
     if (c->st == C_HDR) {
-      r = read_some(c->fd, c->hdrbuf + c->hdr_got, ECS_PROTO_HDR_SIZE - c->hdr_got);
+      r = read_some(s, c->fd, c->hdrbuf + c->hdr_got, ECS_PROTO_HDR_SIZE - c->hdr_got);
       if (r <= 0)
         return (int)r;
       c->last_ms = ecs_now_ms();
@@ -314,7 +321,7 @@ static int conn_on_readable(ecs_server_t *s, conn_t *c) {
     }
     if (c->st == C_META) {
       if (c->meta_got < c->hdr.meta_len) {
-        r = read_some(c->fd, c->meta + c->meta_got, c->hdr.meta_len - c->meta_got);
+        r = read_some(s, c->fd, c->meta + c->meta_got, c->hdr.meta_len - c->meta_got);
         if (r <= 0)
           return (int)r;
         c->last_ms = ecs_now_ms();
