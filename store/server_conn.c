@@ -357,7 +357,7 @@ static int conn_on_readable(ecs_server_t *s, conn_t *c) {
 
 /* Sends as much of the reply as the socket takes.  1: done, 0: blocked,
  * -1: error. */
-static int conn_flush(ecs_server_t *s, conn_t *c) {
+static int conn_flush_unlocked(conn_t *c) {
   while (c->wpos < c->wcnt) {
     struct iovec *iov = c->wiov + c->wpos;
     int cnt = c->wcnt - c->wpos;
@@ -380,14 +380,7 @@ static int conn_flush(ecs_server_t *s, conn_t *c) {
       cm->cmsg_len = CMSG_LEN(sizeof(int));
       memcpy(CMSG_DATA(cm), &c->send_fd, sizeof(int));
     }
-    /* Without the server lock: the blocks named by wiov are held by
-     * references (c->held) that only this connection releases, and no
-     * other thread touches a connection in C_WRITE. */
-    ecs__unlock(s);
     ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-    int e = errno;
-    ecs__lock(s);
-    errno = e;
     if (n < 0) {
       if (errno == EINTR)
         continue;
@@ -402,6 +395,17 @@ static int conn_flush(ecs_server_t *s, conn_t *c) {
     c->wpos += before - cnt;
   }
   return 1;
+}
+
+/* The whole write, until done or EAGAIN, without the server lock: the
+ * blocks named by wiov are held by references (c->held) that only this
+ * connection releases, and no other thread touches a connection in
+ * C_WRITE.  One acquisition per writable event, not per partial send. */
+static int conn_flush(ecs_server_t *s, conn_t *c) {
+  ecs__unlock(s);
+  int r = conn_flush_unlocked(c);
+  ecs__lock(s);
+  return r;
 }
 
 /* Returns -1 to close the connection. */
