@@ -44,47 +44,65 @@
 
 /*
  * The read check, run by exists_batch, lookup_batch and the re-sync sweep.
- * For each record: missing -> 0; node registry missing or with another
- * epoch (or the record lacks node/epoch) -> the record is deleted, -1; else
- * live: 1 (mode "e"), the record's fields (mode "l"), or 1 when the record
- * is the caller's node ARGV[3] and 2 when another node's (mode "s").  A key
- * of another type (someone else's garbage) counts as missing, so that it
- * cannot fail the whole batch.
+ * A record lists every node holding a copy in its fields "h:{node}" (value:
+ * that node's epoch when it wrote; replicas, docs/redis-schema.md); a
+ * record written before holders were listed has only "node" and "epoch",
+ * which then name its one holder.  For each record: missing -> 0; each
+ * holder whose registry entry is missing or carries another epoch is
+ * dropped (its "h:" field deleted); none left live -> the record is
+ * deleted, -1; else live: 1 (mode "e"), the record's ten fields followed
+ * by node, epoch of every live holder (mode "l"), or 1 when the caller's
+ * node ARGV[3] is a live holder and 2 when only others are (mode "s").  A
+ * key of another type (someone else's garbage) counts as missing, so that
+ * it cannot fail the whole batch.
  * Registry epochs are cached per node for the duration of one call.
  */
 static const char meta_check_lua[] =
     "local pfx, mode, me = ARGV[1], ARGV[2], ARGV[3]\n"
     "local cache = {}\n"
     "local out = {}\n"
+    "local names = {'node', 'epoch', 'off', 'len', 'raw_len', 'dtype', 'shape', 'csum', 'codec', 't'}\n"
     "for i = 1, #KEYS do\n"
     "  local k = KEYS[i]\n"
-    "  local r\n"
-    "  if mode == 'l' then\n"
-    "    r = redis.pcall('HMGET', k, 'node', 'epoch', 'off', 'len', 'raw_len', 'dtype', 'shape', 'csum',\n"
-    "                    'codec', 't')\n"
-    "  else\n"
-    "    r = redis.pcall('HMGET', k, 'node', 'epoch')\n"
-    "  end\n"
-    "  if r.err then r = {false, false} end\n"
-    "  local node, epoch = r[1], r[2]\n"
-    "  local res = 0\n"
-    "  if node or epoch then\n"
-    "    local live = false\n"
-    "    if node and epoch then\n"
-    "      local ne = cache[node]\n"
-    "      if ne == nil then\n"
-    "        ne = redis.call('HGET', pfx .. node, 'epoch')\n"
-    "        cache[node] = ne\n"
-    "      end\n"
-    "      live = (ne == epoch)\n"
+    "  local r = redis.pcall('HGETALL', k)\n"
+    "  if r.err then r = {} end\n"
+    "  local f, holders = {}, {}\n"
+    "  for j = 1, #r, 2 do\n"
+    "    if string.sub(r[j], 1, 2) == 'h:' then\n"
+    "      holders[#holders + 1] = {string.sub(r[j], 3), r[j + 1], true}\n"
+    "    else\n"
+    "      f[r[j]] = r[j + 1]\n"
     "    end\n"
-    "    if not live then\n"
+    "  end\n"
+    "  if #holders == 0 and f.node and f.epoch then holders[1] = {f.node, f.epoch, false} end\n"
+    "  local res = 0\n"
+    "  if #r > 0 then\n"
+    "    local live, mine = {}, false\n"
+    "    for _, h in ipairs(holders) do\n"
+    "      local ne = cache[h[1]]\n"
+    "      if ne == nil then\n"
+    "        ne = redis.call('HGET', pfx .. h[1], 'epoch')\n"
+    "        cache[h[1]] = ne\n"
+    "      end\n"
+    "      if ne == h[2] then\n"
+    "        live[#live + 1] = h\n"
+    "        if h[1] == me then mine = true end\n"
+    "      elseif h[3] then\n"
+    "        redis.call('HDEL', k, 'h:' .. h[1])\n"
+    "      end\n"
+    "    end\n"
+    "    if #live == 0 then\n"
     "      redis.call('DEL', k)\n"
     "      res = -1\n"
     "    elseif mode == 'l' then\n"
-    "      res = r\n"
+    "      res = {}\n"
+    "      for j, n in ipairs(names) do res[j] = f[n] or false end\n"
+    "      for _, h in ipairs(live) do\n"
+    "        res[#res + 1] = h[1]\n"
+    "        res[#res + 1] = h[2]\n"
+    "      end\n"
     "    elseif mode == 's' then\n"
-    "      if node == me then res = 1 else res = 2 end\n"
+    "      if mine then res = 1 else res = 2 end\n"
     "    else\n"
     "      res = 1\n"
     "    end\n"
@@ -93,9 +111,16 @@ static const char meta_check_lua[] =
     "end\n"
     "return out\n";
 
-/* A record delete that only removes the record if it still names this node:
- * another node may have published the same content key since. */
-static const char meta_del_lua[] = "if redis.call('HGET', KEYS[1], 'node') == ARGV[1] then\n"
+/* A record delete on behalf of one holder: drops its "h:" field, and the
+ * whole record only when no other holder is listed (a record without
+ * holder fields, written before replicas, goes only if "node" still names
+ * this node).  Another node may hold a copy, or have published the same
+ * content key since: its entry must stay. */
+static const char meta_del_lua[] = "local had = redis.call('HDEL', KEYS[1], 'h:' .. ARGV[1])\n"
+                                   "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do\n"
+                                   "  if string.sub(f, 1, 2) == 'h:' then return 0 end\n"
+                                   "end\n"
+                                   "if had == 1 or redis.call('HGET', KEYS[1], 'node') == ARGV[1] then\n"
                                    "  return redis.call('DEL', KEYS[1])\n"
                                    "end\n"
                                    "return 0\n";
@@ -618,13 +643,15 @@ void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
   snprintf(csum, sizeof csum, "%016llx", (unsigned long long)rec->checksum);
   snprintf(codec, sizeof codec, "%u", (unsigned)rec->codec);
   snprintf(t, sizeof t, "%llu", (unsigned long long)(rec->t_ms ? rec->t_ms : ecs_wall_ms()));
-  const char *argv[] = {"HSET", key,  "node",    m->node_id, "epoch", epoch, "off",   off,
-                        "len",  len,  "raw_len", raw,        "dtype", dtype, "shape", shape,
-                        "csum", csum, "codec",   codec,      "t",     t};
-  size_t lens[22];
-  for (int i = 0; i < 22; i++) /* argv[1] is the binary key: never strlen it */
+  char holder[2 + sizeof m->node_id]; /* "h:{node}": this node holds a copy (replicas) */
+  snprintf(holder, sizeof holder, "h:%s", m->node_id);
+  const char *argv[] = {"HSET", key,   "node",    m->node_id, "epoch", epoch, "off",   off,
+                        "len",  len,   "raw_len", raw,        "dtype", dtype, "shape", shape,
+                        "csum", csum,  "codec",   codec,      "t",     t,     holder,  epoch};
+  size_t lens[24];
+  for (int i = 0; i < 24; i++) /* argv[1] is the binary key: never strlen it */
     lens[i] = i == 1 ? klen : strlen(argv[i]);
-  meta_enqueue(m, 22, argv, lens);
+  meta_enqueue(m, 24, argv, lens);
   meta_maybe_autoflush(m);
 }
 
@@ -880,21 +907,19 @@ typedef struct meta_lookup_ctx {
 
 #define META_FIELD(e, j) ((e)->element[j]->type == REDIS_REPLY_STRING)
 
-/* Parses the fields (node epoch off len raw_len dtype shape csum codec t). */
+/* Parses the fields (node epoch off len raw_len dtype shape csum codec t)
+ * and the live holders' (node, epoch) pairs after them (at least one;
+ * beyond ECS_META_MAX_HOLDERS the rest are left out). */
 static int meta_parse_rec(const redisReply *e, ecs_meta_rec_t *rec) {
-  if (e->type != REDIS_REPLY_ARRAY || e->elements != META_REC_FIELDS)
+  if (e->type != REDIS_REPLY_ARRAY || e->elements < META_REC_FIELDS + 2 ||
+      (e->elements - META_REC_FIELDS) % 2 != 0)
     return -1;
-  for (size_t j = 0; j < META_REC_FIELDS; j++)
+  for (size_t j = 0; j < e->elements; j++)
     if (!META_FIELD(e, j))
       return -1;
   const redisReply *const *f = (const redisReply *const *)e->element;
   uint64_t dtype, codec;
-  if (f[0]->len == 0 || f[0]->len >= sizeof rec->node_id || memchr(f[0]->str, '\0', f[0]->len) != NULL)
-    return -1;
-  memcpy(rec->node_id, f[0]->str, f[0]->len);
-  rec->node_id[f[0]->len] = '\0';
-  if (ecs__rds_parse_u64(f[1]->str, f[1]->len, &rec->epoch) ||
-      ecs__rds_parse_u64(f[2]->str, f[2]->len, &rec->off) ||
+  if (ecs__rds_parse_u64(f[2]->str, f[2]->len, &rec->off) ||
       ecs__rds_parse_u64(f[3]->str, f[3]->len, &rec->nbytes) ||
       ecs__rds_parse_u64(f[4]->str, f[4]->len, &rec->raw_nbytes) ||
       ecs__rds_parse_u64(f[5]->str, f[5]->len, &dtype) || dtype > 255 ||
@@ -905,6 +930,23 @@ static int meta_parse_rec(const redisReply *e, ecs_meta_rec_t *rec) {
     return -1;
   rec->desc.dtype = (uint8_t)dtype;
   rec->codec = (uint8_t)codec;
+  rec->nholders = 0;
+  for (size_t j = META_REC_FIELDS; j + 1 < e->elements; j += 2) {
+    const redisReply *id = f[j], *ep = f[j + 1];
+    if (rec->nholders == ECS_META_MAX_HOLDERS)
+      break;
+    ecs_meta_holder_t *h = &rec->holders[rec->nholders];
+    if (id->len == 0 || id->len >= sizeof h->node_id || memchr(id->str, '\0', id->len) != NULL ||
+        ecs__rds_parse_u64(ep->str, ep->len, &h->epoch))
+      return -1;
+    memcpy(h->node_id, id->str, id->len);
+    h->node_id[id->len] = '\0';
+    rec->nholders++;
+  }
+  /* node and epoch: the first live holder (the writer of a record that
+   * lists no holders; "node" itself names the last writer, live or not) */
+  memcpy(rec->node_id, rec->holders[0].node_id, sizeof rec->node_id);
+  rec->epoch = rec->holders[0].epoch;
   return 0;
 }
 
