@@ -458,8 +458,8 @@ static void worker_free(ecs_client_t *w) {
  * which a thread runs unchanged; a thread per server costs tens of
  * microseconds against transfers of megabytes.  RDMA shares stay on the
  * caller's thread (its device context and registered buffers are shared). */
-static int run_batch_until(ecs_client_t *c, size_t n, const batch_kind_t *kind, void *arg, const size_t *where,
-                           uint64_t deadline) {
+static int run_batch_until(ecs_client_t *c, size_t n, const batch_kind_t *kind, void *arg,
+                           const size_t *where, uint64_t deadline) {
   size_t *idx = malloc((n ? n : 1) * sizeof *idx);
   share_job_t *jobs = calloc(c->nsrv ? c->nsrv : 1, sizeof *jobs);
   if (!idx || !jobs) {
@@ -617,7 +617,8 @@ static void put_place(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t
   memset(load, 0, ECS_CLI_MAX_SERVERS * sizeof *load);
   int none = 0;
   for (size_t i = 0; i < n; i++) {
-    where[i] = status[i] == ECS_OK ? ecs__place_put(c, &keys[i], ts[i].nbytes, load, NULL, 0) : ECS_CLI_NOWHERE;
+    where[i] =
+        status[i] == ECS_OK ? ecs__place_put(c, &keys[i], ts[i].nbytes, load, NULL, 0) : ECS_CLI_NOWHERE;
     if (status[i] == ECS_OK && where[i] == ECS_CLI_NOWHERE) {
       status[i] = ECS_ECONN;
       none = 1;
@@ -637,7 +638,8 @@ static void put_place(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t
  * cache needs one copy to serve; fewer than R is counted in
  * copies_stored and said in errmsg), else the first copy's error.
  */
-static int put_replicas(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *ts, size_t n, int *status) {
+static int put_replicas(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *ts, size_t n,
+                        int *status) {
   size_t R = (size_t)c->cfg.replicas, N = n * R;
   ecs_key_t *k2 = malloc((N ? N : 1) * sizeof *k2);
   ecs_tensor_t *t2 = malloc((N ? N : 1) * sizeof *t2);

@@ -219,8 +219,8 @@ static int taken_by(const size_t *taken, size_t ntaken, size_t i) {
   return 0;
 }
 
-size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint64_t *load, const size_t *taken,
-                      size_t ntaken) {
+size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint64_t *load,
+                      const size_t *taken, size_t ntaken) {
   uint64_t now = ecs_now_ms();
   /* local: the first copy on a local server when one is usable; further
    * copies (replicas), or none local: hash over all the others */

@@ -183,8 +183,8 @@ int ecs__place_refresh(ecs_client_t *c, int force);
  * this item's other copies); load[] (c->nsrv entries, the bytes this
  * batch already sent each) is updated.  ECS_CLI_NOWHERE when no server is
  * left. */
-size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint64_t *load, const size_t *taken,
-                      size_t ntaken);
+size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint64_t *load,
+                      const size_t *taken, size_t ntaken);
 /* The servers holding keys[i] for the items with ok[i] == ECS_OK, from
  * their Redis records in one pipelined round trip: where[i *
  * ECS_CLI_MAX_COPIES + r] for r = 0, 1, ... are the live slots whose node

@@ -645,9 +645,9 @@ void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
   snprintf(t, sizeof t, "%llu", (unsigned long long)(rec->t_ms ? rec->t_ms : ecs_wall_ms()));
   char holder[2 + sizeof m->node_id]; /* "h:{node}": this node holds a copy (replicas) */
   snprintf(holder, sizeof holder, "h:%s", m->node_id);
-  const char *argv[] = {"HSET", key,   "node",    m->node_id, "epoch", epoch, "off",   off,
-                        "len",  len,   "raw_len", raw,        "dtype", dtype, "shape", shape,
-                        "csum", csum,  "codec",   codec,      "t",     t,     holder,  epoch};
+  const char *argv[] = {"HSET", key,  "node",    m->node_id, "epoch", epoch, "off",   off,
+                        "len",  len,  "raw_len", raw,        "dtype", dtype, "shape", shape,
+                        "csum", csum, "codec",   codec,      "t",     t,     holder,  epoch};
   size_t lens[24];
   for (int i = 0; i < 24; i++) /* argv[1] is the binary key: never strlen it */
     lens[i] = i == 1 ? klen : strlen(argv[i]);
