@@ -638,8 +638,8 @@ static void put_place(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t
  * cache needs one copy to serve; fewer than R is counted in
  * copies_stored and said in errmsg), else the first copy's error.
  */
-static int put_replicas(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *ts, size_t n,
-                        int *status) {
+static int put_replicas(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *ts, size_t n, int *status,
+                        size_t *wrote) {
   size_t R = (size_t)c->cfg.replicas, N = n * R;
   ecs_key_t *k2 = malloc((N ? N : 1) * sizeof *k2);
   ecs_tensor_t *t2 = malloc((N ? N : 1) * sizeof *t2);
@@ -676,6 +676,8 @@ static int put_replicas(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor
    * listed until its registry entry expires): placed again, once. */
   int again = 0;
   for (size_t e = 0; e < N; e++) {
+    if (wrote && (st2[e] == ECS_OK || st2[e] == ECS_EREDIS))
+      wrote[(e / R) * ECS_CLI_MAX_COPIES + e % R] = w2[e];
     if (st2[e] == ECS_OK)
       st2[e] = PUT_DONE;
     else if (w2[e] != ECS_CLI_NOWHERE && (st2[e] == ECS_ECONN || st2[e] == ECS_ETIMEDOUT))
@@ -702,6 +704,9 @@ static int put_replicas(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor
     for (size_t e = 0; e < N && ret == ECS_ENOMEM; e++)
       if (st2[e] == ECS_OK && w2[e] != ECS_CLI_NOWHERE)
         st2[e] = ECS_ENOMEM;
+    for (size_t e = 0; e < N && wrote; e++)
+      if (w2[e] != ECS_CLI_NOWHERE && (st2[e] == ECS_OK || st2[e] == ECS_EREDIS))
+        wrote[(e / R) * ECS_CLI_MAX_COPIES + e % R] = w2[e];
   }
   size_t short_items = 0;
   c->copies_stored = 0;
@@ -742,14 +747,16 @@ out:
   return ret;
 }
 
+/* wrote, when not NULL (n * ECS_CLI_MAX_COPIES entries, ECS_CLI_NOWHERE on
+ * entry): with discovery, the servers each item's copies were stored on. */
 static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
-                     int *status) {
+                     int *status, size_t *wrote) {
   c->errmsg[0] = '\0';
   for (size_t i = 0; i < n; i++)
     status[i] = put_validate(&keys[i], &tensors[i]);
   c->copies_stored = c->copies_wanted = 0;
   if (c->discover && c->cfg.replicas > 1)
-    return put_replicas(c, keys, tensors, n, status);
+    return put_replicas(c, keys, tensors, n, status, wrote);
   put_arg_t a = {keys, tensors, status};
   size_t *where = calloc(n ? n : 1, sizeof *where);
   uint64_t load[ECS_CLI_MAX_SERVERS];
@@ -773,6 +780,8 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
      * the servers left (run_batch marked it down). */
     int again = 0;
     for (size_t i = 0; i < n; i++) {
+      if (wrote && where[i] != ECS_CLI_NOWHERE && (status[i] == ECS_OK || status[i] == ECS_EREDIS))
+        wrote[i * ECS_CLI_MAX_COPIES] = where[i];
       if (where[i] != ECS_CLI_NOWHERE && (status[i] == ECS_ECONN || status[i] == ECS_ETIMEDOUT)) {
         status[i] = ECS_OK;
         again = 1;
@@ -785,6 +794,9 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
       c->errmsg[0] = '\0';
       put_place(c, keys, tensors, n, status, where, load);
       ret = run_batch(c, keys, n, &put_kind, &a, where);
+      for (size_t i = 0; i < n && wrote; i++)
+        if (where[i] != ECS_CLI_NOWHERE && (status[i] == ECS_OK || status[i] == ECS_EREDIS))
+          wrote[i * ECS_CLI_MAX_COPIES] = where[i];
     }
     for (size_t i = 0; i < n; i++)
       if (status[i] == PUT_DONE)
@@ -812,19 +824,7 @@ int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *te
   if (!c || (n && (!keys || !tensors || !status)))
     return ECS_EINVAL;
   c->put_flags = 0;
-  return put_batch(c, keys, tensors, n, status);
-}
-
-/* The same path as a put with one flag on every item; the server does the
- * replacing (store/objstore.h, reserve_replace). */
-int ecs_upsert_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
-                     int *status) {
-  if (!c || (n && (!keys || !tensors || !status)))
-    return ECS_EINVAL;
-  c->put_flags = ECS_PUT_F_UPSERT;
-  int ret = put_batch(c, keys, tensors, n, status);
-  c->put_flags = 0;
-  return ret;
+  return put_batch(c, keys, tensors, n, status, NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1055,6 +1055,71 @@ out:
   free(where);
   free(cur);
   free(st);
+  return ret;
+}
+
+/* ---- upsert: a put that replaces every copy ---- */
+
+/* An upsert replaces an object, but with discovery Redis may list copies
+ * on servers this upsert did not write: put there before a join or leave
+ * moved the key's rank, or by a put with more replicas.  Those still hold
+ * the old bytes and a get could read one, so they are removed (each
+ * server then drops its own holder entry).  Best effort: one lookup round
+ * trip and a REMOVE per such server; the upsert's statuses stand. */
+static void upsert_drop_others(ecs_client_t *c, const ecs_key_t *keys, size_t n, const int *status,
+                               const size_t *wrote) {
+  size_t *where = malloc((n ? n : 1) * ECS_CLI_MAX_COPIES * sizeof *where);
+  size_t *cur = malloc((n ? n : 1) * sizeof *cur);
+  int *st = malloc((n ? n : 1) * sizeof *st);
+  char saved[sizeof c->errmsg];
+  snprintf(saved, sizeof saved, "%s", c->errmsg);
+  if (!where || !cur || !st)
+    goto out;
+  for (size_t i = 0; i < n; i++)
+    st[i] = status[i] == ECS_OK || status[i] == ECS_EREDIS ? ECS_OK : ECS_ENOTFOUND;
+  keys_arg_t a = {keys, ECS_OP_REMOVE, st};
+  if (locate(c, keys, n, &keys_kind, &a, where) != ECS_OK)
+    goto out;
+  for (size_t r = 0; r < ECS_CLI_MAX_COPIES; r++) {
+    size_t more = 0;
+    for (size_t i = 0; i < n; i++) {
+      size_t s = where[i * ECS_CLI_MAX_COPIES + r];
+      int mine = s == ECS_CLI_NOWHERE || (status[i] != ECS_OK && status[i] != ECS_EREDIS);
+      for (size_t w = 0; w < ECS_CLI_MAX_COPIES && !mine; w++)
+        mine = wrote[i * ECS_CLI_MAX_COPIES + w] == s;
+      cur[i] = mine ? ECS_CLI_NOWHERE : s;
+      st[i] = mine ? ECS_ENOTFOUND : ECS_OK;
+      more += !mine;
+    }
+    if (more)
+      (void)run_batch(c, keys, n, &keys_kind, &a, cur);
+  }
+out:
+  snprintf(c->errmsg, sizeof c->errmsg, "%s", saved);
+  free(where);
+  free(cur);
+  free(st);
+}
+
+/* The same path as a put with one flag on every item; the server does the
+ * replacing (store/objstore.h, reserve_replace). */
+int ecs_upsert_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
+                     int *status) {
+  if (!c || (n && (!keys || !tensors || !status)))
+    return ECS_EINVAL;
+  c->put_flags = ECS_PUT_F_UPSERT;
+  size_t *wrote = c->discover ? malloc((n ? n : 1) * ECS_CLI_MAX_COPIES * sizeof *wrote) : NULL;
+  if (c->discover && !wrote) {
+    c->put_flags = 0;
+    return ECS_ENOMEM;
+  }
+  for (size_t i = 0; wrote && i < n * ECS_CLI_MAX_COPIES; i++)
+    wrote[i] = ECS_CLI_NOWHERE;
+  int ret = put_batch(c, keys, tensors, n, status, wrote);
+  c->put_flags = 0;
+  if (wrote && ret == ECS_OK)
+    upsert_drop_others(c, keys, n, status, wrote);
+  free(wrote);
   return ret;
 }
 

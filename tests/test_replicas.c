@@ -86,8 +86,9 @@ static void fill_obj(uint8_t *p, int i, uint32_t salt) {
   ecs_ts_fill(p, OBJ_BYTES, (uint32_t)i * 7919u + salt);
 }
 
-/* Puts n objects "pfx-i": returns the call's result, statuses into st. */
-static int put_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *st) {
+/* Puts (or upserts) n objects "pfx-i": returns the call's result,
+ * statuses into st. */
+static int put_or_upsert(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *st, int upsert) {
   char(*names)[32] = calloc((size_t)n, 32);
   uint8_t *data = malloc((size_t)n * OBJ_BYTES);
   ecs_key_t *keys = calloc((size_t)n, sizeof *keys);
@@ -103,7 +104,7 @@ static int put_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *
     ts[i].desc.ndim = 1;
     ts[i].desc.shape[0] = OBJ_BYTES;
   }
-  int rc = ecs_put_batch(c, keys, ts, (size_t)n, st);
+  int rc = (upsert ? ecs_upsert_batch : ecs_put_batch)(c, keys, ts, (size_t)n, st);
   if (rc != ECS_OK)
     fprintf(stderr, "put: %s: %s\n", ecs_strerror(rc), ecs_client_errmsg(c));
   free(names);
@@ -111,6 +112,10 @@ static int put_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *
   free(keys);
   free(ts);
   return rc;
+}
+
+static int put_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *st) {
+  return put_or_upsert(c, pfx, n, salt, st, 0);
 }
 
 /* Gets n objects "pfx-i" in one batch; every OK one's bytes are checked. */
@@ -391,6 +396,41 @@ static void test_exists_remove(void **state) {
   ecs_client_close(c);
 }
 
+/* An upsert replaces every copy: put with replicas 2, then upserted with
+ * replicas 1 (one server written), the other copy, which still held the
+ * old bytes, is removed, so no get can read the old version. */
+static void test_upsert_replaces_every_copy(void **state) {
+  fx_t *f = *state;
+  start_servers(f, 3);
+  ecs_client_t *c2 = client(f, 2), *c1 = client(f, 1);
+  assert_non_null(c2);
+  assert_non_null(c1);
+  int st[NOBJ];
+  assert_int_equal(put_all(c2, "u", NOBJ, 8, st), ECS_OK);
+  assert_int_equal(put_or_upsert(c1, "u", NOBJ, 9, st, 1), ECS_OK);
+  for (int i = 0; i < NOBJ; i++)
+    assert_int_equal(st[i], ECS_OK);
+  char key[32], h[4][64];
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(key, sizeof key, "u", i);
+    assert_int_equal(holders(f, key, h, 4), 1);
+  }
+  uint64_t total = 0;
+  for (int s = 0; s < 3; s++)
+    total += objects_on(f, s, NULL);
+  assert_int_equal(total, NOBJ);
+  ecs_client_t *r = client(f, 1);
+  assert_non_null(r);
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(get_all(round ? r : c2, "u", NOBJ, 9, st), ECS_OK); /* the new bytes only */
+    for (int i = 0; i < NOBJ; i++)
+      assert_int_equal(st[i], ECS_OK);
+  }
+  ecs_client_close(r);
+  ecs_client_close(c1);
+  ecs_client_close(c2);
+}
+
 /* More replicas than live servers: every item is stored (one copy per
  * server), and the shortfall is counted and said. */
 static void test_more_replicas_than_servers(void **state) {
@@ -443,6 +483,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_host_loss, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_missing_or_corrupt_copy_falls_back, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_exists_remove, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_upsert_replaces_every_copy, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_more_replicas_than_servers, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
   };
