@@ -1001,10 +1001,17 @@ static int meta_parse_rec(const redisReply *e, ecs_meta_rec_t *rec) {
     h->node_id[id->len] = '\0';
     rec->nholders++;
   }
-  /* node and epoch: the first live holder (the writer of a record that
-   * lists no holders; "node" itself names the last writer, live or not) */
-  memcpy(rec->node_id, rec->holders[0].node_id, sizeof rec->node_id);
-  rec->epoch = rec->holders[0].epoch;
+  /* node and epoch: the last writer ("node") while it is a live holder,
+   * else the first live holder */
+  size_t pick = 0;
+  for (size_t h = 0; h < rec->nholders; h++)
+    if (f[0]->len == strlen(rec->holders[h].node_id) &&
+        !memcmp(f[0]->str, rec->holders[h].node_id, f[0]->len)) {
+      pick = h;
+      break;
+    }
+  memcpy(rec->node_id, rec->holders[pick].node_id, sizeof rec->node_id);
+  rec->epoch = rec->holders[pick].epoch;
   return 0;
 }
 

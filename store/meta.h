@@ -63,7 +63,7 @@ typedef struct ecs_meta_holder {
 typedef struct ecs_meta_rec {
   const uint8_t *key; /* borrowed */
   uint16_t key_len;
-  char node_id[64]; /* NUL-terminated; lookup: the first live holder */
+  char node_id[64]; /* NUL-terminated; lookup: the last writer if a live holder, else the first */
   uint64_t epoch;
   uint64_t off, nbytes, raw_nbytes, checksum;
   uint8_t codec;
