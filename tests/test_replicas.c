@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -459,6 +460,37 @@ static void test_more_replicas_than_servers(void **state) {
   for (int i = 0; i < 10; i++)
     assert_int_equal(st[i], ECS_OK);
   ecs_client_close(c);
+  /* the CLI's --replicas: stored on both servers, the shortfall said, exit 0 */
+  char dir[256], cmd[1600], in[300], err[300];
+  assert_int_equal(ecs_ts_mkdtemp(dir, sizeof dir), 0);
+  snprintf(in, sizeof in, "%s/in", dir);
+  snprintf(err, sizeof err, "%s/err", dir);
+  FILE *fp = fopen(in, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite("0123456789", 1, 10, fp), 10);
+  fclose(fp);
+  const char *cli = ecs_ts_bin("ecstore-cli");
+  snprintf(cmd, sizeof cmd,
+           "env -u ECSTORE_SERVERS %s --redis 127.0.0.1:%d --ns test --replicas 3 put cli-r %s 2>%s", cli,
+           f->redis.port, in, err);
+  assert_int_equal(system(cmd), 0);
+  char said[300] = "";
+  fp = fopen(err, "r");
+  assert_non_null(fp);
+  size_t got = fread(said, 1, sizeof said - 1, fp);
+  said[got] = '\0';
+  fclose(fp);
+  assert_non_null(strstr(said, "2 of 3 copies stored"));
+  char h[4][64];
+  assert_int_equal(holders(f, "cli-r", h, 4), 2);
+  snprintf(cmd, sizeof cmd,
+           "env -u ECSTORE_SERVERS %s --redis 127.0.0.1:%d --ns test --replicas 9 put cli-r %s 2>/dev/null",
+           cli, f->redis.port, in);
+  int rc = system(cmd);
+  assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2); /* bad usage */
+  unlink(in);
+  unlink(err);
+  rmdir(dir);
 }
 
 static void test_config_errors(void **state) {
