@@ -59,13 +59,19 @@ static int fx_teardown(void **state) {
 
 /* Servers with a short registry TTL (a killed one leaves within the test)
  * and debug ops (corrupting one copy). */
-static void start_servers(fx_t *f, int n) {
-  const char *extra[] = {"--heartbeat-ttl", "2", "--pool-size", "64M", "--enable-debug-ops", NULL};
-  for (int i = 0; i < n; i++)
+static void start_servers_sized(fx_t *f, int n, const char *const *pools) {
+  for (int i = 0; i < n; i++) {
+    const char *extra[] = {"--heartbeat-ttl",    "2", "--pool-size", pools ? pools[i] : "64M",
+                           "--enable-debug-ops", NULL};
     assert_int_equal(ecs_ts_server_start(&f->srv[i], f->redis.port, extra), 0);
+  }
 }
 
-static ecs_client_t *client(fx_t *f, int replicas) {
+static void start_servers(fx_t *f, int n) {
+  start_servers_sized(f, n, NULL);
+}
+
+static ecs_client_t *client_placed(fx_t *f, int replicas, const char *placement) {
   char url[64];
   snprintf(url, sizeof url, "127.0.0.1:%d", f->redis.port);
   ecs_client_config_t cfg;
@@ -73,10 +79,15 @@ static ecs_client_t *client(fx_t *f, int replicas) {
   cfg.servers = NULL; /* only Redis: discovery */
   cfg.redis_url = url;
   cfg.replicas = replicas;
+  cfg.placement = placement;
   cfg.registry_refresh_ms = 200;
   cfg.timeout_ms = 3000;
   cfg.connect_timeout_ms = 1000;
   return ecs_ts_connect(&cfg);
+}
+
+static ecs_client_t *client(fx_t *f, int replicas) {
+  return client_placed(f, replicas, NULL);
 }
 
 static void key_of(char *out, size_t cap, const char *pfx, int i) {
@@ -439,6 +450,28 @@ static void test_upsert_replaces_every_copy(void **state) {
   ecs_client_close(c2);
 }
 
+/* least-loaded with replicas 2: the two servers with the most free bytes. */
+static void test_least_loaded_copies(void **state) {
+  fx_t *f = *state;
+  static const char *const pools[] = {"64M", "256M", "512M"};
+  start_servers_sized(f, 3, pools);
+  ecs_client_t *c = client_placed(f, 2, "least-loaded");
+  assert_non_null(c);
+  int st[NOBJ];
+  assert_int_equal(put_all(c, "ll", 8, 10, st), ECS_OK);
+  char key[32], h[4][64], big[2][64];
+  node_of(f, 1, big[0], sizeof big[0]);
+  node_of(f, 2, big[1], sizeof big[1]);
+  for (int i = 0; i < 8; i++) {
+    key_of(key, sizeof key, "ll", i);
+    assert_int_equal(holders(f, key, h, 4), 2);
+    for (int k = 0; k < 2; k++)
+      assert_true(!strcmp(h[k], big[0]) || !strcmp(h[k], big[1]));
+  }
+  assert_int_equal(objects_on(f, 0, NULL), 0);
+  ecs_client_close(c);
+}
+
 /* More replicas than live servers: every item is stored (one copy per
  * server), and the shortfall is counted and said. */
 static void test_more_replicas_than_servers(void **state) {
@@ -523,6 +556,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_missing_or_corrupt_copy_falls_back, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_exists_remove, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_upsert_replaces_every_copy, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_least_loaded_copies, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_more_replicas_than_servers, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
   };
