@@ -776,13 +776,24 @@ static void test_replica_holders(void **state) {
    * read, node-b's keep the records alive */
   assert_int_equal(raw_int(f, "DEL", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 1);
   assert_int_equal(ecs_meta_exists_batch(cl, &ks->ptr[1], &ks->len[1], 2, ex), ECS_OK);
-  assert_int_equal(ex[0] + ex[1], 2);
-  assert_int_equal(raw_hexists(f, ks->ptr[1], ks->len[1], "h:node-a"), 0);
+  assert_int_equal(ex[0] + ex[1], 2); /* answered by node-b, the last writer: the cheap path */
+  assert_int_equal(ecs_meta_lookup_batch(cl, &ks->ptr[1], &ks->len[1], 1, recs, st), ECS_OK);
+  assert_int_equal(st[0], ECS_OK);
+  assert_int_equal(recs[0].nholders, 1);
+  assert_int_equal(raw_hexists(f, ks->ptr[1], ks->len[1], "h:node-a"), 0); /* the full read dropped it */
   assert_int_equal(raw_hexists(f, ks->ptr[1], ks->len[1], "h:node-b"), 1);
   assert_int_equal(ecs_meta_lookup_batch(cl, &ks->ptr[2], &ks->len[2], 1, recs, st), ECS_OK);
   assert_int_equal(st[0], ECS_OK);
   assert_int_equal(recs[0].nholders, 1);
   assert_string_equal(recs[0].node_id, "node-b");
+  /* the last writer dead, another holder live: exists reads the whole
+   * record and still says yes */
+  put_range(b, ks, 2, 3);
+  put_range(a, ks, 2, 3); /* node-a writes last... */
+  assert_int_equal(raw_int(f, "DEL", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 0);
+  assert_int_equal(ecs_meta_exists_batch(cl, &ks->ptr[2], &ks->len[2], 1, ex), ECS_OK);
+  assert_int_equal(ex[0], 1);
+  assert_int_equal(raw_hexists(f, ks->ptr[2], ks->len[2], "h:node-a"), 0); /* ...and is dropped */
   /* A record as written before replicas: node and epoch, no holders. */
   redisReply *r = redisCommand(f->raw,
                                "HSET ecs:" NS ":obj:%b node node-b epoch 200 off 0 len 8 raw_len 8 dtype 3 "
