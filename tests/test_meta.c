@@ -758,7 +758,7 @@ static void test_replica_holders(void **state) {
       seen_b |= !strcmp(recs[i].holders[h].node_id, "node-b") && recs[i].holders[h].epoch == 200;
     }
     assert_true(seen_a && seen_b);
-    assert_string_equal(recs[i].node_id, "node-b"); /* the last writer, as before replicas */
+    assert_string_equal(recs[i].node_id, "node-b");       /* the last writer, as before replicas */
     assert_int_equal(recs[i].nbytes, 1000 + (uint64_t)i); /* the fields as before */
   }
   /* node-a evicts key 0: node-b's copy stays listed */
