@@ -692,9 +692,9 @@ void ecs__rds_reader_guard(redisReader *rd) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     size_t line = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
     if (type == REDIS_REPLY_STATUS || type == REDIS_REPLY_ERROR || type == REDIS_REPLY_INTEGER) {
-      if (line > b->max_string) {
-        rds_guard_fail(rd, "reply too large (a line of more than %zu bytes, limit %llu)", line,
-                       (unsigned long long)b->max_string);
+      if (line > ECS_RDS_MAX_LINE) {
+        rds_guard_fail(rd, "reply too large (a line of more than %zu bytes, limit %d)", line,
+                       ECS_RDS_MAX_LINE);
         return;
       }
       if (nl == NULL)

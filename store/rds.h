@@ -122,6 +122,7 @@ int ecs__rds_read_secret(const char *path, char *out, size_t cap, char *err, siz
  *                         reads records, script results and SCAN keys only.
  *   ECS_RDS_MAX_REPLY     bytes one reply may hold in memory (strings plus
  *                         element vectors, as the reader allocates them).
+ *   ECS_RDS_MAX_LINE      a status, error or integer line.
  * Nesting: hiredis 0.14 itself refuses arrays nested deeper than 7.
  */
 #define ECS_RDS_MAX_ELEMENTS (1 << 20)
@@ -129,6 +130,8 @@ int ecs__rds_read_secret(const char *path, char *out, size_t cap, char *err, siz
 #define ECS_RDS_MAX_STRING_SMALL (1ull << 20)
 #define ECS_RDS_MAX_REPLY (576ull << 20)
 #define ECS_RDS_MAX_REPLY_SMALL (64ull << 20)
+/* A status, error or integer line: Redis's are a few hundred bytes. */
+#define ECS_RDS_MAX_LINE (64 << 10)
 
 /* Puts rd under the bounds above: its reply functions become hiredis's
  * own, wrapped so that an array or string over a bound is refused before
@@ -138,7 +141,7 @@ void ecs__rds_bound_reader(redisReader *rd, int small);
 
 /* Looks at the bytes rd has buffered but not parsed yet: a header that
  * announces an array or a string over rd's bounds (or a line longer than
- * the string bound) sets rd's error (REDIS_ERR_PROTOCOL, "reply too
+ * ECS_RDS_MAX_LINE) sets rd's error (REDIS_ERR_PROTOCOL, "reply too
  * large ...") so that the parse that follows fails at once, before the
  * reader allocates for it or buffers its bytes.  Call it after each read
  * into rd and before its parse.  A reader not under ecs__rds_bound_reader

@@ -48,6 +48,7 @@ typedef struct attack {
 static const attack_t attacks[] = {
     {"array", "*300000000\r\n", ":1\r\n", "reply too large (300000000 elements, limit 1048576)"},
     {"bulk", "$1000000000\r\n", "xxxxxxxx", "reply too large (1000000000-byte string"},
+    {"line", "-ERR ", "xxxxxxxx", "reply too large (a line of more than"},
 };
 
 /* VmHWM or VmRSS ("VmHWM:") of pid in kB, or -1. */
