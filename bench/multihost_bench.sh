@@ -8,6 +8,7 @@
 #     to the transfer;
 #   - a batch spread over two hosts' servers in one call (the groups are
 #     fetched in parallel) against its two halves in two calls in a row;
+#   - the put cost of replicas 2 against 1 (ratio of medians, same run);
 #   - keys moved when a fourth server joins under placement hash (target
 #     about 1/N of them).
 # Medians with the p10..p90 spread; nothing here is a pass/fail threshold.
@@ -74,6 +75,14 @@ for size in 1M 16M; do
     --size "$size" >/dev/null || die "put $size on h2"
   mh_exec h3 "$DRV" spread --redis "$REDIS" --ns "$NS" --prefix "obj$size" --prefix2 "h2obj$size" --n 32 \
     --size "$size" --reps "$REPS" --timeout-ms 60000 || die "spread $size"
+done
+
+echo "== put cost of replicas 2 vs 1, PD host h3 -> servers on h1, h2, h3 (fresh objects, alternating)"
+# shellcheck disable=SC2086
+for cell in "16 1M" "4 16M"; do
+  set -- $cell # two words: count and size
+  mh_exec h3 "$DRV" putbench --redis "$REDIS" --ns "$NS" --prefix "pb$2" --n "$1" --size "$2" --reps "$REPS" \
+    --replicas 2 --timeout-ms 60000 || die "putbench $2"
 done
 
 echo "== keys moved when a 4th server joins (placement hash, 400 keys)"

@@ -23,6 +23,7 @@ static int es_open(const ecs_ec_config_t *cfg, int kind, void **out, char *err, 
   cc.servers = cfg->servers[0] ? cfg->servers : NULL;
   cc.redis_url = kind == ECS__EC_H_META || !cfg->servers[0] ? cfg->redis_url : NULL;
   cc.placement = cfg->placement;
+  cc.replicas = cfg->replicas;
   cc.ns = cfg->ns;
   cc.auth_token = cfg->auth_token[0] ? cfg->auth_token : NULL;
   cc.connect_timeout_ms = cfg->connect_timeout_ms;

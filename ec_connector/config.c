@@ -64,6 +64,7 @@ static const key_def_t keys[] = {
     {"retry_backoff_ms", K_INT, F(retry_backoff_ms), 0, 1, 60000, NULL},
     {"redis_password_file", K_STR, F(redis_password_file), CAP(redis_password_file), 0, 0, NULL},
     {"placement", K_CHOICE, F(placement), CAP(placement), 0, 0, "hash|local|least-loaded"},
+    {"replicas", K_INT, F(replicas), 0, 1, ECS_MAX_REPLICAS, NULL},
 };
 
 void ecs_ec_config_init(ecs_ec_config_t *cfg) {
@@ -85,6 +86,7 @@ void ecs_ec_config_init(ecs_ec_config_t *cfg) {
   cfg->kv_ttl_s = 600;
   cfg->lookup_retries = 5;
   cfg->retry_backoff_ms = 20;
+  cfg->replicas = 1;
 }
 
 const char *ecs_ec_backend_name(int backend) {

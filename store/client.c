@@ -45,6 +45,7 @@ void ecs_client_config_init(ecs_client_config_t *cfg) {
   cfg->max_object_size = ECS_DEFAULT_MAX_OBJECT_SIZE;
   cfg->shm_server_uid = -1;
   cfg->registry_refresh_ms = 2000;
+  cfg->replicas = 1;
 }
 
 void ecs_free(void *p) {
@@ -183,6 +184,23 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
   rc = ecs__place_parse(c, c->cfg.placement, errbuf, errlen);
   if (rc)
     goto fail;
+  if (c->cfg.replicas <= 0) /* a zeroed config: one copy */
+    c->cfg.replicas = 1;
+  if (c->cfg.replicas > ECS_MAX_REPLICAS) {
+    snprintf(errbuf, errlen, "replicas %d: at most %d copies", c->cfg.replicas, ECS_MAX_REPLICAS);
+    rc = ECS_EINVAL;
+    goto fail;
+  }
+  if (c->cfg.replicas > 1 && !c->discover) {
+    /* With a list, an object lives where its key hashes and a get asks
+     * only that server: copies elsewhere would never be read. */
+    snprintf(errbuf, errlen,
+             "replicas %d needs the servers from Redis (a redis_url and no servers list); "
+             "with a servers list each object has one home",
+             c->cfg.replicas);
+    rc = ECS_EINVAL;
+    goto fail;
+  }
   if (!c->discover) {
     rc = parse_servers(c, errbuf, errlen);
     if (rc)
@@ -280,6 +298,13 @@ size_t ecs_client_server_count(const ecs_client_t *c) {
   return c->nsrv;
 }
 
+void ecs_client_put_copies(const ecs_client_t *c, size_t *stored, size_t *wanted) {
+  if (stored)
+    *stored = c ? c->copies_stored : 0;
+  if (wanted)
+    *wanted = c ? c->copies_wanted : 0;
+}
+
 /* A kind of batch call (put, get, view, exists/remove): what it does with
  * one server's share of the items (idx: indices into the caller's arrays),
  * and how it reads and sets one item's status there.  arg is the call's
@@ -288,6 +313,7 @@ typedef struct batch_kind {
   int (*share)(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline);
   int (*status)(void *arg, size_t i);        /* item i's status: only OK items are sent */
   void (*fail)(void *arg, size_t i, int rc); /* an item a whole-share failure took down */
+  void (*again)(void *arg, size_t i);        /* item i goes to another copy: status back to OK */
   int parallel;                              /* 1: shares on several servers run at once */
   int miss_when_gone;                        /* 1: discovery, an unreachable holder is a miss */
 } batch_kind_t;
@@ -315,14 +341,19 @@ static int key_ok(const ecs_key_t *k) {
 }
 
 /* Where each item still OK is: by key hash over the servers list, or,
- * with discovery, where Redis says it is (an item with no live holder is
- * a miss: fail(ECS_ENOTFOUND)).  where must hold n entries.  An error is
+ * with discovery, where Redis says its copies are (an item with no live
+ * holder is a miss: fail(ECS_ENOTFOUND)).  where must hold n *
+ * ECS_CLI_MAX_COPIES entries: item i's servers, nearest first, from
+ * where[i * ECS_CLI_MAX_COPIES], then ECS_CLI_NOWHERE.  An error is
  * Redis's, for the whole batch: every item still OK is given it. */
 static int locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
                   size_t *where) {
   if (!c->discover) {
+    for (size_t i = 0; i < n * ECS_CLI_MAX_COPIES; i++)
+      where[i] = ECS_CLI_NOWHERE;
     for (size_t i = 0; i < n; i++)
-      where[i] = kind->status(arg, i) == ECS_OK ? route(c, &keys[i]) : ECS_CLI_NOWHERE;
+      if (kind->status(arg, i) == ECS_OK)
+        where[i * ECS_CLI_MAX_COPIES] = route(c, &keys[i]);
     return ECS_OK;
   }
   ecs__place_refresh(c, 0); /* a failure keeps the servers we knew */
@@ -334,7 +365,7 @@ static int locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_
     ok[i] = kind->status(arg, i);
   int rc = ecs__place_locate(c, keys, n, ok, where);
   for (size_t i = 0; i < n; i++)
-    if (ok[i] == ECS_OK && (rc != ECS_OK || where[i] == ECS_CLI_NOWHERE))
+    if (ok[i] == ECS_OK && (rc != ECS_OK || where[i * ECS_CLI_MAX_COPIES] == ECS_CLI_NOWHERE))
       kind->fail(arg, i, rc != ECS_OK ? rc : ECS_ENOTFOUND);
   free(ok);
   return rc;
@@ -427,10 +458,8 @@ static void worker_free(ecs_client_t *w) {
  * which a thread runs unchanged; a thread per server costs tens of
  * microseconds against transfers of megabytes.  RDMA shares stay on the
  * caller's thread (its device context and registered buffers are shared). */
-static int run_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
-                     const size_t *where) {
-  (void)keys;
-  uint64_t deadline = ecs__cli_deadline(c);
+static int run_batch_until(ecs_client_t *c, size_t n, const batch_kind_t *kind, void *arg,
+                           const size_t *where, uint64_t deadline) {
   size_t *idx = malloc((n ? n : 1) * sizeof *idx);
   share_job_t *jobs = calloc(c->nsrv ? c->nsrv : 1, sizeof *jobs);
   if (!idx || !jobs) {
@@ -480,6 +509,58 @@ static int run_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, const bat
   return ret;
 }
 
+static int run_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
+                     const size_t *where) {
+  (void)keys;
+  return run_batch_until(c, n, kind, arg, where, ecs__cli_deadline(c));
+}
+
+/* An item status worth another copy: a miss there (evicted, or its server
+ * gone), bytes that failed their checksum, or a server that failed. */
+static int try_other_copy(int st) {
+  return st == ECS_ENOTFOUND || st == ECS_ECHECKSUM || st == ECS_ECONN || st == ECS_ETIMEDOUT;
+}
+
+/* A located batch (where: locate's n * ECS_CLI_MAX_COPIES servers) read
+ * from the nearest copy of each item; an item whose copy failed or was a
+ * miss goes to its next copy, round after round, within one deadline.
+ * The return is the first whole-share error that some item still
+ * carries at the end (ECS_OK when every such item was served by another
+ * copy). */
+static int run_nearest(ecs_client_t *c, size_t n, const batch_kind_t *kind, void *arg, const size_t *where) {
+  uint64_t deadline = ecs__cli_deadline(c);
+  size_t *cur = malloc((n ? n : 1) * sizeof *cur);
+  if (!cur)
+    return ECS_ENOMEM;
+  for (size_t i = 0; i < n; i++)
+    cur[i] = where[i * ECS_CLI_MAX_COPIES];
+  int ret = run_batch_until(c, n, kind, arg, cur, deadline);
+  int first = ret;
+  for (size_t r = 1; r < ECS_CLI_MAX_COPIES && ecs_now_ms() < deadline; r++) {
+    size_t more = 0;
+    for (size_t i = 0; i < n; i++) {
+      size_t next = where[i * ECS_CLI_MAX_COPIES + r];
+      cur[i] = ECS_CLI_NOWHERE;
+      if (next == ECS_CLI_NOWHERE || !try_other_copy(kind->status(arg, i)))
+        continue;
+      kind->again(arg, i);
+      cur[i] = next;
+      more++;
+    }
+    if (!more)
+      break;
+    int rc = run_batch_until(c, n, kind, arg, cur, deadline);
+    if (rc && !first)
+      first = rc;
+  }
+  free(cur);
+  ret = ECS_OK;
+  for (size_t i = 0; i < n && first; i++)
+    if (kind->status(arg, i) == first)
+      ret = first;
+  return ret;
+}
+
 /* ------------------------------------------------------------------ */
 /* put                                                                  */
 
@@ -517,7 +598,13 @@ static void put_fail(void *arg, size_t i, int rc) {
   ((put_arg_t *)arg)->status[i] = rc;
 }
 
-static const batch_kind_t put_kind = {put_share, put_status, put_fail, 0, 0};
+static void put_again(void *arg, size_t i) {
+  ((put_arg_t *)arg)->status[i] = ECS_OK;
+}
+
+static const batch_kind_t put_kind = {put_share, put_status, put_fail, put_again, 0, 0};
+/* Replicas: the copies of a batch go to several servers at once. */
+static const batch_kind_t put_copies_kind = {put_share, put_status, put_fail, put_again, 1, 0};
 
 /* A put's item stored in a first round: not sent again (any nonzero
  * status keeps an item back; no ECS_* code is positive). */
@@ -530,7 +617,8 @@ static void put_place(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t
   memset(load, 0, ECS_CLI_MAX_SERVERS * sizeof *load);
   int none = 0;
   for (size_t i = 0; i < n; i++) {
-    where[i] = status[i] == ECS_OK ? ecs__place_put(c, &keys[i], ts[i].nbytes, load) : ECS_CLI_NOWHERE;
+    where[i] =
+        status[i] == ECS_OK ? ecs__place_put(c, &keys[i], ts[i].nbytes, load, NULL, 0) : ECS_CLI_NOWHERE;
     if (status[i] == ECS_OK && where[i] == ECS_CLI_NOWHERE) {
       status[i] = ECS_ECONN;
       none = 1;
@@ -541,17 +629,143 @@ static void put_place(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t
                  c->redis_s);
 }
 
+/*
+ * Replicas (discovery): item i's R copies are entries i*R .. i*R+R-1 of
+ * one batch of n*R, each placed on a server none of the item's other
+ * copies uses, and sent to every server at once (run_batch, parallel).
+ * A copy whose server could not be reached is placed again, once, on a
+ * server left.  Item i is ECS_OK when at least one copy was stored (a
+ * cache needs one copy to serve; fewer than R is counted in
+ * copies_stored and said in errmsg), else the first copy's error.
+ */
+static int put_replicas(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *ts, size_t n, int *status,
+                        size_t *wrote) {
+  size_t R = (size_t)c->cfg.replicas, N = n * R;
+  ecs_key_t *k2 = malloc((N ? N : 1) * sizeof *k2);
+  ecs_tensor_t *t2 = malloc((N ? N : 1) * sizeof *t2);
+  int *st2 = malloc((N ? N : 1) * sizeof *st2);
+  size_t *w2 = malloc((N ? N : 1) * sizeof *w2);
+  uint64_t load[ECS_CLI_MAX_SERVERS];
+  int ret = ECS_ENOMEM;
+  if (!k2 || !t2 || !st2 || !w2)
+    goto out;
+  ecs__place_refresh(c, 0);
+  c->errmsg[0] = '\0';
+  memset(load, 0, sizeof load);
+  int none = 0;
+  for (size_t i = 0; i < n; i++) {
+    for (size_t r = 0; r < R; r++) {
+      size_t e = i * R + r;
+      k2[e] = keys[i];
+      t2[e] = ts[i];
+      st2[e] = status[i];
+      w2[e] = status[i] == ECS_OK ? ecs__place_put(c, &keys[i], ts[i].nbytes, load, &w2[i * R], r)
+                                  : ECS_CLI_NOWHERE;
+      if (status[i] == ECS_OK && w2[e] == ECS_CLI_NOWHERE) {
+        st2[e] = ECS_ECONN; /* fewer live servers than copies */
+        none |= r == 0;
+      }
+    }
+  }
+  put_arg_t a = {k2, t2, st2};
+  ret = run_batch(c, k2, N, &put_copies_kind, &a, w2);
+  for (size_t e = 0; e < N && ret == ECS_ENOMEM; e++)
+    if (st2[e] == ECS_OK && w2[e] != ECS_CLI_NOWHERE)
+      st2[e] = ECS_ENOMEM; /* never sent */
+  /* Copies whose server could not be reached (it died and is still
+   * listed until its registry entry expires): placed again, once. */
+  int again = 0;
+  for (size_t e = 0; e < N; e++) {
+    if (wrote && (st2[e] == ECS_OK || st2[e] == ECS_EREDIS))
+      wrote[(e / R) * ECS_CLI_MAX_COPIES + e % R] = w2[e];
+    if (st2[e] == ECS_OK)
+      st2[e] = PUT_DONE;
+    else if (w2[e] != ECS_CLI_NOWHERE && (st2[e] == ECS_ECONN || st2[e] == ECS_ETIMEDOUT))
+      again = 1;
+  }
+  if (again) {
+    ecs__place_refresh(c, 1);
+    c->errmsg[0] = '\0';
+    memset(load, 0, sizeof load);
+    for (size_t e = 0; e < N; e++) {
+      if (w2[e] == ECS_CLI_NOWHERE || (st2[e] != ECS_ECONN && st2[e] != ECS_ETIMEDOUT)) {
+        w2[e] = st2[e] == PUT_DONE ? w2[e] : ECS_CLI_NOWHERE;
+        continue;
+      }
+      size_t i = e / R; /* not onto a server this item's copies already use or tried */
+      size_t to = ecs__place_put(c, &keys[i], ts[i].nbytes, load, &w2[i * R], R);
+      st2[e] = to == ECS_CLI_NOWHERE ? st2[e] : ECS_OK;
+      w2[e] = to;
+    }
+    for (size_t e = 0; e < N; e++)
+      if (st2[e] != ECS_OK)
+        w2[e] = ECS_CLI_NOWHERE; /* kept for the exclusions above; not sent again */
+    ret = run_batch(c, k2, N, &put_copies_kind, &a, w2);
+    for (size_t e = 0; e < N && ret == ECS_ENOMEM; e++)
+      if (st2[e] == ECS_OK && w2[e] != ECS_CLI_NOWHERE)
+        st2[e] = ECS_ENOMEM;
+    for (size_t e = 0; e < N && wrote; e++)
+      if (w2[e] != ECS_CLI_NOWHERE && (st2[e] == ECS_OK || st2[e] == ECS_EREDIS))
+        wrote[(e / R) * ECS_CLI_MAX_COPIES + e % R] = w2[e];
+  }
+  size_t short_items = 0;
+  c->copies_stored = 0;
+  c->copies_wanted = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (status[i] != ECS_OK)
+      continue;
+    size_t got = 0;
+    int err = ECS_OK;
+    for (size_t r = 0; r < R; r++) {
+      int st = st2[i * R + r];
+      if (st == ECS_OK || st == PUT_DONE)
+        got++;
+      else if (err == ECS_OK)
+        err = st;
+    }
+    status[i] = got ? ECS_OK : err;
+    c->copies_stored += got;
+    c->copies_wanted += R;
+    short_items += got < R;
+  }
+  int carried = 0; /* a share error that every item got past on other servers is no error */
+  for (size_t i = 0; i < n && ret != ECS_OK; i++)
+    carried |= status[i] == ret;
+  if (!carried)
+    ret = ECS_OK;
+  if (none)
+    ecs__cli_err(c, "discovery: no live server in the registry of namespace '%s' (Redis %s)", c->ns_s,
+                 c->redis_s);
+  else if (short_items && !c->errmsg[0])
+    ecs__cli_err(c, "replicas: %zu of %zu items stored fewer than %zu copies (%zu of %zu copies stored)",
+                 short_items, n, R, c->copies_stored, c->copies_wanted);
+out:
+  free(k2);
+  free(t2);
+  free(st2);
+  free(w2);
+  return ret;
+}
+
+/* wrote, when not NULL (n * ECS_CLI_MAX_COPIES entries, ECS_CLI_NOWHERE on
+ * entry): with discovery, the servers each item's copies were stored on. */
 static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
-                     int *status) {
+                     int *status, size_t *wrote) {
   c->errmsg[0] = '\0';
   for (size_t i = 0; i < n; i++)
     status[i] = put_validate(&keys[i], &tensors[i]);
+  c->copies_stored = c->copies_wanted = 0;
+  if (c->discover && c->cfg.replicas > 1)
+    return put_replicas(c, keys, tensors, n, status, wrote);
   put_arg_t a = {keys, tensors, status};
   size_t *where = calloc(n ? n : 1, sizeof *where);
   uint64_t load[ECS_CLI_MAX_SERVERS];
   if (!where)
     return ECS_ENOMEM;
   int ret;
+  size_t sent = 0;
+  for (size_t i = 0; i < n; i++)
+    sent += status[i] == ECS_OK;
   if (!c->discover) {
     for (size_t i = 0; i < n; i++)
       where[i] = route(c, &keys[i]);
@@ -566,6 +780,8 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
      * the servers left (run_batch marked it down). */
     int again = 0;
     for (size_t i = 0; i < n; i++) {
+      if (wrote && where[i] != ECS_CLI_NOWHERE && (status[i] == ECS_OK || status[i] == ECS_EREDIS))
+        wrote[i * ECS_CLI_MAX_COPIES] = where[i];
       if (where[i] != ECS_CLI_NOWHERE && (status[i] == ECS_ECONN || status[i] == ECS_ETIMEDOUT)) {
         status[i] = ECS_OK;
         again = 1;
@@ -578,11 +794,17 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
       c->errmsg[0] = '\0';
       put_place(c, keys, tensors, n, status, where, load);
       ret = run_batch(c, keys, n, &put_kind, &a, where);
+      for (size_t i = 0; i < n && wrote; i++)
+        if (where[i] != ECS_CLI_NOWHERE && (status[i] == ECS_OK || status[i] == ECS_EREDIS))
+          wrote[i * ECS_CLI_MAX_COPIES] = where[i];
     }
     for (size_t i = 0; i < n; i++)
       if (status[i] == PUT_DONE)
         status[i] = ECS_OK;
   }
+  for (size_t i = 0; i < n; i++)
+    c->copies_stored += status[i] == ECS_OK;
+  c->copies_wanted = sent;
   /* ECS_EREDIS on an item: the server stored it but Redis did not
    * acknowledge its record in time (docs/redis-schema.md, "Writes"). */
   size_t unpublished = 0;
@@ -602,19 +824,7 @@ int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *te
   if (!c || (n && (!keys || !tensors || !status)))
     return ECS_EINVAL;
   c->put_flags = 0;
-  return put_batch(c, keys, tensors, n, status);
-}
-
-/* The same path as a put with one flag on every item; the server does the
- * replacing (store/objstore.h, reserve_replace). */
-int ecs_upsert_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
-                     int *status) {
-  if (!c || (n && (!keys || !tensors || !status)))
-    return ECS_EINVAL;
-  c->put_flags = ECS_PUT_F_UPSERT;
-  int ret = put_batch(c, keys, tensors, n, status);
-  c->put_flags = 0;
-  return ret;
+  return put_batch(c, keys, tensors, n, status, NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -647,7 +857,19 @@ static void get_fail(void *arg, size_t i, int rc) {
   b->nbytes = 0;
 }
 
-static const batch_kind_t get_kind = {get_share, get_status, get_fail, 1, 1};
+static void get_again(void *arg, size_t i) {
+  get_arg_t *a = arg;
+  ecs_get_buf_t *b = &a->bufs[i];
+  if (a->alloc) {
+    free(b->data);
+    b->data = NULL;
+  }
+  b->status = ECS_OK;
+  b->nbytes = 0;
+  memset(&b->desc, 0, sizeof b->desc);
+}
+
+static const batch_kind_t get_kind = {get_share, get_status, get_fail, get_again, 1, 1};
 
 static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n, int alloc) {
   if (!c || (n && (!keys || !bufs)))
@@ -661,12 +883,12 @@ static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs
     bufs[i].status = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
   }
   get_arg_t a = {keys, bufs, alloc};
-  size_t *where = malloc((n ? n : 1) * sizeof *where);
+  size_t *where = malloc((n ? n : 1) * ECS_CLI_MAX_COPIES * sizeof *where);
   if (!where)
     return ECS_ENOMEM;
   int ret = locate(c, keys, n, &get_kind, &a, where);
   if (ret == ECS_OK)
-    ret = run_batch(c, keys, n, &get_kind, &a, where);
+    ret = run_nearest(c, n, &get_kind, &a, where);
   free(where);
   if (alloc) { /* only OK items keep a buffer */
     for (size_t i = 0; i < n; i++) {
@@ -716,7 +938,13 @@ static void view_fail(void *arg, size_t i, int rc) {
   ((view_arg_t *)arg)->views[i].status = rc;
 }
 
-static const batch_kind_t view_kind = {view_share, view_status, view_fail, 0, 1};
+static void view_again(void *arg, size_t i) {
+  ecs_view_t *v = &((view_arg_t *)arg)->views[i];
+  memset(v, 0, sizeof *v);
+  v->status = ECS_OK;
+}
+
+static const batch_kind_t view_kind = {view_share, view_status, view_fail, view_again, 0, 1};
 
 int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n) {
   if (!c || (n && (!keys || !views)))
@@ -727,12 +955,12 @@ int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views
     views[i].status = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
   }
   view_arg_t a = {keys, views};
-  size_t *where = malloc((n ? n : 1) * sizeof *where);
+  size_t *where = malloc((n ? n : 1) * ECS_CLI_MAX_COPIES * sizeof *where);
   if (!where)
     return ECS_ENOMEM;
   int ret = locate(c, keys, n, &view_kind, &a, where);
   if (ret == ECS_OK)
-    ret = run_batch(c, keys, n, &view_kind, &a, where);
+    ret = run_nearest(c, n, &view_kind, &a, where);
   free(where);
   return ret;
 }
@@ -775,20 +1003,123 @@ static void keys_fail(void *arg, size_t i, int rc) {
   ((keys_arg_t *)arg)->out[i] = rc;
 }
 
-static const batch_kind_t keys_kind = {keys_share, keys_status, keys_fail, 0, 0};
+static void keys_again(void *arg, size_t i) {
+  ((keys_arg_t *)arg)->out[i] = ECS_OK;
+}
 
+static const batch_kind_t keys_kind = {keys_share, keys_status, keys_fail, keys_again, 0, 0};
+
+/* exists / remove on every copy (replicas): item i is sent to each of its
+ * holders in turn, and is ECS_OK when any holder answered OK (it held the
+ * key, or removed it), else the first holder's answer. */
 static int keys_batch(ecs_client_t *c, uint8_t op, const ecs_key_t *keys, size_t n, int *out) {
   c->errmsg[0] = '\0';
   for (size_t i = 0; i < n; i++)
     out[i] = key_ok(&keys[i]) ? ECS_OK : ECS_EKEY;
   keys_arg_t a = {keys, op, out};
-  size_t *where = malloc((n ? n : 1) * sizeof *where);
-  if (!where)
-    return ECS_ENOMEM;
-  int ret = locate(c, keys, n, &keys_kind, &a, where);
-  if (ret == ECS_OK)
-    ret = run_batch(c, keys, n, &keys_kind, &a, where);
+  size_t *where = malloc((n ? n : 1) * ECS_CLI_MAX_COPIES * sizeof *where);
+  size_t *cur = malloc((n ? n : 1) * sizeof *cur);
+  int *st = malloc((n ? n : 1) * sizeof *st);
+  int ret = ECS_ENOMEM;
+  if (!where || !cur || !st)
+    goto out;
+  ret = locate(c, keys, n, &keys_kind, &a, where);
+  if (ret != ECS_OK)
+    goto out;
+  for (size_t i = 0; i < n; i++)
+    cur[i] = where[i * ECS_CLI_MAX_COPIES];
+  ret = run_batch(c, keys, n, &keys_kind, &a, cur);
+  keys_arg_t b = {keys, op, st};
+  for (size_t r = 1; r < ECS_CLI_MAX_COPIES; r++) {
+    size_t more = 0;
+    for (size_t i = 0; i < n; i++) {
+      cur[i] = where[i * ECS_CLI_MAX_COPIES + r];
+      st[i] = cur[i] == ECS_CLI_NOWHERE ? ECS_ENOTFOUND : ECS_OK;
+      more += cur[i] != ECS_CLI_NOWHERE;
+    }
+    if (!more)
+      break;
+    int rc = run_batch(c, keys, n, &keys_kind, &b, cur);
+    if (rc && !ret)
+      ret = rc;
+    for (size_t i = 0; i < n; i++)
+      if (cur[i] != ECS_CLI_NOWHERE && st[i] == ECS_OK)
+        out[i] = ECS_OK;
+  }
+  int carried = 0; /* an error every item got past on another copy is no error */
+  for (size_t i = 0; i < n && ret != ECS_OK && ret != ECS_ENOMEM; i++)
+    carried |= out[i] == ret;
+  if (ret != ECS_OK && ret != ECS_ENOMEM && !carried)
+    ret = ECS_OK;
+out:
   free(where);
+  free(cur);
+  free(st);
+  return ret;
+}
+
+/* ---- upsert: a put that replaces every copy ---- */
+
+/* An upsert replaces an object, but with discovery Redis may list copies
+ * on servers this upsert did not write: put there before a join or leave
+ * moved the key's rank, or by a put with more replicas.  Those still hold
+ * the old bytes and a get could read one, so they are removed (each
+ * server then drops its own holder entry).  Best effort: one lookup round
+ * trip and a REMOVE per such server; the upsert's statuses stand. */
+static void upsert_drop_others(ecs_client_t *c, const ecs_key_t *keys, size_t n, const int *status,
+                               const size_t *wrote) {
+  size_t *where = malloc((n ? n : 1) * ECS_CLI_MAX_COPIES * sizeof *where);
+  size_t *cur = malloc((n ? n : 1) * sizeof *cur);
+  int *st = malloc((n ? n : 1) * sizeof *st);
+  char saved[sizeof c->errmsg];
+  snprintf(saved, sizeof saved, "%s", c->errmsg);
+  if (!where || !cur || !st)
+    goto out;
+  for (size_t i = 0; i < n; i++)
+    st[i] = status[i] == ECS_OK || status[i] == ECS_EREDIS ? ECS_OK : ECS_ENOTFOUND;
+  keys_arg_t a = {keys, ECS_OP_REMOVE, st};
+  if (locate(c, keys, n, &keys_kind, &a, where) != ECS_OK)
+    goto out;
+  for (size_t r = 0; r < ECS_CLI_MAX_COPIES; r++) {
+    size_t more = 0;
+    for (size_t i = 0; i < n; i++) {
+      size_t s = where[i * ECS_CLI_MAX_COPIES + r];
+      int mine = s == ECS_CLI_NOWHERE || (status[i] != ECS_OK && status[i] != ECS_EREDIS);
+      for (size_t w = 0; w < ECS_CLI_MAX_COPIES && !mine; w++)
+        mine = wrote[i * ECS_CLI_MAX_COPIES + w] == s;
+      cur[i] = mine ? ECS_CLI_NOWHERE : s;
+      st[i] = mine ? ECS_ENOTFOUND : ECS_OK;
+      more += !mine;
+    }
+    if (more)
+      (void)run_batch(c, keys, n, &keys_kind, &a, cur);
+  }
+out:
+  snprintf(c->errmsg, sizeof c->errmsg, "%s", saved);
+  free(where);
+  free(cur);
+  free(st);
+}
+
+/* The same path as a put with one flag on every item; the server does the
+ * replacing (store/objstore.h, reserve_replace). */
+int ecs_upsert_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
+                     int *status) {
+  if (!c || (n && (!keys || !tensors || !status)))
+    return ECS_EINVAL;
+  c->put_flags = ECS_PUT_F_UPSERT;
+  size_t *wrote = c->discover ? malloc((n ? n : 1) * ECS_CLI_MAX_COPIES * sizeof *wrote) : NULL;
+  if (c->discover && !wrote) {
+    c->put_flags = 0;
+    return ECS_ENOMEM;
+  }
+  for (size_t i = 0; wrote && i < n * ECS_CLI_MAX_COPIES; i++)
+    wrote[i] = ECS_CLI_NOWHERE;
+  int ret = put_batch(c, keys, tensors, n, status, wrote);
+  c->put_flags = 0;
+  if (wrote && ret == ECS_OK)
+    upsert_drop_others(c, keys, n, status, wrote);
+  free(wrote);
   return ret;
 }
 
@@ -966,11 +1297,11 @@ int ecs__client_debug_corrupt(ecs_client_t *c, const void *key, size_t key_len) 
     return ECS_EINVAL;
   ecs_hdr_t h;
   int st = ECS_OK;
-  size_t where;
-  int rc = locate(c, &k, 1, &keys_kind, &(keys_arg_t){&k, ECS_OP_DEBUG, &st}, &where);
+  size_t where[ECS_CLI_MAX_COPIES]; /* the nearest copy is the one corrupted */
+  int rc = locate(c, &k, 1, &keys_kind, &(keys_arg_t){&k, ECS_OP_DEBUG, &st}, where);
   if (rc || st)
     return rc ? rc : st;
-  return simple_rpc(c, &c->srv[where], ECS_OP_DEBUG, build_corrupt, key, key_len, &h);
+  return simple_rpc(c, &c->srv[where[0]], ECS_OP_DEBUG, build_corrupt, key, key_len, &h);
 }
 
 int ecs__client_server_fd(ecs_client_t *c, size_t server) {

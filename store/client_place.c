@@ -20,6 +20,10 @@
  *                 interfaces (rendezvous among several), else hash
  *   least-loaded  the most free bytes as last published with a heartbeat,
  *                 less what this batch already sent there
+ * With replicas (config.replicas = N), each further copy goes to the best
+ * server the policy offers among those not yet holding the item: the top N
+ * by rendezvous weight (hash), local then hash (local), the N with most
+ * free bytes (least-loaded).
  */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -208,10 +212,20 @@ static int usable(const ecs_cli_srv_t *s, uint64_t now) {
   return s->live && s->down_until <= now;
 }
 
-size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint64_t *load) {
+static int taken_by(const size_t *taken, size_t ntaken, size_t i) {
+  for (size_t r = 0; r < ntaken; r++)
+    if (taken[r] == i)
+      return 1;
+  return 0;
+}
+
+size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint64_t *load,
+                      const size_t *taken, size_t ntaken) {
   uint64_t now = ecs_now_ms();
-  int want_local = c->placement == ECS_PLACE_LOCAL;
-  if (want_local) { /* only when a local server is usable; else hash over all */
+  /* local: the first copy on a local server when one is usable; further
+   * copies (replicas), or none local: hash over all the others */
+  int want_local = c->placement == ECS_PLACE_LOCAL && ntaken == 0;
+  if (want_local) {
     want_local = 0;
     for (size_t i = 0; i < c->nsrv && !want_local; i++)
       want_local = usable(&c->srv[i], now) && c->srv[i].local;
@@ -220,7 +234,7 @@ size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint
   uint64_t best_w = 0, best_free = 0;
   for (size_t i = 0; i < c->nsrv; i++) {
     const ecs_cli_srv_t *s = &c->srv[i];
-    if (!usable(s, now) || (want_local && !s->local))
+    if (!usable(s, now) || (want_local && !s->local) || taken_by(taken, ntaken, i))
       continue;
     uint64_t w = hrw(k, s);
     if (c->placement == ECS_PLACE_LEAST_LOADED) {
@@ -241,7 +255,7 @@ size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint
 }
 
 int ecs__place_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const int *ok, size_t *where) {
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n * ECS_CLI_MAX_COPIES; i++)
     where[i] = ECS_CLI_NOWHERE;
   const uint8_t **kp = malloc((n ? n : 1) * sizeof *kp);
   uint16_t *kl = malloc((n ? n : 1) * sizeof *kl);
@@ -265,20 +279,32 @@ int ecs__place_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const in
                  ecs_meta_errstr(c->meta));
     goto out;
   }
-  /* A live record (the lookup checked its node and epoch against the
+  /* A live holder (the lookup checked its node and epoch against the
    * registry) on a node this client has not seen yet at that epoch: it
    * joined or restarted since the last refresh, so read the registry now,
-   * once, rather than call the object a miss. */
+   * once, rather than call the copy a miss. */
   for (int pass = 0; pass < 2; pass++) {
     int unseen = 0;
     for (size_t j = 0; j < m; j++) {
-      if (st[j] != ECS_OK || where[map[j]] != ECS_CLI_NOWHERE)
-        continue; /* no record, or a stale one (its node died or restarted): a miss */
-      ecs_cli_srv_t *s = slot_of(c, recs[j].node_id);
-      if (s && s->live && s->reg_epoch == recs[j].epoch)
-        where[map[j]] = (size_t)(s - c->srv);
-      else
-        unseen = 1;
+      if (st[j] != ECS_OK)
+        continue; /* no record, or a stale one (its holders died or restarted): a miss */
+      size_t *w = &where[map[j] * ECS_CLI_MAX_COPIES], nw = 0;
+      for (size_t h = 0; h < recs[j].nholders && nw < ECS_CLI_MAX_COPIES; h++) {
+        ecs_cli_srv_t *s = slot_of(c, recs[j].holders[h].node_id);
+        if (s && s->live && s->reg_epoch == recs[j].holders[h].epoch)
+          w[nw++] = (size_t)(s - c->srv);
+        else
+          unseen = 1;
+      }
+      /* nearest first: a holder on this host (shm), then the others */
+      for (size_t a = 1; a < nw; a++)
+        for (size_t b = a; b > 0 && c->srv[w[b]].local && !c->srv[w[b - 1]].local; b--) {
+          size_t t = w[b];
+          w[b] = w[b - 1];
+          w[b - 1] = t;
+        }
+      for (size_t r = nw; r < ECS_CLI_MAX_COPIES; r++)
+        w[r] = ECS_CLI_NOWHERE;
     }
     if (!unseen || pass == 1 || ecs__place_refresh(c, 1) != ECS_OK)
       break;

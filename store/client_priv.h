@@ -141,6 +141,8 @@ struct ecs_client {
   int placement;               /* ECS_PLACE_*: where a discovery put goes */
   uint64_t next_refresh_ms;    /* discovery: when the registry is read again */
   uint64_t redis_retry_ms;     /* after a Redis failure, exists asks the servers until then */
+  size_t copies_stored;        /* copies the last put stored (replicas) */
+  size_t copies_wanted;        /* copies it asked for: items x replicas */
   uint32_t next_req;           /* request ids */
   uint8_t *rmeta;              /* reply records buffer */
   size_t rmeta_cap;            /* its size */
@@ -173,15 +175,24 @@ int ecs__place_parse(ecs_client_t *c, const char *name, char *errbuf, size_t err
  * connections dropped, a restarted one (new epoch) is reconnected lazily.
  * ECS_OK, or Redis's error (the last known servers are kept). */
 int ecs__place_refresh(ecs_client_t *c, int force);
+/* Most copies of one object (config.replicas; holders a get tries). */
+#define ECS_CLI_MAX_COPIES ECS_META_MAX_HOLDERS
+
 /* The server a put of keys[i] (nbytes) goes to under c->placement, over
- * the live servers; load[] (c->nsrv entries, the bytes this batch already
- * sent each) is updated.  ECS_CLI_NOWHERE when no server is live. */
-size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint64_t *load);
+ * the live servers other than taken[0..ntaken) (those already chosen for
+ * this item's other copies); load[] (c->nsrv entries, the bytes this
+ * batch already sent each) is updated.  ECS_CLI_NOWHERE when no server is
+ * left. */
+size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint64_t *load,
+                      const size_t *taken, size_t ntaken);
 /* The servers holding keys[i] for the items with ok[i] == ECS_OK, from
- * their Redis records in one pipelined round trip: where[i] is a live
- * slot whose node and epoch match the record, or ECS_CLI_NOWHERE (no
- * record, or a node that died or restarted: a miss).  An error is
- * Redis's, for the whole batch (c->errmsg says so). */
+ * their Redis records in one pipelined round trip: where[i *
+ * ECS_CLI_MAX_COPIES + r] for r = 0, 1, ... are the live slots whose node
+ * and epoch match a holder of the record, nearest first (this host's, then
+ * the others), then ECS_CLI_NOWHERE (where[i * ECS_CLI_MAX_COPIES] is
+ * NOWHERE for no record, or holders that all died or restarted: a miss).
+ * where must hold n * ECS_CLI_MAX_COPIES entries.  An error is Redis's,
+ * for the whole batch (c->errmsg says so). */
 int ecs__place_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const int *ok, size_t *where);
 /* Marks slot s as failing: placement skips it for ECS_CLI_DOWN_MS and the
  * registry is read again on the next call. */

@@ -40,62 +40,103 @@
 #define META_SCAN_COUNT "1000"    /* SCAN COUNT hint per re-sync step */
 #define META_SCAN_STEPS 64        /* SCAN calls per tick while re-syncing */
 #define META_REC_FIELDS 10        /* fields of an object record */
+#define META_REC_ARGC 24          /* HSET, the key, the fields and this node's holder entry */
 #define META_KEY_MAX 400          /* "ecs:" ns ":obj:" key, with room to spare */
 
 /*
  * The read check, run by exists_batch, lookup_batch and the re-sync sweep.
- * For each record: missing -> 0; node registry missing or with another
- * epoch (or the record lacks node/epoch) -> the record is deleted, -1; else
- * live: 1 (mode "e"), the record's fields (mode "l"), or 1 when the record
- * is the caller's node ARGV[3] and 2 when another node's (mode "s").  A key
- * of another type (someone else's garbage) counts as missing, so that it
- * cannot fail the whole batch.
+ * A record lists every node holding a copy in its fields "h:{node}" (value:
+ * that node's epoch when it wrote; replicas, docs/redis-schema.md); a
+ * record written before holders were listed has only "node" and "epoch",
+ * which then name its one holder.  For each record: missing -> 0; each
+ * holder whose registry entry is missing or carries another epoch is
+ * dropped (its "h:" field deleted); none left live -> the record is
+ * deleted, -1; else live: 1 (mode "e"), the record's ten fields followed
+ * by node, epoch of every live holder (mode "l"), or 1 when the caller's
+ * node ARGV[3] is a live holder and 2 when only others are (mode "s").  A
+ * key of another type (someone else's garbage) counts as missing, so that
+ * it cannot fail the whole batch.
  * Registry epochs are cached per node for the duration of one call.
+ * exists (mode "e") first tries the common case in two cheap calls: the
+ * last writer ("node") is live and still a holder; only otherwise is the
+ * whole record read.
  */
 static const char meta_check_lua[] =
     "local pfx, mode, me = ARGV[1], ARGV[2], ARGV[3]\n"
-    "local cache = {}\n"
-    "local out = {}\n"
-    "for i = 1, #KEYS do\n"
-    "  local k = KEYS[i]\n"
-    "  local r\n"
-    "  if mode == 'l' then\n"
-    "    r = redis.pcall('HMGET', k, 'node', 'epoch', 'off', 'len', 'raw_len', 'dtype', 'shape', 'csum',\n"
-    "                    'codec', 't')\n"
-    "  else\n"
-    "    r = redis.pcall('HMGET', k, 'node', 'epoch')\n"
+    "local cache, out = {}, {}\n"
+    "local names = {'node', 'epoch', 'off', 'len', 'raw_len', 'dtype', 'shape', 'csum', 'codec', 't'}\n"
+    "local byte, sub = string.byte, string.sub\n"
+    "local function regepoch(id)\n"
+    "  local ne = cache[id]\n"
+    "  if ne == nil then\n"
+    "    ne = redis.call('HGET', pfx .. id, 'epoch')\n"
+    "    cache[id] = ne\n"
     "  end\n"
-    "  if r.err then r = {false, false} end\n"
-    "  local node, epoch = r[1], r[2]\n"
-    "  local res = 0\n"
-    "  if node or epoch then\n"
-    "    local live = false\n"
-    "    if node and epoch then\n"
-    "      local ne = cache[node]\n"
-    "      if ne == nil then\n"
-    "        ne = redis.call('HGET', pfx .. node, 'epoch')\n"
-    "        cache[node] = ne\n"
-    "      end\n"
-    "      live = (ne == epoch)\n"
-    "    end\n"
-    "    if not live then\n"
-    "      redis.call('DEL', k)\n"
-    "      res = -1\n"
-    "    elseif mode == 'l' then\n"
-    "      res = r\n"
-    "    elseif mode == 's' then\n"
-    "      if node == me then res = 1 else res = 2 end\n"
-    "    else\n"
-    "      res = 1\n"
-    "    end\n"
-    "  end\n"
-    "  out[i] = res\n"
+    "  return ne\n"
     "end\n"
+    "local function check(k)\n"
+    "  if mode == 'e' then\n"
+    "    local q = redis.pcall('HMGET', k, 'node', 'epoch')\n"
+    "    if not q.err and q[1] and q[2] and regepoch(q[1]) == q[2] and\n"
+    "       redis.call('HEXISTS', k, 'h:' .. q[1]) == 1 then\n"
+    "      return 1\n"
+    "    end\n"
+    "  end\n"
+    "  local r = redis.pcall('HGETALL', k)\n"
+    "  if r.err or #r == 0 then return 0 end\n"
+    "  local f, live, nh, mine = {}, {}, 0, false\n"
+    "  for j = 1, #r, 2 do\n"
+    "    local name, v = r[j], r[j + 1]\n"
+    "    if byte(name, 1) == 104 and byte(name, 2) == 58 then\n"
+    "      nh = nh + 1\n"
+    "      local id = sub(name, 3)\n"
+    "      if regepoch(id) == v then\n"
+    "        live[#live + 1] = id\n"
+    "        live[#live + 1] = v\n"
+    "        if id == me then mine = true end\n"
+    "      else\n"
+    "        redis.call('HDEL', k, name)\n"
+    "      end\n"
+    "    else\n"
+    "      f[name] = v\n"
+    "    end\n"
+    "  end\n"
+    "  if nh == 0 then\n"
+    "    if not f.node and not f.epoch then return 0 end\n"
+    "    if f.node and f.epoch and regepoch(f.node) == f.epoch then\n"
+    "      live[1] = f.node\n"
+    "      live[2] = f.epoch\n"
+    "      mine = f.node == me\n"
+    "    end\n"
+    "  end\n"
+    "  if #live == 0 then\n"
+    "    redis.call('DEL', k)\n"
+    "    return -1\n"
+    "  end\n"
+    "  if mode == 'l' then\n"
+    "    local res = {}\n"
+    "    for j, n in ipairs(names) do res[j] = f[n] or false end\n"
+    "    for j = 1, #live do res[10 + j] = live[j] end\n"
+    "    return res\n"
+    "  elseif mode == 's' then\n"
+    "    if mine then return 1 end\n"
+    "    return 2\n"
+    "  end\n"
+    "  return 1\n"
+    "end\n"
+    "for i = 1, #KEYS do out[i] = check(KEYS[i]) end\n"
     "return out\n";
 
-/* A record delete that only removes the record if it still names this node:
- * another node may have published the same content key since. */
-static const char meta_del_lua[] = "if redis.call('HGET', KEYS[1], 'node') == ARGV[1] then\n"
+/* A record delete on behalf of one holder: drops its "h:" field, and the
+ * whole record only when no other holder is listed (a record without
+ * holder fields, written before replicas, goes only if "node" still names
+ * this node).  Another node may hold a copy, or have published the same
+ * content key since: its entry must stay. */
+static const char meta_del_lua[] = "local had = redis.call('HDEL', KEYS[1], 'h:' .. ARGV[1])\n"
+                                   "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do\n"
+                                   "  if string.sub(f, 1, 2) == 'h:' then return 0 end\n"
+                                   "end\n"
+                                   "if had == 1 or redis.call('HGET', KEYS[1], 'node') == ARGV[1] then\n"
                                    "  return redis.call('DEL', KEYS[1])\n"
                                    "end\n"
                                    "return 0\n";
@@ -617,8 +658,9 @@ static size_t meta_obj_key(const ecs_meta_t *m, char *buf, const void *key, uint
 typedef struct meta_rec_fmt {
   char key[META_KEY_MAX], epoch[24], off[24], len[24], raw[24], dtype[8], shape[ECS_MAX_DIMS * 21 + 1],
       csum[17], codec[8], t[24];
-  const char *argv[22]; /* HSET key field value ... */
-  size_t lens[22];      /* their lengths */
+  char holder[2 + 64];             /* "h:{node}": this node holds a copy (replicas) */
+  const char *argv[META_REC_ARGC]; /* HSET key field value ... */
+  size_t lens[META_REC_ARGC];      /* their lengths */
 } meta_rec_fmt_t;
 
 /* Formats rec's HSET; -1 for a record that cannot be written. */
@@ -636,10 +678,12 @@ static int meta_rec_format(const ecs_meta_t *m, const ecs_meta_rec_t *rec, meta_
   snprintf(f->csum, sizeof f->csum, "%016llx", (unsigned long long)rec->checksum);
   snprintf(f->codec, sizeof f->codec, "%u", (unsigned)rec->codec);
   snprintf(f->t, sizeof f->t, "%llu", (unsigned long long)(rec->t_ms ? rec->t_ms : ecs_wall_ms()));
-  const char *argv[] = {"HSET", f->key,  "node",    m->node_id, "epoch", f->epoch, "off",   f->off,
-                        "len",  f->len,  "raw_len", f->raw,     "dtype", f->dtype, "shape", f->shape,
-                        "csum", f->csum, "codec",   f->codec,   "t",     f->t};
-  for (int i = 0; i < 22; i++) { /* argv[1] is the binary key: never strlen it */
+  snprintf(f->holder, sizeof f->holder, "h:%s", m->node_id);
+  const char *argv[] = {"HSET", f->key,  "node",    m->node_id, "epoch", f->epoch, "off",     f->off,
+                        "len",  f->len,  "raw_len", f->raw,     "dtype", f->dtype, "shape",   f->shape,
+                        "csum", f->csum, "codec",   f->codec,   "t",     f->t,     f->holder, f->epoch};
+  _Static_assert(sizeof argv / sizeof argv[0] == META_REC_ARGC, "record argv");
+  for (int i = 0; i < META_REC_ARGC; i++) { /* argv[1] is the binary key: never strlen it */
     f->argv[i] = argv[i];
     f->lens[i] = i == 1 ? klen : strlen(argv[i]);
   }
@@ -654,14 +698,14 @@ void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
   meta_rec_fmt_t f;
   if (m->async) {
     if (meta_rec_format(m, rec, &f) == 0)
-      meta_async_write(m, 22, f.argv, f.lens);
+      meta_async_write(m, META_REC_ARGC, f.argv, f.lens);
     return;
   }
   if (!ecs__rds_up(&m->link))
     return; /* down: the re-sync after the reconnect publishes it */
   if (meta_rec_format(m, rec, &f) != 0)
     return;
-  meta_enqueue(m, 22, f.argv, f.lens);
+  meta_enqueue(m, META_REC_ARGC, f.argv, f.lens);
   meta_maybe_autoflush(m);
 }
 
@@ -936,21 +980,19 @@ typedef struct meta_lookup_ctx {
 
 #define META_FIELD(e, j) ((e)->element[j]->type == REDIS_REPLY_STRING)
 
-/* Parses the fields (node epoch off len raw_len dtype shape csum codec t). */
+/* Parses the fields (node epoch off len raw_len dtype shape csum codec t)
+ * and the live holders' (node, epoch) pairs after them (at least one;
+ * beyond ECS_META_MAX_HOLDERS the rest are left out). */
 static int meta_parse_rec(const redisReply *e, ecs_meta_rec_t *rec) {
-  if (e->type != REDIS_REPLY_ARRAY || e->elements != META_REC_FIELDS)
+  if (e->type != REDIS_REPLY_ARRAY || e->elements < META_REC_FIELDS + 2 ||
+      (e->elements - META_REC_FIELDS) % 2 != 0)
     return -1;
-  for (size_t j = 0; j < META_REC_FIELDS; j++)
+  for (size_t j = 0; j < e->elements; j++)
     if (!META_FIELD(e, j))
       return -1;
   const redisReply *const *f = (const redisReply *const *)e->element;
   uint64_t dtype, codec;
-  if (f[0]->len == 0 || f[0]->len >= sizeof rec->node_id || memchr(f[0]->str, '\0', f[0]->len) != NULL)
-    return -1;
-  memcpy(rec->node_id, f[0]->str, f[0]->len);
-  rec->node_id[f[0]->len] = '\0';
-  if (ecs__rds_parse_u64(f[1]->str, f[1]->len, &rec->epoch) ||
-      ecs__rds_parse_u64(f[2]->str, f[2]->len, &rec->off) ||
+  if (ecs__rds_parse_u64(f[2]->str, f[2]->len, &rec->off) ||
       ecs__rds_parse_u64(f[3]->str, f[3]->len, &rec->nbytes) ||
       ecs__rds_parse_u64(f[4]->str, f[4]->len, &rec->raw_nbytes) ||
       ecs__rds_parse_u64(f[5]->str, f[5]->len, &dtype) || dtype > 255 ||
@@ -961,6 +1003,30 @@ static int meta_parse_rec(const redisReply *e, ecs_meta_rec_t *rec) {
     return -1;
   rec->desc.dtype = (uint8_t)dtype;
   rec->codec = (uint8_t)codec;
+  rec->nholders = 0;
+  for (size_t j = META_REC_FIELDS; j + 1 < e->elements; j += 2) {
+    const redisReply *id = f[j], *ep = f[j + 1];
+    if (rec->nholders == ECS_META_MAX_HOLDERS)
+      break;
+    ecs_meta_holder_t *h = &rec->holders[rec->nholders];
+    if (id->len == 0 || id->len >= sizeof h->node_id || memchr(id->str, '\0', id->len) != NULL ||
+        ecs__rds_parse_u64(ep->str, ep->len, &h->epoch))
+      return -1;
+    memcpy(h->node_id, id->str, id->len);
+    h->node_id[id->len] = '\0';
+    rec->nholders++;
+  }
+  /* node and epoch: the last writer ("node") while it is a live holder,
+   * else the first live holder */
+  size_t pick = 0;
+  for (size_t h = 0; h < rec->nholders; h++)
+    if (f[0]->len == strlen(rec->holders[h].node_id) &&
+        !memcmp(f[0]->str, rec->holders[h].node_id, f[0]->len)) {
+      pick = h;
+      break;
+    }
+  memcpy(rec->node_id, rec->holders[pick].node_id, sizeof rec->node_id);
+  rec->epoch = rec->holders[pick].epoch;
   return 0;
 }
 
@@ -1280,7 +1346,7 @@ int ecs_meta_put_async(ecs_meta_t *m, const ecs_meta_rec_t *rec, ecs_meta_done_f
   meta_rec_fmt_t f;
   if (meta_rec_format(m, rec, &f) != 0)
     return ECS_EINVAL;
-  return meta_send_awaited(m, 22, f.argv, f.lens, done, ctx);
+  return meta_send_awaited(m, META_REC_ARGC, f.argv, f.lens, done, ctx);
 }
 
 /* Sends a write whose outcome the caller awaits through done. */
@@ -1313,7 +1379,7 @@ static void meta_register_async(ecs_meta_t *m) {
   snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
   char fb[24]; /* free bytes, for clients placing puts by load */
   snprintf(fb, sizeof fb, "%llu", (unsigned long long)(m->free_bytes ? m->free_bytes : m->pool_size));
-  const char *hset[] = {"HSET", m->node_key, "addr",  m->addr, "port",    port,    "pool",
+  const char *hset[] = {"HSET", m->node_key, "addr", m->addr,   "port",  port,   "pool",
                         pool,   "epoch",     epoch,  "started", started, "free", fb};
   const char *expire[] = {"EXPIRE", m->node_key, ttl};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
@@ -1598,7 +1664,7 @@ int ecs_meta_attach_loop(ecs_meta_t *m, int epfd) {
   if (rc != ECS_OK)
     return rc;
   ecs__rdsa_set_auth(&m->alink, m->link.user, m->link.pass); /* resolved by the blocking link */
-  ecs__rds_close(&m->link); /* the blocking link rests until unregister */
+  ecs__rds_close(&m->link);                                  /* the blocking link rests until unregister */
   meta_queue_clear(m);
   m->async = 1;
   m->resync_owed = 1;

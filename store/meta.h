@@ -6,7 +6,8 @@
  * which never touches a data server) and lookup_batch() (routing).  The
  * schema is docs/redis-schema.md:
  *
- *   ecs:{ns}:obj:{key}   hash  node epoch off len raw_len dtype shape csum codec t
+ *   ecs:{ns}:obj:{key}   hash  node epoch off len raw_len dtype shape csum codec t,
+ *                              and h:{id} = epoch for every node holding a copy
  *   ecs:{ns}:node:{id}   hash  addr port pool epoch started free   (TTL heartbeat)
  *   ecs:{ns}:nodes       set   node ids
  *
@@ -49,16 +50,28 @@ typedef struct ecs_meta_opts {
   int reconnect_ms;      /* least time between reconnect attempts (default 1000) */
 } ecs_meta_opts_t;
 
+/* Most holders of one object a lookup reports (replicas). */
+#define ECS_META_MAX_HOLDERS 8
+
+/* A node holding a copy of an object, and its epoch when it wrote. */
+typedef struct ecs_meta_holder {
+  char node_id[64]; /* NUL-terminated */
+  uint64_t epoch;
+} ecs_meta_holder_t;
+
 /* An object record as stored in Redis. */
 typedef struct ecs_meta_rec {
   const uint8_t *key; /* borrowed */
   uint16_t key_len;
-  char node_id[64]; /* NUL-terminated */
+  char node_id[64]; /* NUL-terminated; lookup: the last writer if a live holder, else the first */
   uint64_t epoch;
   uint64_t off, nbytes, raw_nbytes, checksum;
   uint8_t codec;
   ecs_tensor_desc_t desc;
   uint64_t t_ms; /* commit time, wall-clock ms */
+  /* lookup only: the live holders (replicas; one for a single copy) */
+  ecs_meta_holder_t holders[ECS_META_MAX_HOLDERS];
+  size_t nholders;
 } ecs_meta_rec_t;
 
 typedef struct ecs_meta_node {

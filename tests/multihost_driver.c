@@ -4,9 +4,9 @@
  * simulated host.  Every client here is configured with only a Redis URL
  * and a namespace: the servers come from the registry.
  *
- *   put     --prefix P --n N --size B [--placement X]
+ *   put     --prefix P --n N --size B [--placement X] [--replicas R]
  *           puts P-0..P-(N-1), each B bytes of a pattern drawn from its key;
- *           prints "put ok=N fail=F"; exit 0 when all are OK
+ *           prints "put ok=N fail=F copies=S/W"; exit 0 when all are OK
  *   getloop --ctl FILE --n N --size B --rounds R [--interval-ms I]
  *           each round reads the prefixes listed in FILE (one a line: a
  *           prefix, or "stop"), gets all their objects in one batch with
@@ -25,6 +25,10 @@
  *           a batch of N/2 objects of P and N/2 of Q (held by two servers)
  *           in one call, against the same two halves in two calls one
  *           after the other: what fetching the groups in parallel saves
+ *   putbench --prefix P --n N --size B --reps R [--replicas K]
+ *           median and spread of a put batch of N fresh objects with
+ *           replicas 1 and with replicas K (default 2), the two
+ *           alternating rep by rep, and the ratio of the medians
  *
  * Common: --redis URL --ns NS [--transport T] [--timeout-ms MS]
  * [--verify 0|1] (the client's verify_checksum, default 1).
@@ -50,7 +54,7 @@
 
 typedef struct opts {
   const char *redis, *ns, *prefix, *placement, *transport, *ctl, *listen, *raw, *batches, *prefix2;
-  int n, rounds, interval_ms, reps, timeout_ms, verify;
+  int n, rounds, interval_ms, reps, timeout_ms, verify, replicas;
   uint64_t size;
 } opts_t;
 
@@ -92,6 +96,7 @@ static ecs_client_t *connect_or_die(const opts_t *o) {
   cfg.connect_timeout_ms = o->timeout_ms < 1000 ? o->timeout_ms : 1000;
   cfg.registry_refresh_ms = 500;
   cfg.verify_checksum = o->verify;
+  cfg.replicas = o->replicas;
   ecs_client_t *c = NULL;
   char err[300] = "";
   int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
@@ -116,6 +121,7 @@ static int cmd_put(const opts_t *o) {
   char(*names)[64] = key_names(o->prefix, o->n);
   uint8_t *buf = malloc(o->size ? o->size : 1);
   int ok = 0, fail = 0;
+  size_t stored = 0, wanted = 0;
   for (int i = 0; i < o->n; i++) { /* one at a time: a put's bytes can be large */
     pattern(names[i], buf, o->size);
     ecs_key_t k = {names[i], strlen(names[i])};
@@ -123,6 +129,10 @@ static int cmd_put(const opts_t *o) {
     t.desc.shape[0] = o->size;
     int st = ECS_OK;
     int rc = ecs_put_batch(c, &k, &t, 1, &st);
+    size_t s1 = 0, w1 = 0;
+    ecs_client_put_copies(c, &s1, &w1);
+    stored += s1;
+    wanted += w1;
     if (rc == ECS_OK && st == ECS_OK)
       ok++;
     else {
@@ -130,8 +140,8 @@ static int cmd_put(const opts_t *o) {
       fprintf(stderr, "put %s: %s (%s)\n", names[i], ecs_strerror(rc ? rc : st), ecs_client_errmsg(c));
     }
   }
-  printf("put ok=%d fail=%d servers=%zu transport=%s\n", ok, fail, ecs_client_server_count(c),
-         ecs_client_transport(c));
+  printf("put ok=%d fail=%d copies=%zu/%zu servers=%zu transport=%s\n", ok, fail, stored, wanted,
+         ecs_client_server_count(c), ecs_client_transport(c));
   free(buf);
   free(names);
   ecs_client_close(c);
@@ -444,6 +454,73 @@ static int cmd_spread(const opts_t *o) {
   return fail;
 }
 
+/* Put batches of n fresh objects with replicas 1 and with replicas K, in
+ * turns (which goes first alternates rep by rep, so drift in the machine's
+ * load falls on both alike); prints each one's median [p10..p90] and the
+ * ratio of the medians. */
+static int cmd_putbench(const opts_t *o) {
+  opts_t o1 = *o, ok = *o;
+  o1.replicas = 1;
+  ok.replicas = o->replicas > 1 ? o->replicas : 2;
+  ecs_client_t *c[2] = {connect_or_die(&o1), connect_or_die(&ok)};
+  uint8_t *data = malloc(o->size * (uint64_t)o->n);
+  ecs_key_t *keys = calloc((size_t)o->n, sizeof *keys);
+  ecs_tensor_t *ts = calloc((size_t)o->n, sizeof *ts);
+  int *st = calloc((size_t)o->n, sizeof *st);
+  char(*names)[64] = calloc((size_t)o->n, 64);
+  double *t[2] = {calloc((size_t)o->reps, sizeof(double)), calloc((size_t)o->reps, sizeof(double))};
+  if (!data || !keys || !ts || !st || !names || !t[0] || !t[1])
+    return 1;
+  for (int i = 0; i < o->n; i++) {
+    ts[i].data = data + (uint64_t)i * o->size;
+    ts[i].nbytes = o->size;
+    ts[i].desc.dtype = ECS_DTYPE_U8;
+    ts[i].desc.ndim = 1;
+    ts[i].desc.shape[0] = o->size;
+  }
+  int fail = 0;
+  size_t copies[2] = {0, 0};
+  for (int r = -1; r < o->reps; r++) { /* rep -1 warms both clients' connections up */
+    for (int k = 0; k < 2; k++) {
+      int w = (r & 1) ? 1 - k : k;
+      for (int i = 0; i < o->n; i++) {
+        snprintf(names[i], 64, "%.30s-r%d-%d-%d", o->prefix, w, r, i);
+        keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+        pattern(names[i], data + (uint64_t)i * o->size, o->size);
+      }
+      double t0 = now_s();
+      int rc = ecs_put_batch(c[w], keys, ts, (size_t)o->n, st);
+      double dt = now_s() - t0;
+      size_t stored = 0, wanted = 0;
+      ecs_client_put_copies(c[w], &stored, &wanted);
+      for (int i = 0; i < o->n; i++)
+        fail += rc != ECS_OK || st[i] != ECS_OK;
+      if (r >= 0) {
+        t[w][r] = dt;
+        copies[w] += stored;
+      }
+    }
+  }
+  double med[2], lo[2], hi[2];
+  for (int w = 0; w < 2; w++)
+    stats(t[w], o->reps, &med[w], &lo[w], &hi[w]);
+  printf(
+      "put batch of %d x %llu B, %d reps: replicas 1: %.2f ms [%.2f..%.2f] (%zu copies); replicas %d: %.2f "
+      "ms [%.2f..%.2f] (%zu copies); ratio %.2f; failed items %d\n",
+      o->n, (unsigned long long)o->size, o->reps, med[0] * 1e3, lo[0] * 1e3, hi[0] * 1e3, copies[0],
+      ok.replicas, med[1] * 1e3, lo[1] * 1e3, hi[1] * 1e3, copies[1], med[1] / med[0], fail);
+  free(data);
+  free(keys);
+  free(ts);
+  free(st);
+  free(names);
+  free(t[0]);
+  free(t[1]);
+  ecs_client_close(c[0]);
+  ecs_client_close(c[1]);
+  return fail ? 1 : 0;
+}
+
 static uint64_t parse_size(const char *s) {
   char *end;
   unsigned long long v = strtoull(s, &end, 10);
@@ -468,14 +545,27 @@ int main(int argc, char **argv) {
               .reps = 20,
               .timeout_ms = 3000,
               .batches = "1,32",
-              .verify = 1};
-  static const struct option lo[] = {
-      {"redis", 1, 0, 'r'},       {"ns", 1, 0, 's'},        {"prefix", 1, 0, 'p'},
-      {"prefix2", 1, 0, 'q'},     {"placement", 1, 0, 'P'}, {"transport", 1, 0, 't'},
-      {"ctl", 1, 0, 'c'},         {"listen", 1, 0, 'l'},    {"raw", 1, 0, 'w'},
-      {"n", 1, 0, 'n'},           {"size", 1, 0, 'z'},      {"rounds", 1, 0, 'R'},
-      {"interval-ms", 1, 0, 'i'}, {"reps", 1, 0, 'e'},      {"timeout-ms", 1, 0, 'T'},
-      {"batches", 1, 0, 'b'},     {"verify", 1, 0, 'v'},    {0, 0, 0, 0}};
+              .verify = 1,
+              .replicas = 1};
+  static const struct option lo[] = {{"redis", 1, 0, 'r'},
+                                     {"ns", 1, 0, 's'},
+                                     {"prefix", 1, 0, 'p'},
+                                     {"prefix2", 1, 0, 'q'},
+                                     {"placement", 1, 0, 'P'},
+                                     {"transport", 1, 0, 't'},
+                                     {"ctl", 1, 0, 'c'},
+                                     {"listen", 1, 0, 'l'},
+                                     {"raw", 1, 0, 'w'},
+                                     {"n", 1, 0, 'n'},
+                                     {"size", 1, 0, 'z'},
+                                     {"rounds", 1, 0, 'R'},
+                                     {"interval-ms", 1, 0, 'i'},
+                                     {"reps", 1, 0, 'e'},
+                                     {"timeout-ms", 1, 0, 'T'},
+                                     {"batches", 1, 0, 'b'},
+                                     {"verify", 1, 0, 'v'},
+                                     {"replicas", 1, 0, 'K'},
+                                     {0, 0, 0, 0}};
   int ch;
   optind = 2;
   while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -497,12 +587,14 @@ int main(int argc, char **argv) {
     case 'T': o.timeout_ms = atoi(optarg); break;
     case 'b': o.batches = optarg; break;
     case 'v': o.verify = atoi(optarg) != 0; break;
+    case 'K': o.replicas = atoi(optarg); break;
     default: return 2;
     }
   }
   /* every count and size from the command line is bounded before use */
   if (o.n < 1 || o.n > 100000 || o.size > (64ull << 20) || o.reps < 1 || o.reps > 100000 || o.rounds < 0 ||
-      o.interval_ms < 0 || o.timeout_ms < 1) {
+      o.interval_ms < 0 || o.timeout_ms < 1 || o.replicas < 1 || o.replicas > ECS_MAX_REPLICAS ||
+      (uint64_t)o.n * o.size > (1ull << 30)) {
     fprintf(stderr, "ecs-mh-driver: option out of range\n");
     return 2;
   }
@@ -523,6 +615,8 @@ int main(int argc, char **argv) {
     return cmd_spread(&o);
   if (!strcmp(cmd, "bench") && o.prefix && o.raw)
     return cmd_bench(&o);
+  if (!strcmp(cmd, "putbench") && o.prefix)
+    return cmd_putbench(&o);
   fprintf(stderr, "ecs-mh-driver: unknown command or missing option\n");
   return 2;
 }

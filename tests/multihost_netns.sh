@@ -10,7 +10,9 @@
 #   2. a PD client on h3 gets batches spanning both, bytes checked, in one
 #      long-lived process;
 #   3. h1's server is killed mid-run: its objects become misses, the rest of
-#      every batch succeeds, nothing wrong and no batch error;
+#      every batch succeeds, nothing wrong and no batch error; the objects
+#      h1's encoder put with replicas 2 (one copy local, one elsewhere) are
+#      all still read, from their other copy (a host loss survived);
 #   4. a fourth host joins mid-run: its encoder's puts reach it, the PD
 #      client (not restarted) reads them, and hash puts from h3 now reach it;
 #   5. ecstore-cli --redis URL --ns NS put/get across hosts.
@@ -75,6 +77,12 @@ for h in h1 h2; do
   [ "$held" = "$N" ] || fail "placement local: $held of $N objects of the encoder on $h are on its own server"
 done
 
+# replicas 2 from h1's encoder: a copy on its own server, the other by hash
+out=$(mh_exec h1 timeout 60 "$DRV" put --redis "$REDIS" --ns "$NS" --placement local --replicas 2 \
+  --prefix rh1 --n $N --size $SIZE) || fail "encoder on h1, replicas 2: $out"
+echo "encoder h1, replicas 2: $out"
+case "$out" in *"copies=$((2 * N))/$((2 * N)) "*) ;; *) fail "replicas 2: not every copy stored: $out" ;; esac
+
 # placement local on a host without a server (Redis's): rendezvous over all
 out=$(mh_exec r timeout 60 "$DRV" put --redis "$REDIS" --ns "$NS" --placement local --prefix fromr --n 8 \
   --size 4K) || fail "placement local without a local server: $out"
@@ -83,6 +91,7 @@ case "$out" in *transport=tcp*) ;; *) fail "placement local from a host without 
 # 2. the PD client on h3, one process for the whole run
 echo eh1 >"$TMP/ctl"
 echo eh2 >>"$TMP/ctl"
+echo rh1 >>"$TMP/ctl"
 mh_bg h3 "$TMP/pd.log" "$DRV" getloop --redis "$REDIS" --ns "$NS" --ctl "$TMP/ctl" --n $N \
   --size $SIZE --rounds 400 --interval-ms 100
 PD=$MH_PID
@@ -135,6 +144,7 @@ awk -v before="$mark_before" -v killed="$mark_killed" -v joined="$mark_joined" -
     for (i = 1; i <= NF; i++) { split($i, kv, /[=:]/); v[kv[1]] = kv[2] }
     if (v["rc"] != 0 || v["wrong"] != 0 || v["other"] != 0) { print "bad round: " $0; bad = 1 }
     if (v["eh2"] != n) { print "h2 objects missing: " $0; bad = 1 }
+    if (v["rh1"] != n) { print "replicated h1 objects missing: " $0; bad = 1 }
     if (k <= before && v["eh1"] != n) { print "h1 objects missing before the kill: " $0; bad = 1 }
     if (k > killed && v["eh1"] != 0) { print "h1 objects read after its server died: " $0; bad = 1 }
     if (k > joined && v["eh4"] != n) { print "joined host not read without a restart: " $0; bad = 1 }

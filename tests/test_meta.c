@@ -721,6 +721,102 @@ static void test_stale_epoch(void **state) {
   free(ks);
 }
 
+/* ---- replicas: several holders of one record -------------------------- */
+
+static long long raw_hexists(fx_t *f, const uint8_t *key, uint16_t len, const char *field) {
+  redisReply *r = redisCommand(f->raw, "HEXISTS ecs:" NS ":obj:%b %s", key, (size_t)len, field);
+  assert_non_null(r);
+  long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+  freeReplyObject(r);
+  return v;
+}
+
+/* Two nodes hold the same keys: a lookup lists both; a node's delete
+ * drops only its own entry (the record goes with the last holder); a dead
+ * holder is dropped by the read check while the live one keeps the
+ * record; a record without holder fields (written before replicas) still
+ * reads, and is deleted only by the node it names. */
+static void test_replica_holders(void **state) {
+  fx_t *f = *state;
+  keyset_t *ks = keys_make(4, 5);
+  ecs_meta_t *a = open_server(f, "node-a", 100, 10);
+  ecs_meta_t *b = open_server(f, "node-b", 200, 10);
+  assert_int_equal(ecs_meta_register(a), ECS_OK);
+  assert_int_equal(ecs_meta_register(b), ECS_OK);
+  put_range(a, ks, 0, 3);
+  put_range(b, ks, 0, 3);
+  ecs_meta_t *cl = open_client(f, 500);
+  ecs_meta_rec_t recs[4];
+  int st[4], ex[4];
+  assert_int_equal(ecs_meta_lookup_batch(cl, ks->ptr, ks->len, 3, recs, st), ECS_OK);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(st[i], ECS_OK);
+    assert_int_equal(recs[i].nholders, 2);
+    int seen_a = 0, seen_b = 0;
+    for (size_t h = 0; h < 2; h++) {
+      seen_a |= !strcmp(recs[i].holders[h].node_id, "node-a") && recs[i].holders[h].epoch == 100;
+      seen_b |= !strcmp(recs[i].holders[h].node_id, "node-b") && recs[i].holders[h].epoch == 200;
+    }
+    assert_true(seen_a && seen_b);
+    assert_string_equal(recs[i].node_id, "node-b");       /* the last writer, as before replicas */
+    assert_int_equal(recs[i].nbytes, 1000 + (uint64_t)i); /* the fields as before */
+  }
+  /* node-a evicts key 0: node-b's copy stays listed */
+  ecs_meta_queue_del(a, ks->ptr[0], ks->len[0]);
+  assert_int_equal(ecs_meta_flush(a), ECS_OK);
+  assert_int_equal(ecs_meta_lookup_batch(cl, ks->ptr, ks->len, 1, recs, st), ECS_OK);
+  assert_int_equal(st[0], ECS_OK);
+  assert_int_equal(recs[0].nholders, 1);
+  assert_string_equal(recs[0].node_id, "node-b");
+  assert_int_equal(recs[0].epoch, 200);
+  ecs_meta_queue_del(b, ks->ptr[0], ks->len[0]); /* the last holder: the record goes */
+  assert_int_equal(ecs_meta_flush(b), ECS_OK);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[0], ks->len[0]), 0);
+  /* node-a dies (its registry entry gone): its entries are dropped on
+   * read, node-b's keep the records alive */
+  assert_int_equal(raw_int(f, "DEL", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 1);
+  assert_int_equal(ecs_meta_exists_batch(cl, &ks->ptr[1], &ks->len[1], 2, ex), ECS_OK);
+  assert_int_equal(ex[0] + ex[1], 2); /* answered by node-b, the last writer: the cheap path */
+  assert_int_equal(ecs_meta_lookup_batch(cl, &ks->ptr[1], &ks->len[1], 1, recs, st), ECS_OK);
+  assert_int_equal(st[0], ECS_OK);
+  assert_int_equal(recs[0].nholders, 1);
+  assert_int_equal(raw_hexists(f, ks->ptr[1], ks->len[1], "h:node-a"), 0); /* the full read dropped it */
+  assert_int_equal(raw_hexists(f, ks->ptr[1], ks->len[1], "h:node-b"), 1);
+  assert_int_equal(ecs_meta_lookup_batch(cl, &ks->ptr[2], &ks->len[2], 1, recs, st), ECS_OK);
+  assert_int_equal(st[0], ECS_OK);
+  assert_int_equal(recs[0].nholders, 1);
+  assert_string_equal(recs[0].node_id, "node-b");
+  /* the last writer dead, another holder live: exists reads the whole
+   * record and still says yes */
+  put_range(b, ks, 2, 3);
+  put_range(a, ks, 2, 3); /* node-a writes last... */
+  assert_int_equal(raw_int(f, "DEL", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 0);
+  assert_int_equal(ecs_meta_exists_batch(cl, &ks->ptr[2], &ks->len[2], 1, ex), ECS_OK);
+  assert_int_equal(ex[0], 1);
+  assert_int_equal(raw_hexists(f, ks->ptr[2], ks->len[2], "h:node-a"), 0); /* ...and is dropped */
+  /* A record as written before replicas: node and epoch, no holders. */
+  redisReply *r = redisCommand(f->raw,
+                               "HSET ecs:" NS ":obj:%b node node-b epoch 200 off 0 len 8 raw_len 8 dtype 3 "
+                               "shape 4 csum 0123456789abcdef codec 0 t 1",
+                               ks->ptr[3], (size_t)ks->len[3]);
+  assert_non_null(r);
+  freeReplyObject(r);
+  assert_int_equal(ecs_meta_lookup_batch(cl, &ks->ptr[3], &ks->len[3], 1, recs, st), ECS_OK);
+  assert_int_equal(st[0], ECS_OK);
+  assert_int_equal(recs[0].nholders, 1);
+  assert_string_equal(recs[0].node_id, "node-b");
+  ecs_meta_queue_del(a, ks->ptr[3], ks->len[3]); /* not node-a's: kept */
+  assert_int_equal(ecs_meta_flush(a), ECS_OK);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[3], ks->len[3]), 1);
+  ecs_meta_queue_del(b, ks->ptr[3], ks->len[3]);
+  assert_int_equal(ecs_meta_flush(b), ECS_OK);
+  assert_int_equal(raw_rec_exists(f, ks->ptr[3], ks->len[3]), 0);
+  ecs_meta_close(a);
+  ecs_meta_close(b);
+  ecs_meta_close(cl);
+  free(ks);
+}
+
 /* ---- deadlines -------------------------------------------------------- */
 
 static void test_deadline_stopped_redis(void **state) {
@@ -1064,6 +1160,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_registry_vanished, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_exists_lookup, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stale_epoch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_replica_holders, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deadline_stopped_redis, setup, teardown),
       cmocka_unit_test_setup_teardown(test_killed_redis, setup, teardown),
       cmocka_unit_test_setup_teardown(test_link_errors, setup, teardown),

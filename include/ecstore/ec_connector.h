@@ -98,8 +98,10 @@ typedef struct ecs_ec_config {
   /* [redis_password_file] Redis AUTH password: the first line of this file,
    * chmod 600 ("": the URL's, else ECSTORE_REDIS_PASSWORD) */
   char redis_password_file[512];
-  char placement[16];     /* [placement] servers from the registry: where a save goes, "hash" |
-                             "local" | "least-loaded" (hash; ignored with a servers list) */
+  char placement[16]; /* [placement] servers from the registry: where a save goes, "hash" |
+                         "local" | "least-loaded" (hash; ignored with a servers list) */
+  int replicas;       /* [replicas] servers from the registry: copies of each save on
+                         distinct servers, 1..8 (1; above 1 with a servers list: open fails) */
 } ecs_ec_config_t;
 
 /* Fills cfg with the defaults above. */

@@ -87,7 +87,15 @@ typedef struct ecs_client_config {
                                registry); ignored with a servers list (key hash) */
   int registry_refresh_ms;  /* discovery: how often the registry is read again (default
                                2000; also re-read after a server fails) */
+  int replicas;             /* discovery: copies of each put, on distinct servers (default
+                               1, at most ECS_MAX_REPLICAS); an item is ECS_OK when at
+                               least one copy is stored (ecs_client_put_copies() counts
+                               them); a get reads the nearest live copy and falls back to
+                               the others.  Above 1 with a servers list: connect refuses */
 } ecs_client_config_t;
+
+/* The most copies config.replicas may ask for. */
+#define ECS_MAX_REPLICAS 8
 
 /* max_object_size's default: 4 GiB, far above any embedding tensor. */
 #define ECS_DEFAULT_MAX_OBJECT_SIZE (UINT64_C(4) << 30)
@@ -139,6 +147,13 @@ ECS_API void ecs_client_close(ecs_client_t *c);
 
 /* Detail of the last whole-batch error of this handle ("" if none). */
 ECS_API const char *ecs_client_errmsg(const ecs_client_t *c);
+
+/* Copies stored by the last put or upsert on this handle, and the copies
+ * it asked for (items sent x config.replicas; without replicas both count
+ * items).  stored < wanted: some items have fewer copies than asked for (a
+ * server failed, or fewer live servers than replicas); ecs_client_errmsg()
+ * then says how many, even when every item is ECS_OK. */
+ECS_API void ecs_client_put_copies(const ecs_client_t *c, size_t *stored, size_t *wanted);
 
 /* Stores n tensors.  status[i]: ECS_OK (stored, or already stored with the
  * same content), ECS_ECONFLICT (the key holds different content),

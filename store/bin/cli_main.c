@@ -31,6 +31,8 @@ static void usage(FILE *f) {
           "                            its password: $ECSTORE_REDIS_PASSWORD, never in --redis\n"
           "  --placement P             where a put goes when the servers come from Redis:\n"
           "                            hash (default), local, least-loaded (docs/multihost.md)\n"
+          "  --replicas N              copies of a put on distinct servers (1..8, default 1;\n"
+          "                            servers from Redis only)\n"
           "  --ns NAME                 namespace (default 'default', or $ECSTORE_NS)\n"
           "  --auth-token-file FILE    token the servers require\n"
           "  --timeout-ms MS           deadline of each call (default 10000)\n"
@@ -159,6 +161,10 @@ static int cmd_put(ecs_client_t *c, int argc, char **argv, const char *dtype, co
     fprintf(stderr, "ecstore-cli: put %s: %s\n", argv[0], rc ? why(c, rc) : ecs_strerror(st));
     return 1;
   }
+  size_t stored = 0, wanted = 0;
+  ecs_client_put_copies(c, &stored, &wanted);
+  if (stored < wanted) /* stored, but with fewer copies than --replicas asked for */
+    fprintf(stderr, "ecstore-cli: put %s: %zu of %zu copies stored\n", argv[0], stored, wanted);
   return 0;
 }
 
@@ -325,12 +331,25 @@ int main(int argc, char **argv) {
     cfg.ns = getenv("ECSTORE_NS");
   const char *dtype = NULL, *shape = NULL;
   static char token[300];
-  enum { O_SERVER = 256, O_REDIS, O_NS, O_AUTH, O_TIMEOUT, O_DTYPE, O_SHAPE, O_JSON, O_HELP, O_PLACE };
+  enum {
+    O_SERVER = 256,
+    O_REDIS,
+    O_NS,
+    O_AUTH,
+    O_TIMEOUT,
+    O_DTYPE,
+    O_SHAPE,
+    O_JSON,
+    O_HELP,
+    O_PLACE,
+    O_REPL
+  };
   int json = 0;
   static const struct option opts[] = {{"server", required_argument, 0, O_SERVER},
                                        {"redis", required_argument, 0, O_REDIS},
                                        {"ns", required_argument, 0, O_NS},
                                        {"placement", required_argument, 0, O_PLACE},
+                                       {"replicas", required_argument, 0, O_REPL},
                                        {"auth-token-file", required_argument, 0, O_AUTH},
                                        {"timeout-ms", required_argument, 0, O_TIMEOUT},
                                        {"dtype", required_argument, 0, O_DTYPE},
@@ -355,6 +374,11 @@ int main(int argc, char **argv) {
       break;
     case O_NS: cfg.ns = optarg; break;
     case O_PLACE: cfg.placement = optarg; break;
+    case O_REPL:
+      if (ecs_parse_int(optarg, 1, ECS_MAX_REPLICAS, &v))
+        return die_usage("--replicas expects 1..8", optarg);
+      cfg.replicas = (int)v;
+      break;
     case O_AUTH:
       if (read_token(optarg, token, sizeof token))
         return 2;

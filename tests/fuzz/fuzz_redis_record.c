@@ -16,10 +16,12 @@
  * reader refuses arrays of more than FUZZ_MAX_ELEMENTS (docs/testing.md,
  * "Findings").
  *
- * Invariants: a record that parses has a node id of 1..63 bytes with no
- * NUL, at most ECS_MAX_DIMS dimensions, and when written back the way the
- * server writes it (meta.c ecs_meta_queue_put) and parsed again it is the
- * same record.
+ * Invariants: a record that parses has 1..ECS_META_MAX_HOLDERS holders
+ * (the live holders' id, epoch pairs after the ten fields: replicas), each
+ * id 1..63 bytes with no NUL, a node id that is one of them, at most
+ * ECS_MAX_DIMS dimensions, and when written back the way the lookup script
+ * returns it (the fields as ecs_meta_queue_put writes them, then the
+ * holders) and parsed again it is the same record.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -62,9 +64,9 @@ static void string_reply(redisReply *r, char *s) {
   r->len = strlen(s);
 }
 
-/* Writes rec as the server's HSET does and parses it back. */
+/* Writes rec as the lookup script returns it and parses it back. */
 static void check_round_trip(const ecs_meta_rec_t *rec) {
-  char f[REC_FIELDS][ECS_MAX_DIMS * 21 + 1];
+  char f[REC_FIELDS + 2 * ECS_META_MAX_HOLDERS][ECS_MAX_DIMS * 21 + 1];
   snprintf(f[0], sizeof f[0], "%s", rec->node_id);
   snprintf(f[1], sizeof f[1], "%" PRIu64, rec->epoch);
   snprintf(f[2], sizeof f[2], "%" PRIu64, rec->off);
@@ -78,14 +80,19 @@ static void check_round_trip(const ecs_meta_rec_t *rec) {
   snprintf(f[7], sizeof f[7], "%016" PRIx64, rec->checksum);
   snprintf(f[8], sizeof f[8], "%u", (unsigned)rec->codec);
   snprintf(f[9], sizeof f[9], "%" PRIu64, rec->t_ms);
-  redisReply el[REC_FIELDS], *elp[REC_FIELDS], arr;
-  for (int i = 0; i < REC_FIELDS; i++) {
+  size_t nf = REC_FIELDS;
+  for (size_t h = 0; h < rec->nholders; h++) {
+    snprintf(f[nf++], sizeof f[0], "%s", rec->holders[h].node_id);
+    snprintf(f[nf++], sizeof f[0], "%" PRIu64, rec->holders[h].epoch);
+  }
+  redisReply el[REC_FIELDS + 2 * ECS_META_MAX_HOLDERS], *elp[REC_FIELDS + 2 * ECS_META_MAX_HOLDERS], arr;
+  for (size_t i = 0; i < nf; i++) {
     string_reply(&el[i], f[i]);
     elp[i] = &el[i];
   }
   memset(&arr, 0, sizeof arr);
   arr.type = REDIS_REPLY_ARRAY;
-  arr.elements = REC_FIELDS;
+  arr.elements = nf;
   arr.element = elp;
   ecs_meta_rec_t back;
   memset(&back, 0, sizeof back);
@@ -96,6 +103,10 @@ static void check_round_trip(const ecs_meta_rec_t *rec) {
              back.desc.dtype == rec->desc.dtype && back.desc.ndim == rec->desc.ndim);
   for (unsigned i = 0; i < rec->desc.ndim; i++)
     FUZZ_CHECK(back.desc.shape[i] == rec->desc.shape[i]);
+  FUZZ_CHECK(back.nholders == rec->nholders);
+  for (size_t h = 0; h < rec->nholders; h++)
+    FUZZ_CHECK(strcmp(back.holders[h].node_id, rec->holders[h].node_id) == 0 &&
+               back.holders[h].epoch == rec->holders[h].epoch);
 }
 
 /* One entry of the lookup script's reply (meta_each_lookup). */
@@ -106,9 +117,15 @@ static void one_entry(const redisReply *e) {
   memset(&rec, 0, sizeof rec);
   if (ecs__meta_parse_rec(e, &rec) != 0)
     return;
-  size_t n = strnlen(rec.node_id, sizeof rec.node_id);
-  FUZZ_CHECK(n >= 1 && n < sizeof rec.node_id);
-  FUZZ_CHECK(e->element[0]->len == n); /* no NUL inside the id was let through */
+  FUZZ_CHECK(rec.nholders >= 1 && rec.nholders <= ECS_META_MAX_HOLDERS);
+  int named = 0;
+  for (size_t h = 0; h < rec.nholders; h++) {
+    size_t n = strnlen(rec.holders[h].node_id, sizeof rec.holders[h].node_id);
+    FUZZ_CHECK(n >= 1 && n < sizeof rec.holders[h].node_id);
+    FUZZ_CHECK(e->element[REC_FIELDS + 2 * h]->len == n); /* no NUL inside an id was let through */
+    named |= !strcmp(rec.node_id, rec.holders[h].node_id) && rec.epoch == rec.holders[h].epoch;
+  }
+  FUZZ_CHECK(named);
   FUZZ_CHECK(rec.desc.ndim <= ECS_MAX_DIMS);
   check_round_trip(&rec);
 }

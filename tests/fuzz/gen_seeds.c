@@ -421,20 +421,34 @@ static void bulk(ecs_wbuf_t *w, const char *s) {
 static void redis_records(void) {
   ecs_wbuf_t w;
   ecs_wbuf_init(&w);
-  /* the lookup script's reply: a record, a stale key, a missing key */
+  /* the lookup script's reply: a record (its ten fields, then each live
+   * holder's id and epoch), a stale key, a missing key */
   const char *rec[10] = {"host-7700", "1700000000000000", "8192", "2662400",      "2662400", "3",
                          "650,2048",  "0123456789abcdef", "0",    "1764000000000"};
-  ecs_wbuf_put(&w, "*3\r\n*10\r\n", 9);
+  ecs_wbuf_put(&w, "*3\r\n*12\r\n", 10);
   for (int i = 0; i < 10; i++)
     bulk(&w, rec[i]);
+  bulk(&w, "host-7700");
+  bulk(&w, "1700000000000000");
   ecs_wbuf_put(&w, ":-1\r\n:0\r\n", 10);
   write_seed("fuzz_redis_record", "lookup", w.p, w.len);
   ecs_wbuf_reset(&w);
   const char *scalar[10] = {"n", "1", "0", "4", "4", "1", "", "FFFFFFFFFFFFFFFF", "130", "0"};
-  ecs_wbuf_put(&w, "*10\r\n", 5);
+  ecs_wbuf_put(&w, "*12\r\n", 6);
   for (int i = 0; i < 10; i++)
     bulk(&w, scalar[i]);
+  bulk(&w, "n");
+  bulk(&w, "1");
   write_seed("fuzz_redis_record", "scalar-record", w.p, w.len);
+  ecs_wbuf_reset(&w);
+  /* replicas: three holders, the last writer ("node") not the first */
+  ecs_wbuf_put(&w, "*16\r\n", 6);
+  for (int i = 0; i < 10; i++)
+    bulk(&w, rec[i]);
+  const char *holders[6] = {"host-7701", "1700000000000001", "host-7700", "1700000000000000", "h3", "9"};
+  for (int i = 0; i < 6; i++)
+    bulk(&w, holders[i]);
+  write_seed("fuzz_redis_record", "replicas", w.p, w.len);
   ecs_wbuf_free(&w);
 }
 

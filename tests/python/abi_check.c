@@ -54,7 +54,7 @@ int main(void) {
   F(ecs_client_config_t, rdma_gid_index), F(ecs_client_config_t, compression);
   F(ecs_client_config_t, shm_read_only), F(ecs_client_config_t, max_object_size);
   F(ecs_client_config_t, shm_server_uid), F(ecs_client_config_t, placement);
-  F(ecs_client_config_t, registry_refresh_ms);
+  F(ecs_client_config_t, registry_refresh_ms), F(ecs_client_config_t, replicas);
   end();
   BEGIN(ecs_server_stat_t);
   F(ecs_server_stat_t, pool_size), F(ecs_server_stat_t, pool_locked), F(ecs_server_stat_t, node_id);

@@ -110,6 +110,7 @@ class ClientConfig(ctypes.Structure):
         ("shm_server_uid", ctypes.c_int),
         ("placement", ctypes.c_char_p),
         ("registry_refresh_ms", ctypes.c_int),
+        ("replicas", ctypes.c_int),
     ]
 
 
@@ -242,6 +243,7 @@ _OPTIONAL_PROTOS = {
     "ecs_register_buffer": (ctypes.c_int, [_P, ctypes.c_void_p, _S]),
     "ecs_unregister_buffer": (ctypes.c_int, [_P, ctypes.c_void_p]),
     "ecs_upsert_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), ctypes.POINTER(Tensor), _S, c_int_p]),
+    "ecs_client_put_copies": (None, [_P, ctypes.POINTER(_S), ctypes.POINTER(_S)]),
     # the pinned pool (include/ecstore/pool.h), for ecstore.pinned
     "ecs_pool_opts_init": (None, [ctypes.POINTER(PoolOpts)]),
     "ecs_pool_create": (ctypes.c_int, [ctypes.POINTER(PoolOpts), ctypes.POINTER(_P)]),

@@ -61,6 +61,7 @@ _CONFIG = {
     "shm_server_uid": ("shm_server_uid", "int"),
     "placement": ("placement", "str"),
     "registry_refresh_ms": ("registry_refresh_ms", "int"),
+    "replicas": ("replicas", "int"),
 }
 
 
@@ -170,8 +171,9 @@ class Store:
         ``protocol``: auto, tcp, shm, rdma), ``rdma_device`` (alias
         ``device``), ``rdma_port``, ``rdma_gid_index``, ``compression``,
         ``shm_read_only``, ``max_object_size``,
-        ``shm_server_uid``, ``placement`` (hash, local, least-loaded) and
-        ``registry_refresh_ms``.  Without ``servers`` but with
+        ``shm_server_uid``, ``placement`` (hash, local, least-loaded),
+        ``registry_refresh_ms`` and ``replicas`` (copies of each put on
+        distinct servers; discovery only).  Without ``servers`` but with
         ``redis_url``, the servers come from Redis's registry
         (docs/multihost.md).
         Unknown keys are an error.  Unlike Mooncake's positional setup(),
@@ -584,6 +586,17 @@ class Store:
         if fn is None:
             return None
         return self._call(fn)[0].decode()
+
+    def put_copies(self):
+        """(stored, wanted): the copies this thread's last put stored and
+        the copies it asked for (items x ``replicas``); stored < wanted
+        means some items have fewer copies than asked (docs/multihost.md)."""
+        fn = getattr(self._lib, "ecs_client_put_copies", None)
+        if fn is None:
+            raise make_error(codes.ENOTSUP, "this libecstore has no ecs_client_put_copies")
+        stored, wanted = _lib._S(), _lib._S()
+        self._call(fn, ctypes.byref(stored), ctypes.byref(wanted))
+        return stored.value, wanted.value
 
     def server_count(self):
         """The number of configured servers."""
