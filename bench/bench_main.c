@@ -14,6 +14,8 @@ static const struct {
     {"compare", ecs_bench_compare,
      "every ecstore path next to Redis, memcached, files, raw TCP and memcpy; scaling; CSV"},
     {"codec", ecs_bench_codec, "lz4/zstd ratio and speed, with and without byte shuffle, vs memcpy"},
+    {"frozen", ecs_bench_frozen,
+     "the slowest get while Redis is frozen (SIGSTOP), next to a normal run's p99"},
 };
 
 static void usage(FILE *f) {

@@ -584,6 +584,16 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
         status[i] = ECS_OK;
   }
   free(where);
+  /* ECS_EREDIS on an item: the server stored it but Redis did not
+   * acknowledge its record in time (docs/redis-schema.md, "Writes"). */
+  size_t unpublished = 0;
+  for (size_t i = 0; i < n; i++)
+    unpublished += status[i] == ECS_EREDIS;
+  if (unpublished && !c->errmsg[0])
+    snprintf(c->errmsg, sizeof c->errmsg,
+             "%zu of %zu items stored but not yet published to Redis (Redis slow or down): gets find them, "
+             "exists through Redis says 0 until the server re-publishes them",
+             unpublished, n);
   return ret;
 }
 

@@ -145,6 +145,17 @@ struct ecs_meta {
   uint64_t last_rc_ms; /* caller's clock at the last reconnect attempt */
 
   char errstr[128]; /* last Redis error */
+
+  /* Server, asynchronous mode (ecs_meta_attach_loop): every command goes
+   * over alink and nothing waits; the sync link above is used only before
+   * the attach (open, the first register) and at shutdown (unregister). */
+  int async;            /* attached to a loop: alink carries the traffic */
+  ecs__rdsa_t alink;    /* the asynchronous link (store/rds.h) */
+  ecs_meta_resync_t rs; /* the server's re-sync callbacks (copied in tick) */
+  int hb_inflight;      /* a heartbeat's replies are awaited */
+  int hb_expire_ok;     /* its EXPIRE found the entry */
+  int hb_epoch_ok;      /* its HGET found our epoch */
+  int sweep_busy;       /* a sweep step's replies are awaited */
 };
 
 __attribute__((format(printf, 2, 3))) static void meta_seterr(ecs_meta_t *m, const char *fmt, ...) {
@@ -416,6 +427,8 @@ out_inval:
 void ecs_meta_close(ecs_meta_t *m) {
   if (m == NULL)
     return;
+  if (m->async)
+    ecs__rdsa_close(&m->alink, ECS_ECANCELED);
   ecs__rds_close(&m->link);
   meta_queue_clear(m);
   free(m->q);
@@ -423,6 +436,8 @@ void ecs_meta_close(ecs_meta_t *m) {
 }
 
 int ecs_meta_is_up(const ecs_meta_t *m) {
+  if (m != NULL && m->async)
+    return ecs__rdsa_up(&m->alink);
   return m != NULL && ecs__rds_up(&m->link);
 }
 
@@ -598,44 +613,83 @@ static size_t meta_obj_key(const ecs_meta_t *m, char *buf, const void *key, uint
   return m->obj_pfx_len + key_len;
 }
 
+/* The HSET of one record, formatted into f (which argv points into). */
+typedef struct meta_rec_fmt {
+  char key[META_KEY_MAX], epoch[24], off[24], len[24], raw[24], dtype[8], shape[ECS_MAX_DIMS * 21 + 1],
+      csum[17], codec[8], t[24];
+  const char *argv[22]; /* HSET key field value ... */
+  size_t lens[22];      /* their lengths */
+} meta_rec_fmt_t;
+
+/* Formats rec's HSET; -1 for a record that cannot be written. */
+static int meta_rec_format(const ecs_meta_t *m, const ecs_meta_rec_t *rec, meta_rec_fmt_t *f) {
+  if (rec->key == NULL || rec->key_len == 0 || rec->key_len > ECS_MAX_KEY || rec->desc.ndim > ECS_MAX_DIMS)
+    return -1;
+  size_t klen = meta_obj_key(m, f->key, rec->key, rec->key_len);
+  snprintf(f->epoch, sizeof f->epoch, "%llu", (unsigned long long)m->epoch);
+  snprintf(f->off, sizeof f->off, "%llu", (unsigned long long)rec->off);
+  snprintf(f->len, sizeof f->len, "%llu", (unsigned long long)rec->nbytes);
+  snprintf(f->raw, sizeof f->raw, "%llu", (unsigned long long)rec->raw_nbytes);
+  snprintf(f->dtype, sizeof f->dtype, "%u", (unsigned)rec->desc.dtype);
+  if (meta_format_shape(&rec->desc, f->shape, sizeof f->shape) < 0)
+    return -1;
+  snprintf(f->csum, sizeof f->csum, "%016llx", (unsigned long long)rec->checksum);
+  snprintf(f->codec, sizeof f->codec, "%u", (unsigned)rec->codec);
+  snprintf(f->t, sizeof f->t, "%llu", (unsigned long long)(rec->t_ms ? rec->t_ms : ecs_wall_ms()));
+  const char *argv[] = {"HSET", f->key,  "node",    m->node_id, "epoch", f->epoch, "off",   f->off,
+                        "len",  f->len,  "raw_len", f->raw,     "dtype", f->dtype, "shape", f->shape,
+                        "csum", f->csum, "codec",   f->codec,   "t",     f->t};
+  for (int i = 0; i < 22; i++) { /* argv[1] is the binary key: never strlen it */
+    f->argv[i] = argv[i];
+    f->lens[i] = i == 1 ? klen : strlen(argv[i]);
+  }
+  return 0;
+}
+
+static void meta_async_write(ecs_meta_t *m, int argc, const char **argv, const size_t *lens);
+
 void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
   if (m == NULL || !m->server || rec == NULL)
     return;
+  meta_rec_fmt_t f;
+  if (m->async) {
+    if (meta_rec_format(m, rec, &f) == 0)
+      meta_async_write(m, 22, f.argv, f.lens);
+    return;
+  }
   if (!ecs__rds_up(&m->link))
     return; /* down: the re-sync after the reconnect publishes it */
-  if (rec->key == NULL || rec->key_len == 0 || rec->key_len > ECS_MAX_KEY || rec->desc.ndim > ECS_MAX_DIMS)
+  if (meta_rec_format(m, rec, &f) != 0)
     return;
-  char key[META_KEY_MAX], epoch[24], off[24], len[24], raw[24], dtype[8], shape[ECS_MAX_DIMS * 21 + 1],
-      csum[17], codec[8], t[24];
-  size_t klen = meta_obj_key(m, key, rec->key, rec->key_len);
-  snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
-  snprintf(off, sizeof off, "%llu", (unsigned long long)rec->off);
-  snprintf(len, sizeof len, "%llu", (unsigned long long)rec->nbytes);
-  snprintf(raw, sizeof raw, "%llu", (unsigned long long)rec->raw_nbytes);
-  snprintf(dtype, sizeof dtype, "%u", (unsigned)rec->desc.dtype);
-  if (meta_format_shape(&rec->desc, shape, sizeof shape) < 0)
-    return;
-  snprintf(csum, sizeof csum, "%016llx", (unsigned long long)rec->checksum);
-  snprintf(codec, sizeof codec, "%u", (unsigned)rec->codec);
-  snprintf(t, sizeof t, "%llu", (unsigned long long)(rec->t_ms ? rec->t_ms : ecs_wall_ms()));
-  const char *argv[] = {"HSET", key,  "node",    m->node_id, "epoch", epoch, "off",   off,
-                        "len",  len,  "raw_len", raw,        "dtype", dtype, "shape", shape,
-                        "csum", csum, "codec",   codec,      "t",     t};
-  size_t lens[22];
-  for (int i = 0; i < 22; i++) /* argv[1] is the binary key: never strlen it */
-    lens[i] = i == 1 ? klen : strlen(argv[i]);
-  meta_enqueue(m, 22, argv, lens);
+  meta_enqueue(m, 22, f.argv, f.lens);
   meta_maybe_autoflush(m);
 }
 
+static int meta_send_awaited(ecs_meta_t *m, int argc, const char **argv, const size_t *lens,
+                             ecs_meta_done_fn done, void *ctx);
+
+int ecs_meta_del_async(ecs_meta_t *m, const void *key, uint16_t key_len, ecs_meta_done_fn done, void *ctx) {
+  if (m == NULL || !m->async || key == NULL || key_len == 0 || key_len > ECS_MAX_KEY || done == NULL)
+    return ECS_EINVAL;
+  char k[META_KEY_MAX];
+  size_t klen = meta_obj_key(m, k, key, key_len);
+  const char *argv[] = {"EVAL", meta_del_lua, "1", k, m->node_id};
+  size_t lens[] = {4, sizeof meta_del_lua - 1, 1, klen, strlen(m->node_id)};
+  return meta_send_awaited(m, 5, argv, lens, done, ctx);
+}
+
 void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len) {
-  if (m == NULL || !m->server || !ecs__rds_up(&m->link) || key == NULL || key_len == 0 ||
+  if (m == NULL || !m->server || (!m->async && !ecs__rds_up(&m->link)) || key == NULL || key_len == 0 ||
       key_len > ECS_MAX_KEY)
     return;
   char k[META_KEY_MAX];
   size_t klen = meta_obj_key(m, k, key, key_len);
   const char *argv[] = {"EVAL", meta_del_lua, "1", k, m->node_id};
   size_t lens[] = {4, sizeof meta_del_lua - 1, 1, klen, strlen(m->node_id)};
+  if (m->async) {
+    meta_async_write(m, 5, argv, lens);
+    return;
+  }
   meta_enqueue(m, 5, argv, lens);
   meta_maybe_autoflush(m);
 }
@@ -643,6 +697,8 @@ void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len) {
 int ecs_meta_flush(ecs_meta_t *m) {
   if (m == NULL || !m->server)
     return ECS_EINVAL;
+  if (m->async) /* commands leave with the loop's next write event */
+    return ecs__rdsa_up(&m->alink) ? ECS_OK : meta_not_connected(m);
   if (!ecs__rds_up(&m->link)) {
     meta_queue_clear(m);
     return meta_not_connected(m);
@@ -1173,11 +1229,425 @@ static int meta_resync(ecs_meta_t *m, const ecs_meta_resync_t *rs) {
   return ECS_OK;
 }
 
+/* ---- server: the asynchronous mode ------------------------------------ */
+
+/*
+ * Attached to the server's loop, the handle never waits: records, deletes,
+ * the registry, the heartbeat and the re-sync sweep are commands on alink
+ * whose replies arrive as callbacks from the loop.  What each reply means
+ * is the same as in the blocking code above; the differences are who
+ * waits (nobody) and how a deadline is noticed (ecs_meta_poll()).
+ */
+
+/* A write whose reply only matters when it failed: an error reply (OOM,
+ * WRONGTYPE) means Redis may now miss a record, so a re-sync is owed; a
+ * dropped link owes one anyway (meta_async_down). */
+static void meta_write_done(void *ctx, int rc, redisReply *reply) {
+  ecs_meta_t *m = ctx;
+  (void)reply;
+  if (rc == ECS_EREDIS && ecs__rdsa_up(&m->alink)) {
+    meta_seterr(m, "%s", ecs__rdsa_errmsg(&m->alink));
+    m->resync_owed = 1;
+  }
+}
+
+/* Sends a write; when it cannot be sent, the re-sync will cover it. */
+static void meta_async_write(ecs_meta_t *m, int argc, const char **argv, const size_t *lens) {
+  if (ecs__rdsa_command(&m->alink, meta_write_done, m, argc, argv, lens) != ECS_OK)
+    m->resync_owed = 1;
+}
+
+typedef struct meta_put_wait {
+  ecs_meta_t *m;         /* the handle */
+  ecs_meta_done_fn done; /* the caller's callback */
+  void *ctx;             /* its argument */
+} meta_put_wait_t;
+
+static void meta_put_done(void *ctx, int rc, redisReply *reply) {
+  meta_put_wait_t *w = ctx;
+  meta_write_done(w->m, rc, reply);
+  w->done(w->ctx, rc);
+  free(w);
+}
+
+int ecs_meta_put_async(ecs_meta_t *m, const ecs_meta_rec_t *rec, ecs_meta_done_fn done, void *ctx) {
+  if (m == NULL || !m->async || rec == NULL || done == NULL)
+    return ECS_EINVAL;
+  meta_rec_fmt_t f;
+  if (meta_rec_format(m, rec, &f) != 0)
+    return ECS_EINVAL;
+  return meta_send_awaited(m, 22, f.argv, f.lens, done, ctx);
+}
+
+/* Sends a write whose outcome the caller awaits through done. */
+static int meta_send_awaited(ecs_meta_t *m, int argc, const char **argv, const size_t *lens,
+                             ecs_meta_done_fn done, void *ctx) {
+  meta_put_wait_t *w = malloc(sizeof *w);
+  if (w == NULL)
+    return ECS_ENOMEM;
+  *w = (meta_put_wait_t){m, done, ctx};
+  int rc = ecs__rdsa_command(&m->alink, meta_put_done, w, argc, argv, lens);
+  if (rc != ECS_OK) {
+    free(w);
+    m->resync_owed = 1;
+    if (m->errstr[0] == '\0')
+      meta_seterr(m, "%s", ecs__rdsa_errmsg(&m->alink)[0] ? ecs__rdsa_errmsg(&m->alink) : "not connected");
+    return ECS_ENOTCONN;
+  }
+  return ECS_OK;
+}
+
+/* Registry entry: HSET + EXPIRE + SADD, as ecs_meta_register. */
+static void meta_register_async(ecs_meta_t *m) {
+  char port[16] = "0", pool[24], epoch[24], started[24], ttl[16];
+  const char *colon = strrchr(m->addr, ':');
+  if (colon != NULL)
+    snprintf(port, sizeof port, "%s", colon + 1);
+  snprintf(pool, sizeof pool, "%llu", (unsigned long long)m->pool_size);
+  snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
+  snprintf(started, sizeof started, "%llu", (unsigned long long)m->started_ms);
+  snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
+  const char *hset[] = {"HSET", m->node_key, "addr",  m->addr, "port",    port,
+                        "pool", pool,        "epoch", epoch,   "started", started};
+  const char *expire[] = {"EXPIRE", m->node_key, ttl};
+  const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
+  meta_async_write(m, 12, hset, NULL);
+  meta_async_write(m, 3, expire, NULL);
+  meta_async_write(m, 3, sadd, NULL);
+}
+
+static void meta_sweep_start(ecs_meta_t *m);
+
+static void meta_hb_expire_done(void *ctx, int rc, redisReply *r) {
+  ecs_meta_t *m = ctx;
+  m->hb_expire_ok = rc == ECS_OK && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+}
+
+static void meta_hb_epoch_done(void *ctx, int rc, redisReply *r) {
+  ecs_meta_t *m = ctx;
+  char epoch[24];
+  int n = snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
+  m->hb_epoch_ok = rc == ECS_OK && r->type == REDIS_REPLY_STRING && r->len == (size_t)n &&
+                   memcmp(r->str, epoch, (size_t)n) == 0;
+}
+
+/* The heartbeat's last reply: the entry is ours (and an owed re-sync may
+ * start), or it was lost (register again, re-sync). */
+static void meta_hb_done(void *ctx, int rc, redisReply *r) {
+  ecs_meta_t *m = ctx;
+  (void)r;
+  m->hb_inflight = 0;
+  if (!ecs__rdsa_up(&m->alink))
+    return; /* the drop owes a re-sync already */
+  if (rc != ECS_OK || !m->hb_expire_ok || !m->hb_epoch_ok) {
+    meta_seterr(m, "registry entry lost; re-registering");
+    m->resync_owed = 1;
+    meta_register_async(m);
+    return;
+  }
+  if (m->resync_owed && !m->sweeping)
+    meta_sweep_start(m);
+}
+
+static void meta_heartbeat_async(ecs_meta_t *m) {
+  char ttl[16];
+  snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
+  const char *expire[] = {"EXPIRE", m->node_key, ttl};
+  const char *hget[] = {"HGET", m->node_key, "epoch"};
+  const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
+  m->hb_expire_ok = m->hb_epoch_ok = 0;
+  if (ecs__rdsa_command(&m->alink, meta_hb_expire_done, m, 3, expire, NULL) != ECS_OK ||
+      ecs__rdsa_command(&m->alink, meta_hb_epoch_done, m, 3, hget, NULL) != ECS_OK ||
+      ecs__rdsa_command(&m->alink, meta_hb_done, m, 3, sadd, NULL) != ECS_OK)
+    return; /* the link is going down: nothing in flight to wait for */
+  m->hb_inflight = 1;
+}
+
+/*
+ * The re-sync sweep, one SCAN step at a time: the SCAN's reply sends the
+ * check script over the step's keys (in chunks), the last chunk's reply
+ * sends the deletes and the next SCAN, and the step that brings the cursor
+ * back to 0 publishes everything.  Each reply's work is bounded by the
+ * SCAN COUNT, and the loop serves clients between them.
+ */
+typedef struct meta_sweep_step {
+  ecs_meta_t *m;   /* the handle */
+  char cursor[32]; /* the cursor SCAN answered */
+  size_t nk;       /* keys in this step */
+  uint8_t **keys;  /* their copies (without the prefix) */
+  uint16_t *lens;  /* their lengths */
+  size_t pending;  /* chunks awaiting their reply */
+  int failed;      /* a chunk failed: the sweep stops */
+  struct meta_sweep_chunk {
+    struct meta_sweep_step *st; /* the step */
+    size_t lo, hi;              /* its keys */
+  } * chunks;                   /* one per script call */
+} meta_sweep_step_t;
+
+static void meta_sweep_step_free(meta_sweep_step_t *st) {
+  if (st == NULL)
+    return;
+  for (size_t i = 0; i < st->nk; i++)
+    free(st->keys[i]);
+  free(st->keys);
+  free(st->lens);
+  free(st->chunks);
+  free(st);
+}
+
+static void meta_sweep_fail(ecs_meta_t *m) {
+  m->sweeping = 0;
+  m->sweep_busy = 0;
+  m->resync_owed = 1;
+}
+
+static void meta_sweep_scan(ecs_meta_t *m);
+
+/* A step is through: the next SCAN, or (cursor back at 0) publish all. */
+static void meta_sweep_advance(ecs_meta_t *m, const char *cursor) {
+  snprintf(m->cursor, sizeof m->cursor, "%s", cursor);
+  if (strcmp(m->cursor, "0") != 0) {
+    meta_sweep_scan(m);
+    return;
+  }
+  m->sweeping = 0;
+  m->sweep_busy = 0;
+  if (m->resync_owed) /* a write failed during the sweep: the next tick starts over */
+    return;
+  if (m->rs.publish_all != NULL)
+    m->rs.publish_all(m->rs.ctx, m);
+}
+
+static void meta_sweep_check_done(void *ctx, int rc, redisReply *r) {
+  struct meta_sweep_chunk *ch = ctx;
+  meta_sweep_step_t *st = ch->st;
+  ecs_meta_t *m = st->m;
+  if (rc != ECS_OK || r->type != REDIS_REPLY_ARRAY || r->elements != ch->hi - ch->lo) {
+    st->failed = 1;
+  } else {
+    /* 1: a live record of ours; the server no longer holding it deletes it. */
+    for (size_t j = ch->lo; j < ch->hi; j++) {
+      const redisReply *e = r->element[j - ch->lo];
+      if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 && m->rs.has_key != NULL &&
+          !m->rs.has_key(m->rs.ctx, st->keys[j], st->lens[j]))
+        ecs_meta_queue_del(m, st->keys[j], st->lens[j]);
+    }
+  }
+  if (--st->pending > 0)
+    return;
+  if (st->failed || !ecs__rdsa_up(&m->alink))
+    meta_sweep_fail(m);
+  else
+    meta_sweep_advance(m, st->cursor);
+  meta_sweep_step_free(st);
+}
+
+/* Sends the check script (mode "s") over the step's keys, in chunks. */
+static int meta_sweep_check(ecs_meta_t *m, meta_sweep_step_t *st) {
+  size_t nchunks = (st->nk + META_CHUNK - 1) / META_CHUNK;
+  st->chunks = calloc(nchunks, sizeof *st->chunks);
+  size_t cap = META_CHUNK < st->nk ? META_CHUNK : st->nk;
+  const char **argv = malloc((cap + 6) * sizeof *argv);
+  size_t *argl = malloc((cap + 6) * sizeof *argl);
+  char *kbuf = malloc(cap * (m->obj_pfx_len + ECS_MAX_KEY));
+  size_t *idx = malloc(st->nk * sizeof *idx);
+  int rc = ECS_OK;
+  if (st->chunks == NULL || argv == NULL || argl == NULL || kbuf == NULL || idx == NULL) {
+    rc = ECS_ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < st->nk; i++)
+    idx[i] = i;
+  meta_batch_t b = {.keys = (const uint8_t *const *)st->keys,
+                    .lens = st->lens,
+                    .idx = idx,
+                    .n = st->nk,
+                    .mode = "s",
+                    .argv = argv,
+                    .argl = argl,
+                    .kbuf = kbuf};
+  for (size_t ci = 0; ci < nchunks; ci++) {
+    struct meta_sweep_chunk *ch = &st->chunks[ci];
+    ch->st = st;
+    ch->lo = ci * META_CHUNK;
+    ch->hi = ch->lo + META_CHUNK < st->nk ? ch->lo + META_CHUNK : st->nk;
+    int argc = meta_chunk_argv(m, &b, ci, 1);
+    rc = ecs__rdsa_command(&m->alink, meta_sweep_check_done, ch, argc, argv, argl);
+    if (rc != ECS_OK)
+      break;
+    st->pending++;
+  }
+out:
+  free(argv);
+  free(argl);
+  free(kbuf);
+  free(idx);
+  return rc;
+}
+
+static void meta_sweep_scan_done(void *ctx, int rc, redisReply *r) {
+  ecs_meta_t *m = ctx;
+  if (rc != ECS_OK || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof m->cursor ||
+      r->element[1]->type != REDIS_REPLY_ARRAY) {
+    if (rc == ECS_OK)
+      meta_seterr(m, "SCAN: unexpected reply");
+    meta_sweep_fail(m);
+    return;
+  }
+  const redisReply *list = r->element[1];
+  meta_sweep_step_t *st = calloc(1, sizeof *st);
+  if (st == NULL)
+    goto fail;
+  st->m = m;
+  memcpy(st->cursor, r->element[0]->str, r->element[0]->len);
+  st->keys = calloc(list->elements ? list->elements : 1, sizeof *st->keys);
+  st->lens = calloc(list->elements ? list->elements : 1, sizeof *st->lens);
+  if (st->keys == NULL || st->lens == NULL)
+    goto fail;
+  for (size_t i = 0; i < list->elements; i++) {
+    const redisReply *k = list->element[i];
+    if (k->type != REDIS_REPLY_STRING || k->len <= m->obj_pfx_len || k->len - m->obj_pfx_len > ECS_MAX_KEY ||
+        memcmp(k->str, m->obj_pfx, m->obj_pfx_len) != 0)
+      continue;
+    size_t kl = k->len - m->obj_pfx_len;
+    st->keys[st->nk] = malloc(kl);
+    if (st->keys[st->nk] == NULL)
+      goto fail;
+    memcpy(st->keys[st->nk], k->str + m->obj_pfx_len, kl);
+    st->lens[st->nk++] = (uint16_t)kl;
+  }
+  if (st->nk == 0) {
+    meta_sweep_advance(m, st->cursor);
+    meta_sweep_step_free(st);
+    return;
+  }
+  if (meta_sweep_check(m, st) != ECS_OK) {
+    if (st->pending == 0)
+      goto fail;
+    st->failed = 1; /* the chunks sent end the step, as failed */
+  }
+  return;
+fail:
+  meta_sweep_step_free(st);
+  meta_sweep_fail(m);
+}
+
+static void meta_sweep_scan(ecs_meta_t *m) {
+  const char *argv[] = {"SCAN", m->cursor, "MATCH", m->match, "COUNT", META_SCAN_COUNT};
+  if (ecs__rdsa_command(&m->alink, meta_sweep_scan_done, m, 6, argv, NULL) != ECS_OK) {
+    meta_sweep_fail(m);
+    return;
+  }
+  m->sweep_busy = 1;
+}
+
+static void meta_sweep_start(ecs_meta_t *m) {
+  m->sweeping = 1;
+  m->resync_owed = 0;
+  snprintf(m->cursor, sizeof m->cursor, "0");
+  meta_sweep_scan(m);
+}
+
+/* The link is up (the handshake answered): register again, and owe a
+ * re-sync, which starts once a heartbeat has found the entry ours. */
+static void meta_async_up(void *ctx) {
+  ecs_meta_t *m = ctx;
+  m->errstr[0] = '\0';
+  m->resync_owed = 1;
+  m->sweeping = 0;
+  if (m->want_reg)
+    meta_register_async(m);
+  m->hb_valid = 0; /* the next tick sends a heartbeat */
+}
+
+/* The link dropped: what was in flight is lost (its callbacks fail next). */
+static void meta_async_down(void *ctx, int rc) {
+  ecs_meta_t *m = ctx;
+  (void)rc;
+  meta_seterr(m, "%s", ecs__rdsa_errmsg(&m->alink));
+  m->resync_owed = 1;
+  m->sweeping = 0;
+  m->sweep_busy = 0;
+  m->hb_inflight = 0;
+  m->hb_valid = 0;
+}
+
+int ecs_meta_attach_loop(ecs_meta_t *m, int epfd) {
+  if (m == NULL || !m->server || epfd < 0 || m->async)
+    return ECS_EINVAL;
+  char url[300];
+  if (strchr(m->link.host, ':') != NULL)
+    snprintf(url, sizeof url, "[%s]:%d/%d", m->link.host, m->link.port, m->link.db);
+  else
+    snprintf(url, sizeof url, "%s:%d/%d", m->link.host, m->link.port, m->link.db);
+  int rc = ecs__rdsa_init(&m->alink, url, m->timeout_ms, epfd, meta_async_up, meta_async_down, m);
+  if (rc != ECS_OK)
+    return rc;
+  ecs__rds_close(&m->link); /* the blocking link rests until unregister */
+  meta_queue_clear(m);
+  m->async = 1;
+  m->resync_owed = 1;
+  m->sweeping = 0;
+  m->rc_valid = 1;
+  m->last_rc_ms = ecs_now_ms();
+  /* Not up yet, but records may be sent already: they follow the
+   * handshake.  A connect that cannot even start is retried by tick. */
+  if (ecs__rdsa_connect(&m->alink) != ECS_OK)
+    meta_seterr(m, "%s", ecs__rdsa_errmsg(&m->alink));
+  return ECS_OK;
+}
+
+int ecs_meta_owns(const ecs_meta_t *m, const void *p) {
+  return m != NULL && m->async && ecs__rdsa_owns(&m->alink, p);
+}
+
+void ecs_meta_event(ecs_meta_t *m, uint32_t events) {
+  if (m != NULL && m->async)
+    ecs__rdsa_event(&m->alink, events);
+}
+
+int ecs_meta_poll(ecs_meta_t *m, uint64_t now_ms) {
+  if (m == NULL || !m->async)
+    return -1;
+  return ecs__rdsa_poll(&m->alink, now_ms);
+}
+
+/* ecs_meta_tick in the asynchronous mode: starts work, never waits. */
+static int meta_tick_async(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t *rs) {
+  if (rs != NULL)
+    m->rs = *rs;
+  if (!m->want_reg)
+    return ecs__rdsa_up(&m->alink) ? ECS_OK : ECS_ENOTCONN;
+  if (m->alink.state == ECS_RDSA_DOWN) {
+    if (m->rc_valid && now_ms - m->last_rc_ms < (uint64_t)m->reconnect_ms)
+      return ECS_ENOTCONN;
+    m->rc_valid = 1;
+    m->last_rc_ms = now_ms;
+    int rc = ecs__rdsa_connect(&m->alink);
+    if (rc != ECS_OK)
+      meta_seterr(m, "%s", ecs__rdsa_errmsg(&m->alink));
+    return ECS_ENOTCONN;
+  }
+  if (!ecs__rdsa_up(&m->alink))
+    return ECS_ENOTCONN;
+  int starting = m->resync_owed && !m->sweeping && rs != NULL;
+  if (!m->hb_inflight &&
+      (starting || !m->hb_valid || now_ms - m->last_hb_ms >= (uint64_t)m->ttl_s * 1000u / 3u)) {
+    meta_heartbeat_async(m);
+    m->hb_valid = 1;
+    m->last_hb_ms = now_ms;
+  }
+  return ECS_OK;
+}
+
 int ecs_meta_tick(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t *rs) {
   if (m == NULL)
     return ECS_EINVAL;
   if (!m->server)
     return meta_ensure_link(m);
+  if (m->async)
+    return meta_tick_async(m, now_ms, rs);
   if (!m->want_reg)
     return ecs__rds_up(&m->link) ? ECS_OK : ECS_ENOTCONN;
   int rc;
@@ -1220,6 +1690,10 @@ int ecs_meta_unregister(ecs_meta_t *m) {
     return ECS_EINVAL;
   m->want_reg = 0;
   meta_queue_clear(m);
+  if (m->async) { /* the rest is a bounded wait on the blocking link */
+    ecs__rdsa_close(&m->alink, ECS_ECANCELED);
+    m->async = 0;
+  }
   int rc = meta_connect(m);
   if (rc != ECS_OK)
     return rc;

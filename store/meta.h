@@ -119,6 +119,46 @@ int ecs_meta_tick(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t *rs);
  * which clears what an earlier process with the same node id left. */
 int ecs_meta_resync_pending(const ecs_meta_t *m);
 
+/* --- server side, asynchronous ---------------------------------------- */
+
+/*
+ * A server handle attached to the server's epoll loop never waits for
+ * Redis: every write, the registry, the heartbeat and the re-sync sweep
+ * become commands on an asynchronous link (store/rds.h, ecs__rdsa_*) whose
+ * replies arrive as callbacks from the loop.  Commands sent during one
+ * loop iteration leave in one write (group commit).  Once attached,
+ * queue_put / queue_del send at once (their failures owe a re-sync),
+ * flush() only reports the link, tick() starts work without waiting,
+ * unregister() detaches and takes the blocking link (a bounded wait at
+ * shutdown).
+ */
+
+/* Attaches m (a server handle) to the loop's epoll instance epfd and
+ * starts connecting.  The loop must pass events whose data.ptr
+ * ecs_meta_owns() to ecs_meta_event(), and call ecs_meta_poll() at least
+ * every ~100 ms.  ECS_OK or ECS_EINVAL. */
+int ecs_meta_attach_loop(ecs_meta_t *m, int epfd);
+int ecs_meta_owns(const ecs_meta_t *m, const void *p);
+void ecs_meta_event(ecs_meta_t *m, uint32_t events);
+/* Enforces the Redis timeout on the oldest command in flight: past it,
+ * the link drops and every pending callback fails with ECS_ETIMEDOUT.
+ * Returns the ms until the next deadline, or -1 when none runs. */
+int ecs_meta_poll(ecs_meta_t *m, uint64_t now_ms);
+
+/* Called once with the outcome of a record write: ECS_OK (Redis
+ * acknowledged it), ECS_ETIMEDOUT, ECS_ECONN, ECS_ECANCELED (the handle
+ * closed) or ECS_EREDIS; on failure a re-sync is owed and publishes it. */
+typedef void (*ecs_meta_done_fn)(void *ctx, int rc);
+
+/* Sends rec's record (attached handles only).  ECS_OK: done(ctx, rc) will
+ * be called exactly once, from the loop, never from inside this call.
+ * Otherwise done is never called: ECS_ENOTCONN (the link is down; a
+ * re-sync is owed), ECS_EINVAL, ECS_ENOMEM. */
+int ecs_meta_put_async(ecs_meta_t *m, const ecs_meta_rec_t *rec, ecs_meta_done_fn done, void *ctx);
+/* As queue_del, awaited like put_async (a REMOVE is answered once its
+ * deletes are acknowledged; eviction's deletes are not awaited). */
+int ecs_meta_del_async(ecs_meta_t *m, const void *key, uint16_t key_len, ecs_meta_done_fn done, void *ctx);
+
 /* --- client side ------------------------------------------------------ */
 
 /* exists[i] = 1 for live records, 0 for missing or stale ones (stale ones

@@ -153,4 +153,97 @@ __attribute__((format(printf, 2, 3))) void ecs__rds_seterr(ecs__rds_t *r, const 
 
 const char *ecs__rds_errmsg(const ecs__rds_t *r);
 
+/*
+ * The asynchronous link (store/rds_async.c), for the server: the same
+ * Redis, the same URL and the same error mapping as above, but no call
+ * ever waits.  hiredis's async API runs on the caller's epoll instance
+ * through a small adapter (hiredis 0.14 has none for a raw epoll loop):
+ * the link's socket is added to epfd with data.ptr == the ecs__rdsa_t,
+ * and the loop hands such events to ecs__rdsa_event().
+ *
+ * Deadlines are enforced here, since hiredis 0.14 has no async timeout:
+ * ecs__rdsa_poll(), called by the loop at least every ~100 ms, drops the
+ * link when the oldest command without a reply (or the connect and its
+ * handshake) is older than timeout_ms.  Dropping the link fails every
+ * pending callback at once:
+ *   ECS_ETIMEDOUT  the deadline passed (a stopped Redis)
+ *   ECS_ECONN      refused, reset, closed, unreachable, or closed by us
+ *   ECS_EREDIS     an error reply (the link stays up), or bytes that are
+ *                  not RESP (the link is dropped)
+ * Reconnecting is the caller's choice (ecs__rdsa_connect, which never
+ * blocks); the connect and the handshake (SELECT db) are one function,
+ * and the link counts as up only once the handshake is answered.
+ *
+ * Thread safety: none; the loop's thread only.
+ */
+typedef struct redisAsyncContext redisAsyncContext;
+
+/* Called with the outcome of one command: rc as above; reply is the
+ * reply (an error reply when rc is ECS_EREDIS and the link is up) or
+ * NULL, valid only during the call (hiredis frees it). */
+typedef void (*ecs__rdsa_fn)(void *ctx, int rc, redisReply *reply);
+
+typedef struct ecs__rdsa_cmd ecs__rdsa_cmd_t;
+
+enum { ECS_RDSA_DOWN, ECS_RDSA_CONNECTING, ECS_RDSA_UP };
+
+typedef struct ecs__rdsa {
+  redisAsyncContext *ac;              /* NULL while down */
+  int state;                          /* ECS_RDSA_DOWN, _CONNECTING (connect or handshake pending) or _UP */
+  int epfd;                           /* the loop's epoll instance */
+  int fd;                             /* ac's socket while it is in epfd, else -1 */
+  uint32_t events;                    /* what epfd watches on fd */
+  char host[256];                     /* from the URL */
+  char addr[64];                      /* host resolved once by init: reconnects never wait on DNS */
+  int port;                           /* from the URL */
+  int db;                             /* SELECTed by the handshake */
+  int timeout_ms;                     /* deadline of the connect and of each reply */
+  uint64_t connect_t0_ms;             /* when the connect began (monotonic) */
+  int fail_rc;                        /* code for callbacks failed by the drop under way */
+  ecs__rdsa_cmd_t *head;              /* commands awaiting their reply, oldest first */
+  ecs__rdsa_cmd_t *tail;              /* ...and the newest */
+  size_t npending;                    /* their number */
+  void (*on_up)(void *ctx);           /* the handshake succeeded */
+  void (*on_down)(void *ctx, int rc); /* the link dropped (once per connect) */
+  void *cb_ctx;                       /* for on_up and on_down */
+  char err[256];                      /* last error, naming the Redis address */
+} ecs__rdsa_t;
+
+/* Parses url into r (not connected) and resolves its host once, here
+ * (a blocking lookup: call it before the loop runs); connects use that
+ * address, so a reconnect never waits for DNS (a Redis that moves to
+ * another address needs a server restart).  ECS_OK or ECS_EINVAL. */
+int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, void (*on_up)(void *ctx),
+                   void (*on_down)(void *ctx, int rc), void *cb_ctx);
+
+/* Starts a connect and its handshake (SELECT db) when down; returns at
+ * once.  on_up or on_down follows from the loop.  ECS_OK, or ECS_ECONN /
+ * ECS_ENOMEM when it could not even start (on_down is not called). */
+int ecs__rdsa_connect(ecs__rdsa_t *r);
+
+/* Sends one command while the link is up or connecting (then it follows
+ * the handshake); pipelined: commands sent in one loop iteration leave in
+ * one write.  ECS_OK: fn will be called exactly
+ * once; else (ECS_ENOTCONN when not up, ECS_ENOMEM) fn is never called.
+ * fn may be NULL.  lens NULL: NUL-terminated arguments. */
+int ecs__rdsa_command(ecs__rdsa_t *r, ecs__rdsa_fn fn, void *ctx, int argc, const char **argv,
+                      const size_t *lens);
+
+/* Whether an epoll event's data.ptr is this link's, and its handler. */
+int ecs__rdsa_owns(const ecs__rdsa_t *r, const void *p);
+void ecs__rdsa_event(ecs__rdsa_t *r, uint32_t events);
+
+/* Enforces the deadlines at monotonic now_ms.  Returns the ms until the
+ * next deadline, or -1 when none is running. */
+int ecs__rdsa_poll(ecs__rdsa_t *r, uint64_t now_ms);
+
+/* Drops the link, failing every pending callback with rc (on_down is
+ * called when the link was not already down).  Safe when down. */
+void ecs__rdsa_close(ecs__rdsa_t *r, int rc);
+
+/* 1 once the handshake is answered, until the link drops. */
+int ecs__rdsa_up(const ecs__rdsa_t *r);
+
+const char *ecs__rdsa_errmsg(const ecs__rdsa_t *r);
+
 #endif

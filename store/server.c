@@ -69,6 +69,8 @@ void ecs__server_rec(const ecs_server_t *s, const ecs_obj_t *obj, ecs_meta_rec_t
   rec->t_ms = obj->commit_ms;
 }
 
+static void pub_done(void *ctx, int rc);
+
 static void on_drop(void *ctx, const ecs_obj_t *obj, ecs_drop_reason_t why) {
   ecs_server_t *s = ctx;
   ECS_LOG_D("%s object (%llu bytes)",
@@ -78,6 +80,15 @@ static void on_drop(void *ctx, const ecs_obj_t *obj, ecs_drop_reason_t why) {
             (unsigned long long)obj->nbytes);
   /* A replaced object's record is overwritten by its successor's, queued
    * right after this commit: deleting it would only open a gap. */
+  if (s->meta && why == ECS_DROP_REMOVED && s->pub_cur != NULL) {
+    pub_wait_t *w = s->pub_cur;
+    if (ecs_meta_del_async(s->meta, obj->key, obj->key_len, pub_done, &w->items[s->pub_cur_idx]) == ECS_OK)
+      w->pending++;
+    else
+      w->status[s->pub_cur_idx] = ECS_EREDIS;
+    return;
+  }
+  /* Eviction's deletes are sent, never awaited. */
   if (s->meta && why != ECS_DROP_REPLACED)
     ecs_meta_queue_del(s->meta, obj->key, obj->key_len);
 }
@@ -106,6 +117,123 @@ void ecs__server_meta_flush(ecs_server_t *s) {
     ECS_LOG_D("redis down; records will be re-synced when it returns");
 }
 
+/* ---- replies that wait for their records ---- */
+
+/*
+ * A put is answered once Redis acknowledged its records, so that exists()
+ * after an OK is true.  The records go out on the asynchronous link with
+ * everyone else's of the same loop iteration (group commit); the
+ * connection parks until its own records are answered, and no other
+ * connection waits for them.  A record Redis does not acknowledge within
+ * the Redis timeout (or that cannot be sent: the link is down) makes its
+ * item ECS_EREDIS: stored here, not published; the re-sync publishes it
+ * (docs/redis-schema.md, "Writes").
+ */
+
+pub_wait_t *ecs__pub_begin(ecs_server_t *s, conn_t *c, uint32_t n) {
+  if (s->meta == NULL || n == 0)
+    return NULL;
+  pub_wait_t *w = calloc(1, sizeof *w);
+  if (w == NULL)
+    return NULL;
+  w->items = calloc(n, sizeof *w->items);
+  w->status = calloc(n, sizeof *w->status);
+  if (w->items == NULL || w->status == NULL) {
+    free(w->items);
+    free(w->status);
+    free(w);
+    return NULL;
+  }
+  w->s = s;
+  w->c = c;
+  w->n = n;
+  for (uint32_t i = 0; i < n; i++) {
+    w->items[i].w = w;
+    w->items[i].idx = i;
+  }
+  return w;
+}
+
+static void pub_free(pub_wait_t *w) {
+  free(w->items);
+  free(w->status);
+  free(w);
+}
+
+/* The reply of a parked request, once its last record is answered. */
+static void pub_reply(pub_wait_t *w) {
+  conn_t *c = w->c;
+  c->pub = NULL;
+  ecs__reply_begin(c);
+  for (uint32_t i = 0; i < w->n; i++)
+    ecs_proto_status_write(&c->out, w->status[i]);
+  ecs__reply_finish(w->s, c, ECS_OK, w->n, 0);
+  ecs__conn_unpark(w->s, c);
+}
+
+static void pub_done(void *ctx, int rc) {
+  struct pub_item *it = ctx;
+  pub_wait_t *w = it->w;
+  if (rc != ECS_OK && w->status[it->idx] == ECS_OK) {
+    w->status[it->idx] = ECS_EREDIS;
+    ECS_LOG_D("record not acknowledged (%s): stored, published by the re-sync", ecs_strerror(rc));
+  }
+  if (--w->pending > 0)
+    return;
+  if (w->c != NULL && w->c->st == C_WAIT)
+    pub_reply(w);
+  pub_free(w);
+}
+
+int ecs__pub_record(ecs_server_t *s, pub_wait_t *w, uint32_t idx, const ecs_obj_t *obj) {
+  if (s->meta == NULL)
+    return ECS_OK;
+  ecs_meta_rec_t rec;
+  ecs__server_rec(s, obj, &rec);
+  if (w == NULL) {
+    ecs_meta_queue_put(s->meta, &rec);
+    return ECS_OK;
+  }
+  if (ecs_meta_put_async(s->meta, &rec, pub_done, &w->items[idx]) != ECS_OK)
+    return ECS_EREDIS;
+  w->pending++;
+  return ECS_OK;
+}
+
+int ecs__pub_end(ecs_server_t *s, conn_t *c, pub_wait_t *w) {
+  if (w == NULL)
+    return 0;
+  if (w->pending == 0) {
+    pub_free(w);
+    return 0;
+  }
+  c->pub = w;
+  ecs__conn_park(s, c);
+  return 1;
+}
+
+int ecs__pub_remove(ecs_server_t *s, pub_wait_t *w, uint32_t idx, const uint8_t *key, uint16_t klen) {
+  s->pub_cur = w;
+  s->pub_cur_idx = idx;
+  int st = ecs_objstore_remove(s->os, key, klen); /* on_drop sends the delete */
+  s->pub_cur = NULL;
+  if (w == NULL)
+    return st;
+  if (st == ECS_OK && w->status[idx] == ECS_EREDIS)
+    return ECS_EREDIS;
+  return w->status[idx] = st;
+}
+
+void ecs__pub_abandon(pub_wait_t *w) {
+  if (w == NULL)
+    return;
+  if (w->c != NULL)
+    w->c->pub = NULL;
+  w->c = NULL;
+  if (w->pending == 0)
+    pub_free(w);
+}
+
 /* ------------------------------------------------------------------ */
 /* timers                                                              */
 
@@ -115,6 +243,8 @@ static void redis_log_change(ecs_server_t *s) {
   int up = ecs_meta_is_up(s->meta);
   if (up == s->redis_was_up)
     return;
+  if (!up && ecs_meta_errstr(s->meta)[0] == '\0')
+    return; /* not down: the asynchronous link is still connecting */
   s->redis_was_up = up;
   ecs_objstore_stats_t st;
   ecs_objstore_stats(s->os, &st);
@@ -477,6 +607,10 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   e.data.ptr = &s->evfd;
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &e) != 0)
     goto fail_sys;
+  /* From here on the loop never waits for Redis: records, deletes, the
+   * heartbeat and the re-sync go over the asynchronous link. */
+  if (s->meta && ecs_meta_attach_loop(s->meta, s->epfd) != ECS_OK)
+    goto fail_sys;
   rc = rdma_setup(s);
   if (rc)
     goto fail;
@@ -535,7 +669,10 @@ int ecs_server_run(ecs_server_t *s) {
             (unsigned long long)s->epoch);
   struct epoll_event evs[64];
   while (!s->stopping) {
-    int n = epoll_wait(s->epfd, evs, 64, TICK_MS);
+    /* Wake for the next Redis deadline too, so that a put waiting on a
+     * stopped Redis is answered when the Redis timeout passes. */
+    int due = ecs_meta_poll(s->meta, ecs_now_ms());
+    int n = epoll_wait(s->epfd, evs, 64, due >= 0 && due < TICK_MS ? due + 1 : TICK_MS);
     if (n < 0 && errno != EINTR) {
       ECS_LOG_E("epoll_wait: %s", strerror(errno));
       return ECS_EIO;
@@ -552,6 +689,8 @@ int ecs_server_run(ecs_server_t *s) {
         accept_unix = 1;
       else if (p == &s->evfd)
         s->stopping = 1;
+      else if (ecs_meta_owns(s->meta, p))
+        ecs_meta_event(s->meta, evs[i].events);
       else if (ecs_metrics_owns(s->metrics, p))
         ecs_metrics_event(s->metrics, p, evs[i].events);
       else

@@ -53,6 +53,7 @@ static void conn_abort_slots(ecs_server_t *s, conn_t *c) {
 void ecs__conn_close(ecs_server_t *s, conn_t *c) {
   if (!c->authed)
     s->npreauth--;
+  ecs__pub_abandon(c->pub); /* its records are answered to nobody */
   conn_release_refs(s, c);
   conn_abort_slots(s, c);
   ecs__pins_expire(s, c, UINT64_MAX); /* a client that goes away leaves nothing pinned */
@@ -86,6 +87,20 @@ static int conn_set_events(ecs_server_t *s, conn_t *c, uint32_t ev) {
     return -1;
   c->events = ev;
   return 0;
+}
+
+void ecs__conn_park(ecs_server_t *s, conn_t *c) {
+  c->st = C_WAIT;
+  if (conn_set_events(s, c, 0) != 0)
+    c->close_after_write = 1;
+}
+
+void ecs__conn_unpark(ecs_server_t *s, conn_t *c) {
+  /* Called from a Redis reply in the middle of the loop's event batch:
+   * only arm the socket; the loop's next pass writes (closing c here could
+   * free a conn_t still named further down the batch). */
+  if (conn_set_events(s, c, EPOLLOUT) != 0)
+    c->close_after_write = 1;
 }
 
 void ecs__conn_authed(ecs_server_t *s, conn_t *c) {
@@ -300,6 +315,8 @@ static int conn_on_readable(ecs_server_t *s, conn_t *c) {
       ecs__server_dispatch(s, c);
       if (c->st == C_WRITE)
         return 1;
+      if (c->st == C_WAIT)
+        return 0;
     }
     if (c->st == C_DATA) {
       if (!data_done(c)) {
@@ -311,7 +328,7 @@ static int conn_on_readable(ecs_server_t *s, conn_t *c) {
           continue;
       }
       ecs__server_put_end(s, c);
-      return 1;
+      return c->st == C_WAIT ? 0 : 1;
     }
     if (c->st == C_WRITE)
       return 1;
@@ -382,6 +399,11 @@ static int conn_on_writable(ecs_server_t *s, conn_t *c) {
 
 void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev) {
   int r = 0;
+  if (c->st == C_WAIT) { /* only errors and hang-ups are watched */
+    if (ev & (EPOLLERR | EPOLLHUP))
+      ecs__conn_close(s, c);
+    return;
+  }
   if (c->st == C_WRITE) {
     if (ev & (EPOLLERR | EPOLLHUP)) {
       ecs__conn_close(s, c);

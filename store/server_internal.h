@@ -43,7 +43,26 @@ _Static_assert(ECS_UPGRADE_SECRET_SIZE == 32 && ECS_UPGRADE_NONCE_SIZE == 32, "c
 /* Internal per-item status for a key that appears twice in one PUT batch. */
 #define SLOT_DUP_PENDING 1
 
-typedef enum conn_state { C_HDR, C_META, C_DATA, C_WRITE } conn_state_t;
+/* C_WAIT: a PUT or COMMIT whose reply waits for Redis to acknowledge its
+ * records (pub_wait_t); the connection reads nothing meanwhile. */
+typedef enum conn_state { C_HDR, C_META, C_DATA, C_WRITE, C_WAIT } conn_state_t;
+
+typedef struct conn conn_t;
+
+/* A reply that waits for its records' acknowledgements.  One per parked
+ * request; each record in flight points at its item.  The connection may
+ * close meanwhile (c becomes NULL); the last acknowledgement frees it. */
+typedef struct pub_wait {
+  ecs_server_t *s;  /* the server */
+  conn_t *c;        /* the waiting connection, or NULL once it closed */
+  uint32_t n;       /* items in the reply */
+  uint32_t pending; /* records not yet acknowledged (or failed) */
+  struct pub_item {
+    struct pub_wait *w; /* back to the wait */
+    uint32_t idx;       /* the item */
+  } * items;            /* one per item */
+  int *status;          /* the reply's per-item statuses */
+} pub_wait_t;
 
 /* One item of a PUT in flight. */
 typedef struct put_slot {
@@ -70,7 +89,7 @@ typedef struct pin {
 
 #define PIN_NONE UINT32_MAX
 
-typedef struct conn {
+struct conn {
   int fd;                              /* the socket */
   int local;                           /* came in on the Unix socket (shm allowed) */
   uint32_t events;                     /* what epoll watches now (EPOLLIN or EPOLLOUT) */
@@ -116,7 +135,8 @@ typedef struct conn {
   ecs_obj_t **held;                    /* references to release after the reply */
   size_t nheld, held_cap;              /* count and capacity of held */
   uint64_t req_t0_ns;                  /* when the request being served was dispatched */
-} conn_t;
+  pub_wait_t *pub;                     /* C_WAIT: the acknowledgements awaited */
+};
 
 struct ecs_server {
   ecs_server_opts_t o;   /* options (copied) */
@@ -147,6 +167,8 @@ struct ecs_server {
   uint64_t denied_log_ms;       /* when such a refusal was last logged */
   uint64_t denied_unlogged;     /* refusals since, not logged one by one */
   uint64_t last_tick_ms;        /* when timer work last ran */
+  pub_wait_t *pub_cur;          /* a REMOVE under way: its deletes are awaited here... */
+  uint32_t pub_cur_idx;         /* ...as this item */
   /* counters for STAT */
   uint64_t puts, gets, hits, misses;
   int redis_was_up;                            /* link state at the last tick, to log each change once */
@@ -169,6 +191,25 @@ static inline uint64_t ecs__now_ns(void) {
 void ecs__server_rec(const ecs_server_t *s, const ecs_obj_t *obj, ecs_meta_rec_t *rec);
 /* Sends the queued record writes and deletions (a no-op without Redis). */
 void ecs__server_meta_flush(ecs_server_t *s);
+/* A wait for the records of a PUT or COMMIT of n items, statuses all
+ * ECS_OK; NULL without Redis (or memory): nothing will be waited for. */
+pub_wait_t *ecs__pub_begin(ecs_server_t *s, conn_t *c, uint32_t n);
+/* Publishes obj as item idx of w (w may be NULL: sent, not awaited).
+ * ECS_OK, or ECS_EREDIS when it could not be sent (the link is down: the
+ * re-sync publishes it). */
+int ecs__pub_record(ecs_server_t *s, pub_wait_t *w, uint32_t idx, const ecs_obj_t *obj);
+/* The request's items are settled: replies now when nothing is pending
+ * (returns 0), else parks c in C_WAIT until the last acknowledgement,
+ * which sends the reply with w->status (returns 1).  Frees w or hands it
+ * to c. */
+int ecs__pub_end(ecs_server_t *s, conn_t *c, pub_wait_t *w);
+/* REMOVE of one key as item idx of w (NULL: not awaited): the local
+ * status, or ECS_EREDIS when removed here but the record's delete could
+ * not be sent. */
+int ecs__pub_remove(ecs_server_t *s, pub_wait_t *w, uint32_t idx, const uint8_t *key, uint16_t klen);
+/* Forgets c in its wait (a closing connection, or a request that failed
+ * after records were sent); the wait frees itself. */
+void ecs__pub_abandon(pub_wait_t *w);
 
 /* server_conn.c: the connection state machine. */
 
@@ -180,6 +221,11 @@ void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev);
 void ecs__conn_close(ecs_server_t *s, conn_t *c);
 /* Marks c authenticated (it no longer counts against --max-preauth-conns). */
 void ecs__conn_authed(ecs_server_t *s, conn_t *c);
+/* C_WAIT: reads nothing, watches only for errors and hang-ups. */
+void ecs__conn_park(ecs_server_t *s, conn_t *c);
+/* The parked reply is built (C_WRITE): sends it when the socket is
+ * writable. */
+void ecs__conn_unpark(ecs_server_t *s, conn_t *c);
 /* Keeps a reference to release once the reply has left. */
 int ecs__conn_hold(conn_t *c, ecs_obj_t *obj);
 /* Appends n bytes at p to the reply. */

@@ -361,6 +361,7 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
 /* PUT, step 3: verify checksums, commit, publish, reply. */
 void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
   uint64_t now = ecs_wall_ms();
+  pub_wait_t *w = ecs__pub_begin(s, c, (uint32_t)c->nslots);
   for (size_t i = 0; i < c->nslots; i++) {
     put_slot_t *sl = &c->slots[i];
     if (!sl->obj)
@@ -380,11 +381,7 @@ void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
     o->commit_ms = now;
     ecs_objstore_commit(s->os, o);
     s->puts++;
-    if (s->meta) {
-      ecs_meta_rec_t rec;
-      ecs__server_rec(s, o, &rec);
-      ecs_meta_queue_put(s->meta, &rec);
-    }
+    sl->status = ecs__pub_record(s, w, (uint32_t)i, o);
   }
   for (size_t i = 0; i < c->nslots; i++) {
     put_slot_t *sl = &c->slots[i];
@@ -399,13 +396,18 @@ void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
       sl->status = (sl->item.flags & ECS_PUT_F_UPSERT) ? ECS_EBUSY : ECS_ECONFLICT;
   }
   /* Records reach Redis before the reply, so a client that saw OK can find
-   * the object through Redis at once (exists_batch). */
-  ecs__server_meta_flush(s);
-  ecs__reply_begin(c);
-  for (size_t i = 0; i < c->nslots; i++)
-    ecs_proto_status_write(&c->out, c->slots[i].status);
-  ecs__reply_finish(s, c, ECS_OK, (uint32_t)c->nslots, 0);
+   * the object through Redis at once (exists_batch); the connection parks
+   * meanwhile, and nobody else waits. */
+  size_t n = c->nslots;
   c->nslots = 0;
+  for (size_t i = 0; w != NULL && i < n; i++)
+    w->status[i] = c->slots[i].status;
+  if (ecs__pub_end(s, c, w))
+    return;
+  ecs__reply_begin(c);
+  for (size_t i = 0; i < n; i++)
+    ecs_proto_status_write(&c->out, c->slots[i].status);
+  ecs__reply_finish(s, c, ECS_OK, (uint32_t)n, 0);
 }
 
 static void handle_get(ecs_server_t *s, conn_t *c) {
@@ -463,29 +465,35 @@ static void handle_keys(ecs_server_t *s, conn_t *c) {
   ecs_rbuf_t r;
   ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
   ecs__reply_begin(c);
+  pub_wait_t *w = c->hdr.opcode == ECS_OP_REMOVE ? ecs__pub_begin(s, c, c->hdr.count) : NULL;
   for (uint32_t i = 0; i < c->hdr.count; i++) {
     const uint8_t *key;
     uint16_t klen;
     int rc = ecs_proto_key_read(&r, &key, &klen);
     if (rc == ECS_EPROTO || r.err) {
+      ecs__pub_abandon(w);
       ecs__reply_error(s, c, ECS_EPROTO, 1);
       return;
     }
     int st;
     if (rc != ECS_OK) {
       st = rc; /* a bad key fails that item alone */
+      if (w != NULL)
+        w->status[i] = st;
     } else if (c->hdr.opcode == ECS_OP_REMOVE) {
-      st = ecs_objstore_remove(s->os, key, klen);
+      st = ecs__pub_remove(s, w, i, key, klen); /* answered once the delete is acknowledged */
     } else {
       ecs_obj_t *o = ecs_objstore_find(s->os, key, klen);
       st = o && o->state == ECS_OBJ_COMMITTED ? ECS_OK : ECS_ENOTFOUND;
     }
     ecs_proto_status_write(&c->out, st);
   }
-  if (!records_consumed(s, c, &r))
+  if (!records_consumed(s, c, &r)) {
+    ecs__pub_abandon(w);
     return;
-  if (c->hdr.opcode == ECS_OP_REMOVE)
-    ecs__server_meta_flush(s);
+  }
+  if (ecs__pub_end(s, c, w))
+    return;
   ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
 }
 
@@ -628,9 +636,11 @@ static void handle_commit(ecs_server_t *s, conn_t *c) {
   ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
   ecs__reply_begin(c);
   uint64_t now = ecs_wall_ms();
+  pub_wait_t *w = ecs__pub_begin(s, c, c->hdr.count);
   for (uint32_t i = 0; i < c->hdr.count; i++) {
     ecs_commit_item_t ci;
     if (ecs_proto_commit_item_read(&r, &ci) != ECS_OK) {
+      ecs__pub_abandon(w);
       ecs__reply_error(s, c, ECS_EPROTO, 1);
       return;
     }
@@ -648,17 +658,18 @@ static void handle_commit(ecs_server_t *s, conn_t *c) {
       o->commit_ms = now;
       ecs_objstore_commit(s->os, o);
       s->puts++;
-      if (s->meta) {
-        ecs_meta_rec_t rec;
-        ecs__server_rec(s, o, &rec);
-        ecs_meta_queue_put(s->meta, &rec);
-      }
+      st = ecs__pub_record(s, w, i, o);
     }
+    if (w != NULL)
+      w->status[i] = st;
     ecs_proto_status_write(&c->out, st);
   }
-  if (!records_consumed(s, c, &r))
+  if (!records_consumed(s, c, &r)) {
+    ecs__pub_abandon(w);
     return;
-  ecs__server_meta_flush(s);
+  }
+  if (ecs__pub_end(s, c, w)) /* answered once Redis acknowledged the records */
+    return;
   ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
 }
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -836,6 +837,113 @@ static void test_link_errors(void **state) {
   assert_int_equal(ecs_ts_redis_start(&f->redis), 0); /* for teardown */
 }
 
+/* ---- the asynchronous link (store/rds_async.c) ------------------------- */
+
+typedef struct alink_obs {
+  int ups, downs; /* on_up / on_down calls */
+  int down_rc;    /* the last on_down code */
+  int done;       /* replies (or failures) seen */
+  int rc;         /* the last one's code */
+} alink_obs_t;
+
+static void alink_up(void *ctx) {
+  ((alink_obs_t *)ctx)->ups++;
+}
+
+static void alink_down(void *ctx, int rc) {
+  alink_obs_t *o = ctx;
+  o->downs++;
+  o->down_rc = rc;
+}
+
+static void alink_reply(void *ctx, int rc, redisReply *reply) {
+  alink_obs_t *o = ctx;
+  (void)reply;
+  o->done++;
+  o->rc = rc;
+}
+
+/* Runs the loop the way the server does (events, then deadlines) until
+ * *flag reaches want or ms pass; returns the flag. */
+static int alink_pump(int epfd, ecs__rdsa_t *r, const int *flag, int want, int ms) {
+  uint64_t end = mono_ms() + (uint64_t)ms;
+  while (*flag < want && mono_ms() < end) {
+    struct epoll_event ev[8];
+    int n = epoll_wait(epfd, ev, 8, 10);
+    for (int i = 0; i < n; i++)
+      if (ecs__rdsa_owns(r, ev[i].data.ptr))
+        ecs__rdsa_event(r, ev[i].events);
+    ecs__rdsa_poll(r, mono_ms());
+  }
+  return *flag;
+}
+
+/* The server's link maps failures as the blocking one does, without ever
+ * blocking: an error reply is ECS_EREDIS and keeps the link; a stopped
+ * Redis fails every pending command with ECS_ETIMEDOUT once the oldest is
+ * timeout_ms old; a killed one is ECS_ECONN; a connect is never waited
+ * for. */
+static void test_async_link_errors(void **state) {
+  fx_t *f = *state;
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  assert_true(epfd >= 0);
+  alink_obs_t o = {0};
+  ecs__rdsa_t r;
+  assert_int_equal(ecs__rdsa_init(&r, f->url, 300, epfd, alink_up, alink_down, &o), ECS_OK);
+  const char *ping[] = {"PING"}, *bad[] = {"NOSUCHCOMMAND"};
+  assert_int_equal(ecs__rdsa_command(&r, alink_reply, &o, 1, ping, NULL), ECS_ENOTCONN); /* down */
+  assert_int_equal(ecs__rdsa_connect(&r), ECS_OK);
+  assert_int_equal(alink_pump(epfd, &r, &o.ups, 1, 5000), 1);
+  assert_true(ecs__rdsa_up(&r));
+  assert_int_equal(ecs__rdsa_command(&r, alink_reply, &o, 1, ping, NULL), ECS_OK);
+  assert_int_equal(alink_pump(epfd, &r, &o.done, 1, 5000), 1);
+  assert_int_equal(o.rc, ECS_OK);
+  assert_int_equal(ecs__rdsa_command(&r, alink_reply, &o, 1, bad, NULL), ECS_OK);
+  assert_int_equal(alink_pump(epfd, &r, &o.done, 2, 5000), 2);
+  assert_int_equal(o.rc, ECS_EREDIS);
+  assert_true(ecs__rdsa_up(&r));
+
+  /* stopped: both pending commands fail together, at the deadline */
+  assert_int_equal(ecs_ts_signal(&f->redis, SIGSTOP), 0);
+  uint64_t t0 = mono_ms();
+  assert_int_equal(ecs__rdsa_command(&r, alink_reply, &o, 1, ping, NULL), ECS_OK);
+  assert_int_equal(ecs__rdsa_command(&r, alink_reply, &o, 1, ping, NULL), ECS_OK);
+  assert_int_equal(alink_pump(epfd, &r, &o.done, 4, 5000), 4);
+  uint64_t dt = mono_ms() - t0;
+  assert_int_equal(o.rc, ECS_ETIMEDOUT);
+  assert_true(dt >= 250 && dt < 3000);
+  assert_false(ecs__rdsa_up(&r));
+  assert_int_equal(o.downs, 1);
+  assert_int_equal(o.down_rc, ECS_ETIMEDOUT);
+  /* a connect to the stopped Redis: the handshake times out, nothing waits */
+  t0 = mono_ms();
+  assert_int_equal(ecs__rdsa_connect(&r), ECS_OK);
+  assert_true(mono_ms() - t0 < 100);
+  assert_int_equal(alink_pump(epfd, &r, &o.downs, 2, 5000), 2);
+  assert_int_equal(o.down_rc, ECS_ETIMEDOUT);
+  assert_int_equal(ecs_ts_signal(&f->redis, SIGCONT), 0);
+  assert_int_equal(ecs__rdsa_connect(&r), ECS_OK);
+  assert_int_equal(alink_pump(epfd, &r, &o.ups, 2, 5000), 2);
+
+  /* killed: pending commands fail with ECS_ECONN; so does a reconnect */
+  ecs_ts_kill9(&f->redis);
+  assert_int_equal(ecs__rdsa_command(&r, alink_reply, &o, 1, ping, NULL), ECS_OK);
+  assert_int_equal(alink_pump(epfd, &r, &o.done, 5, 5000), 5);
+  assert_int_equal(o.rc, ECS_ECONN);
+  assert_int_equal(o.down_rc, ECS_ECONN);
+  int downs = o.downs;
+  int rc = ecs__rdsa_connect(&r);
+  if (rc == ECS_OK) /* refused later, from the loop */
+    assert_int_equal(alink_pump(epfd, &r, &o.downs, downs + 1, 5000), downs + 1);
+  else
+    assert_int_equal(rc, ECS_ECONN);
+  assert_false(ecs__rdsa_up(&r));
+  assert_non_null(strstr(ecs__rdsa_errmsg(&r), "127.0.0.1"));
+  ecs__rdsa_close(&r, ECS_ECANCELED);
+  close(epfd);
+  assert_int_equal(ecs_ts_redis_start(&f->redis), 0); /* for teardown */
+}
+
 /* ---- server outage and re-sync ---------------------------------------- */
 
 static void test_outage_resync(void **state) {
@@ -959,6 +1067,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_deadline_stopped_redis, setup, teardown),
       cmocka_unit_test_setup_teardown(test_killed_redis, setup, teardown),
       cmocka_unit_test_setup_teardown(test_link_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_async_link_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_outage_resync, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unregister, setup, teardown),
   };

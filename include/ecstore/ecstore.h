@@ -143,7 +143,10 @@ ECS_API const char *ecs_client_errmsg(const ecs_client_t *c);
 /* Stores n tensors.  status[i]: ECS_OK (stored, or already stored with the
  * same content), ECS_ECONFLICT (the key holds different content),
  * ECS_ENOSPC / ECS_ETOOBIG, ECS_EKEY / ECS_EDTYPE / ECS_EINVAL (bad item,
- * never sent), or the whole-batch error. */
+ * never sent), ECS_EREDIS (stored, but Redis did not acknowledge its record
+ * within the server's Redis timeout: gets find it, exists through Redis
+ * says 0 until the server re-publishes it; ecs_client_errmsg() says so),
+ * or the whole-batch error. */
 ECS_API int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
                           int *status);
 

@@ -151,6 +151,10 @@ static int cmd_put(ecs_client_t *c, int argc, char **argv, const char *dtype, co
   int st;
   int rc = ecs_put_batch(c, &k, &t, 1, &st);
   free(data);
+  if (rc == ECS_OK && st == ECS_EREDIS) { /* stored: only its Redis record is late */
+    fprintf(stderr, "ecstore-cli: put %s: stored, but %s\n", argv[0], ecs_client_errmsg(c));
+    return 0;
+  }
   if (rc || st) {
     fprintf(stderr, "ecstore-cli: put %s: %s\n", argv[0], rc ? why(c, rc) : ecs_strerror(st));
     return 1;

@@ -120,3 +120,31 @@ def test_context_manager_closes_even_on_error(cluster):
     assert s.closed
     with pytest.raises(ecstore.ConnectionFailedError):
         s.ping()
+
+
+def test_put_with_redis_frozen_is_stored_not_published(private_cluster, uniq):
+    """A put while Redis is frozen: answered within the server's Redis
+    timeout (500 ms by default) as EREDIS, stored and readable; the server
+    publishes the record once Redis answers (docs/redis-schema.md)."""
+    k1, k2 = uniq(), uniq()
+    arr = np.arange(64, dtype=np.float32)
+    with ecstore.connect(private_cluster.config(timeout_ms=10000)) as s:
+        s.put_tensor(uniq(), arr)  # the link is up
+        private_cluster.redis.pause()
+        try:
+            with pytest.warns(RuntimeWarning, match="not published"):
+                s.put_tensor(k1, arr)  # stored: a warning, not an error
+            assert s.batch_put_tensors([k2], [arr]) == [ecstore.EREDIS]
+            assert np.array_equal(s.get_tensor(k1, framework="numpy"), arr)
+            assert np.array_equal(s.get_tensor(k2, framework="numpy"), arr)
+        finally:
+            private_cluster.redis.resume()
+    # the re-sync publishes both: a fresh client (which asks Redis, not
+    # the servers, while Redis answers) sees them
+    deadline = time.monotonic() + 15
+    seen = None
+    while seen != [1, 1] and time.monotonic() < deadline:
+        time.sleep(0.2)
+        with ecstore.connect(private_cluster.config()) as fresh:
+            seen = fresh.batch_is_exist([k1, k2])
+    assert seen == [1, 1]

@@ -31,6 +31,7 @@ import ctypes
 import json
 import os
 import threading
+import warnings
 import weakref
 
 from . import _lib
@@ -260,7 +261,9 @@ class Store:
     def batch_put_from(self, keys, ptrs, sizes, upsert=False):
         """Stores sizes[i] bytes at address ptrs[i] under keys[i] (as a 1-D
         u8 tensor).  Returns one status per item: 0, or a negative code
-        (ECONFLICT: the key holds other bytes; ENOSPC/ETOOBIG; EKEY).  A
+        (ECONFLICT: the key holds other bytes; ENOSPC/ETOOBIG; EKEY;
+        EREDIS: stored, but Redis did not acknowledge its record in time,
+        so exists says 0 until the server re-publishes it).  A
         whole-call failure raises, with the statuses in ``e.statuses``.
         upsert=True replaces what a key holds instead of ECONFLICT
         (ecs_upsert_batch; EBUSY while another request writes the key)."""
@@ -458,8 +461,16 @@ class Store:
 
     def put_tensor(self, key, tensor, dtype=None, upsert=False):
         """Stores one tensor; raises on any error (ConflictError, ...).
-        upsert=True replaces what the key holds."""
+        upsert=True replaces what the key holds.  EREDIS is not an error
+        here: the server stored the tensor but Redis did not acknowledge
+        its record in time (slow or down); gets find it, and the server
+        publishes the record when Redis answers (a warning is issued)."""
         st = self.batch_put_tensors([key], [tensor], None if dtype is None else [dtype], upsert)[0]
+        if st == codes.EREDIS:
+            warnings.warn("ecstore: %r stored, but its Redis record is not published yet "
+                          "(Redis slow or down; the server re-publishes it)" % (key,), RuntimeWarning,
+                          stacklevel=2)
+            return
         check(st, "put %r" % (key,))
 
     def batch_get_tensors(self, keys, outs=None, framework="torch", pin_memory=False, with_status=False):

@@ -1,0 +1,354 @@
+/*
+ * The asynchronous Redis link (see rds.h): hiredis's async API driven by
+ * the server's epoll loop through a small adapter, and deadlines enforced
+ * here, because hiredis 0.14 has neither an epoll adapter nor an async
+ * timeout.
+ *
+ * Every command carries a small record (ecs__rdsa_cmd_t) on a FIFO in the
+ * order it was sent; Redis answers in that order, so the FIFO's head is
+ * always the oldest command without a reply, and its age is all the
+ * deadline check needs.  When the link drops (an I/O error, EOF, bytes
+ * that are not RESP, or a deadline), hiredis calls every pending callback
+ * with a NULL reply; the trampoline turns that into the code of the drop
+ * (r->fail_rc), so callers see the same mapping as the blocking link.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "ecstore/error.h"
+#include "store/net.h"
+#include "store/rds.h"
+
+struct ecs__rdsa_cmd {
+  ecs__rdsa_t *r;             /* the link */
+  ecs__rdsa_fn fn;            /* the caller's callback, or NULL */
+  void *ctx;                  /* its argument */
+  uint64_t t_ms;              /* when sent (monotonic) */
+  struct ecs__rdsa_cmd *next; /* the next newer command */
+};
+
+static void rdsa_seterr(ecs__rdsa_t *r, const char *what, const char *why) {
+  snprintf(r->err, sizeof r->err, "redis %.100s:%d: %s: %.100s", r->host, r->port, what, why);
+}
+
+int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, void (*on_up)(void *ctx),
+                   void (*on_down)(void *ctx, int rc), void *cb_ctx) {
+  memset(r, 0, sizeof *r);
+  r->fd = -1;
+  r->epfd = epfd;
+  r->timeout_ms = timeout_ms > 0 ? timeout_ms : 500;
+  r->on_up = on_up;
+  r->on_down = on_down;
+  r->cb_ctx = cb_ctx;
+  r->fail_rc = ECS_ECONN;
+  if (url == NULL || ecs__rds_parse_url(url, r->host, sizeof r->host, &r->port, &r->db) != ECS_OK) {
+    snprintf(r->err, sizeof r->err, "bad redis_url \"%.200s\"", url ? url : "");
+    return ECS_EINVAL;
+  }
+  /* hiredis's redisAsyncConnect resolves names with a blocking
+   * getaddrinfo(): resolve once now, connect by address later. */
+  snprintf(r->addr, sizeof r->addr, "%.63s", r->host);
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(r->host, NULL, &hints, &res) == 0 && res != NULL) {
+    /* IPv4 first, as a Redis bound to 127.0.0.1 is reached as "localhost" */
+    const struct addrinfo *pick = res;
+    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+      if (ai->ai_family == AF_INET) {
+        pick = ai;
+        break;
+      }
+    const void *a = pick->ai_family == AF_INET6
+                        ? (const void *)&((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr
+                        : (const void *)&((const struct sockaddr_in *)pick->ai_addr)->sin_addr;
+    if (inet_ntop(pick->ai_family, a, r->addr, sizeof r->addr) == NULL)
+      snprintf(r->addr, sizeof r->addr, "%.63s", r->host);
+  }
+  if (res != NULL)
+    freeaddrinfo(res);
+  return ECS_OK;
+}
+
+int ecs__rdsa_up(const ecs__rdsa_t *r) {
+  return r->state == ECS_RDSA_UP;
+}
+
+const char *ecs__rdsa_errmsg(const ecs__rdsa_t *r) {
+  return r->err;
+}
+
+int ecs__rdsa_owns(const ecs__rdsa_t *r, const void *p) {
+  return r != NULL && p == (const void *)r;
+}
+
+/* The link is lost: from now on every callback failed by the drop gets
+ * rc.  Runs once per connect (state is DOWN afterwards). */
+static void rdsa_lost(ecs__rdsa_t *r, int rc) {
+  if (r->state == ECS_RDSA_DOWN)
+    return;
+  r->state = ECS_RDSA_DOWN;
+  r->fail_rc = rc;
+  if (r->on_down != NULL)
+    r->on_down(r->cb_ctx, rc);
+}
+
+/* ---- the epoll adapter (hiredis's ev hooks) ---------------------------- */
+
+static void rdsa_arm(ecs__rdsa_t *r, uint32_t events) {
+  if (r->fd < 0 || events == r->events)
+    return;
+  struct epoll_event e = {.events = events, .data.ptr = r};
+  int op = r->events == 0 ? EPOLL_CTL_ADD : events == 0 ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
+  if (epoll_ctl(r->epfd, op, r->fd, &e) == 0 || (op == EPOLL_CTL_DEL))
+    r->events = events;
+}
+
+static void ev_add_read(void *p) {
+  ecs__rdsa_t *r = p;
+  rdsa_arm(r, r->events | EPOLLIN);
+}
+static void ev_del_read(void *p) {
+  ecs__rdsa_t *r = p;
+  rdsa_arm(r, r->events & ~(uint32_t)EPOLLIN);
+}
+static void ev_add_write(void *p) {
+  ecs__rdsa_t *r = p;
+  rdsa_arm(r, r->events | EPOLLOUT);
+}
+static void ev_del_write(void *p) {
+  ecs__rdsa_t *r = p;
+  rdsa_arm(r, r->events & ~(uint32_t)EPOLLOUT);
+}
+
+/* hiredis is freeing the context (after failing the pending callbacks):
+ * the socket leaves epoll before hiredis closes it. */
+static void ev_cleanup(void *p) {
+  ecs__rdsa_t *r = p;
+  rdsa_arm(r, 0);
+  r->fd = -1;
+  r->events = 0;
+  r->ac = NULL;
+  rdsa_lost(r, ECS_ECONN);
+}
+
+void ecs__rdsa_event(ecs__rdsa_t *r, uint32_t events) {
+  if (r->ac == NULL)
+    return; /* a stale event of a link dropped earlier in this batch */
+  if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+    redisAsyncHandleRead(r->ac);
+  if (r->ac != NULL && (events & (EPOLLOUT | EPOLLERR)))
+    redisAsyncHandleWrite(r->ac);
+}
+
+/* ---- commands ---------------------------------------------------------- */
+
+static void rdsa_unlink_head(ecs__rdsa_t *r, ecs__rdsa_cmd_t *c) {
+  /* Replies come in order, so c is the head; a mismatch would mean a
+   * reply matched to the wrong command: drop the link. */
+  if (r->head != c) {
+    ecs__rdsa_cmd_t **pp = &r->head, *prev = NULL;
+    while (*pp != NULL && *pp != c) {
+      prev = *pp;
+      pp = &(*pp)->next;
+    }
+    if (*pp == c) {
+      *pp = c->next;
+      if (r->tail == c)
+        r->tail = prev;
+    }
+  } else {
+    r->head = c->next;
+    if (r->tail == c)
+      r->tail = NULL;
+  }
+  r->npending--;
+}
+
+/* Every reply (or failure) of a command: map it and call the caller. */
+static void rdsa_trampoline(redisAsyncContext *ac, void *reply, void *priv) {
+  ecs__rdsa_cmd_t *c = priv;
+  ecs__rdsa_t *r = c->r;
+  redisReply *rep = reply;
+  int rc;
+  rdsa_unlink_head(r, c);
+  if (rep == NULL) {
+    if (r->state != ECS_RDSA_DOWN) { /* hiredis dropped the link */
+      int proto = ac->err == REDIS_ERR_PROTOCOL || ac->err == REDIS_ERR_OTHER;
+      rdsa_seterr(r, proto ? "protocol error" : "link lost", ac->errstr[0] ? ac->errstr : "closed");
+      rdsa_lost(r, proto ? ECS_EREDIS : ECS_ECONN);
+    }
+    rc = r->fail_rc;
+  } else if (rep->type == REDIS_REPLY_ERROR) {
+    rdsa_seterr(r, "error reply", rep->str);
+    rc = ECS_EREDIS;
+  } else {
+    rc = ECS_OK;
+  }
+  if (c->fn != NULL)
+    c->fn(c->ctx, rc, rep);
+  free(c);
+}
+
+/* Sends a command in any state but DOWN (the handshake sends while
+ * connecting). */
+static int rdsa_send(ecs__rdsa_t *r, ecs__rdsa_fn fn, void *ctx, int argc, const char **argv,
+                     const size_t *lens) {
+  if (r->ac == NULL || r->state == ECS_RDSA_DOWN)
+    return ECS_ENOTCONN;
+  size_t tmp[16];
+  if (lens == NULL) {
+    if (argc > 16)
+      return ECS_EINVAL;
+    for (int i = 0; i < argc; i++)
+      tmp[i] = strlen(argv[i]);
+    lens = tmp;
+  }
+  ecs__rdsa_cmd_t *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return ECS_ENOMEM;
+  c->r = r;
+  c->fn = fn;
+  c->ctx = ctx;
+  c->t_ms = ecs_now_ms();
+  if (redisAsyncCommandArgv(r->ac, rdsa_trampoline, c, argc, argv, lens) != REDIS_OK) {
+    free(c);
+    return ECS_ENOMEM; /* out of memory, or the context is being freed */
+  }
+  if (r->tail != NULL)
+    r->tail->next = c;
+  else
+    r->head = c;
+  r->tail = c;
+  r->npending++;
+  return ECS_OK;
+}
+
+int ecs__rdsa_command(ecs__rdsa_t *r, ecs__rdsa_fn fn, void *ctx, int argc, const char **argv,
+                      const size_t *lens) {
+  return rdsa_send(r, fn, ctx, argc, argv, lens);
+}
+
+/* ---- connect and handshake --------------------------------------------- */
+
+static void rdsa_on_connect(const redisAsyncContext *ac, int status) {
+  ecs__rdsa_t *r = ac->data;
+  if (status != REDIS_OK) { /* hiredis frees the context next (ev_cleanup) */
+    rdsa_seterr(r, "connect", ac->errstr[0] ? ac->errstr : "failed");
+    rdsa_lost(r, ECS_ECONN);
+  }
+}
+
+static void rdsa_on_disconnect(const redisAsyncContext *ac, int status) {
+  ecs__rdsa_t *r = ac->data;
+  (void)status;
+  rdsa_lost(r, ECS_ECONN);
+}
+
+/* The handshake's last reply: the link is up, or dropped. */
+static void rdsa_hello_done(void *ctx, int rc, redisReply *reply) {
+  ecs__rdsa_t *r = ctx;
+  (void)reply;
+  if (r->state != ECS_RDSA_CONNECTING)
+    return; /* dropped meanwhile: on_down has been called */
+  if (rc != ECS_OK) {
+    rdsa_lost(r, rc);
+    if (r->ac != NULL)
+      redisAsyncFree(r->ac); /* inside a callback: hiredis frees it on return */
+    return;
+  }
+  r->state = ECS_RDSA_UP;
+  r->err[0] = '\0';
+  if (r->on_up != NULL)
+    r->on_up(r->cb_ctx);
+}
+
+int ecs__rdsa_connect(ecs__rdsa_t *r) {
+  if (r->state != ECS_RDSA_DOWN || r->ac != NULL)
+    return ECS_OK;
+  redisAsyncContext *ac = redisAsyncConnect(r->addr, r->port);
+  if (ac == NULL) {
+    rdsa_seterr(r, "connect", "out of memory");
+    return ECS_ENOMEM;
+  }
+  if (ac->err != 0) {
+    rdsa_seterr(r, "connect", ac->errstr);
+    redisAsyncFree(ac);
+    return ECS_ECONN;
+  }
+  ac->data = r;
+  ac->ev.data = r;
+  ac->ev.addRead = ev_add_read;
+  ac->ev.delRead = ev_del_read;
+  ac->ev.addWrite = ev_add_write;
+  ac->ev.delWrite = ev_del_write;
+  ac->ev.cleanup = ev_cleanup;
+  redisAsyncSetConnectCallback(ac, rdsa_on_connect);
+  redisAsyncSetDisconnectCallback(ac, rdsa_on_disconnect);
+  r->ac = ac;
+  r->fd = ac->c.fd;
+  r->events = 0;
+  r->state = ECS_RDSA_CONNECTING;
+  r->fail_rc = ECS_ECONN;
+  r->connect_t0_ms = ecs_now_ms();
+  /* The handshake: what every new link says before any command of its
+   * owner (AUTH would go first).  Sending it arms the write event, which
+   * is also how hiredis learns that the connect completed. */
+  char db[16];
+  snprintf(db, sizeof db, "%d", r->db);
+  const char *argv[] = {"SELECT", db};
+  int rc = rdsa_send(r, rdsa_hello_done, r, 2, argv, NULL);
+  if (rc != ECS_OK) {
+    r->state = ECS_RDSA_DOWN;
+    redisAsyncFree(ac); /* no pending command: cleanup only */
+    r->ac = NULL;
+    r->fd = -1;
+    rdsa_seterr(r, "connect", "out of memory");
+    return rc;
+  }
+  return ECS_OK;
+}
+
+/* ---- deadlines and teardown -------------------------------------------- */
+
+void ecs__rdsa_close(ecs__rdsa_t *r, int rc) {
+  if (r->state != ECS_RDSA_DOWN)
+    rdsa_lost(r, rc);
+  else
+    r->fail_rc = rc;
+  if (r->ac != NULL)
+    redisAsyncFree(r->ac); /* fails the pending callbacks with r->fail_rc */
+  r->ac = NULL;
+  r->fd = -1;
+  r->events = 0;
+}
+
+int ecs__rdsa_poll(ecs__rdsa_t *r, uint64_t now_ms) {
+  uint64_t t0;
+  if (r->state == ECS_RDSA_DOWN || r->ac == NULL)
+    return -1;
+  if (r->state == ECS_RDSA_CONNECTING)
+    t0 = r->connect_t0_ms;
+  else if (r->head != NULL)
+    t0 = r->head->t_ms;
+  else
+    return -1;
+  uint64_t due = t0 + (uint64_t)r->timeout_ms;
+  if (now_ms < due)
+    return (int)(due - now_ms);
+  char why[64];
+  snprintf(why, sizeof why, "no reply within %d ms", r->timeout_ms);
+  rdsa_seterr(r, r->state == ECS_RDSA_CONNECTING ? "connect" : "reply", why);
+  ecs__rdsa_close(r, ECS_ETIMEDOUT);
+  return -1;
+}
