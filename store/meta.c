@@ -1576,8 +1576,10 @@ static void meta_async_down(void *ctx, int rc) {
 int ecs_meta_attach_loop(ecs_meta_t *m, int epfd) {
   if (m == NULL || !m->server || epfd < 0 || m->async)
     return ECS_EINVAL;
-  char url[300];
-  if (strchr(m->link.host, ':') != NULL)
+  char url[1024];
+  if (m->link.url[0]) /* the configured URL: credentials, Sentinel */
+    snprintf(url, sizeof url, "%s", m->link.url);
+  else if (strchr(m->link.host, ':') != NULL)
     snprintf(url, sizeof url, "[%s]:%d/%d", m->link.host, m->link.port, m->link.db);
   else
     snprintf(url, sizeof url, "%s:%d/%d", m->link.host, m->link.port, m->link.db);

@@ -43,6 +43,11 @@ typedef struct ecs__rds_url {
   int db;         /* SELECTed after connect when nonzero */
   char user[128]; /* ACL user for AUTH ("": the default user) */
   char pass[256]; /* password ("": none in the URL) */
+  /* redis-sentinel://: the sentinels ("H1:P1,H2:P2", host and port as in
+   * a plain URL) and the master's name; "" for a plain URL.  host and port
+   * then name the first sentinel, until ecs__rds_sentinel_resolve. */
+  char sentinels[512];
+  char master[128];
 } ecs__rds_url_t;
 
 typedef struct ecs__rds {
@@ -55,6 +60,10 @@ typedef struct ecs__rds {
   int connect_timeout_ms; /* one connect attempt */
   int timeout_ms;         /* default wait for one reply */
   int used;               /* a reply arrived since the connect (a later EOF may be a stale link) */
+  char sentinels[512];    /* redis-sentinel://: the sentinels ("" for a plain URL) */
+  char master[128];       /* ...and the master's name: host and port are re-resolved at each connect */
+  int readonly;           /* a READONLY reply (a demoted master): the next append reconnects */
+  char url[1024];         /* the URL given to init (an async link of the same Redis parses it again) */
   char err[256];          /* last error */
 } ecs__rds_t;
 
@@ -62,9 +71,28 @@ typedef struct ecs__rds {
  * or "HOST" (port 6379); HOST may be a bracketed IPv6 literal; USERINFO
  * is "USER:PASS", ":PASS" (the default user) or "USER" (the password comes
  * from elsewhere), %XX-escaped where it holds ':', '@' or '/' (the last
- * '@' ends it).  Returns ECS_OK or ECS_EINVAL.  The reusable half of the
- * link, for any Redis client of the project (the async link included). */
+ * '@' ends it).  Or Redis Sentinel (docs/redis-ha.md):
+ * "redis-sentinel://[USERINFO@]H1:P1[,H2:P2...]/MASTERNAME[/DB]", at most
+ * ECS_RDS_MAX_SENTINELS sentinels; USERINFO is the master's AUTH (the
+ * sentinels are asked without one).  Returns ECS_OK or ECS_EINVAL.  The
+ * reusable half of the link, for any Redis client of the project (the
+ * async link included). */
 int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u);
+
+#define ECS_RDS_MAX_SENTINELS 8
+
+/* Redis Sentinel's client protocol, the discovery half: asks the sentinels
+ * of u in turn (SENTINEL get-master-addr-by-name) for the address of u's
+ * master, each with a connect and a reply deadline of per_ms; the first
+ * answer wins.  Blocks at most 2 * per_ms per sentinel.  ECS_OK with
+ * host/port, or ECS_ECONN (no sentinel answered, or none knows the
+ * master) with the reasons in err.  The caller then verifies the role
+ * (ROLE says "master") after its handshake. */
+int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, size_t hostcap, int *port,
+                              char *err, size_t errlen);
+
+/* Whether reply (ROLE's) names a master: 1, else 0. */
+int ecs__rds_role_is_master(const redisReply *reply);
 
 /* ecs__rds_url_parse, then the password policy every link applies: the
  * URL's password, else the environment's ECSTORE_REDIS_PASSWORD (where
@@ -125,7 +153,12 @@ void ecs__rds_close(ecs__rds_t *r);
 int ecs__rds_up(const ecs__rds_t *r);
 
 /* Connects when down, then the handshake: AUTH (with the user when one
- * is named) when there is a password, then SELECT when db is nonzero.  A
+ * is named) when there is a password, then SELECT when db is nonzero.
+ * Through Sentinel, the master is resolved first (the sentinels in turn,
+ * each within connect_timeout_ms) and its ROLE must say master, else
+ * ECS_ECONN ("... is not a master"); an error reply starting READONLY (a
+ * master demoted under us) drops the link at the next call, so that it
+ * re-resolves.  A
  * refused AUTH is ECS_EAUTH, "redis HOST:PORT: authentication failed"
  * (the password is never in a message). */
 int ecs__rds_connect(ecs__rds_t *r);
@@ -171,8 +204,20 @@ const char *ecs__rds_errmsg(const ecs__rds_t *r);
  *   ECS_EREDIS     an error reply (the link stays up), or bytes that are
  *                  not RESP (the link is dropped)
  * Reconnecting is the caller's choice (ecs__rdsa_connect, which never
- * blocks); the connect and the handshake (SELECT db) are one function,
- * and the link counts as up only once the handshake is answered.
+ * blocks but for Sentinel, below); the connect and the handshake (AUTH,
+ * SELECT db, and ROLE through Sentinel) are one function, and the link
+ * counts as up only once the handshake is answered.
+ *
+ * Through Sentinel (a redis-sentinel:// URL), ecs__rdsa_connect asks the
+ * sentinels for the master's address first, synchronously, with a
+ * deadline of min(timeout_ms, 200) ms for each connect and each reply:
+ * the loop waits at most 400 ms per sentinel listed, and only at a
+ * (re)connect, at most once per reconnect interval of the caller.  The
+ * handshake then checks ROLE (a replica the sentinels still name is
+ * dropped, ECS_ECONN), and an error reply starting READONLY (a master
+ * demoted under us) drops the link, so that the next connect asks the
+ * sentinels again.  The sentinels should answer with addresses: a name
+ * is looked up by hiredis with a blocking getaddrinfo().
  *
  * Thread safety: none; the loop's thread only.
  */
@@ -197,6 +242,10 @@ typedef struct ecs__rdsa {
   char addr[64];                      /* host resolved once by init: reconnects never wait on DNS */
   int port;                           /* from the URL */
   int db;                             /* SELECTed by the handshake */
+  char user[128];                     /* AUTH user ("": the default user) */
+  char pass[256];                     /* AUTH password ("": no AUTH) */
+  char sentinels[512];                /* redis-sentinel://: the sentinels ("" for a plain URL) */
+  char master[128];                   /* ...and the master's name, resolved at each connect */
   int timeout_ms;                     /* deadline of the connect and of each reply */
   uint64_t connect_t0_ms;             /* when the connect began (monotonic) */
   int fail_rc;                        /* code for callbacks failed by the drop under way */
@@ -209,10 +258,11 @@ typedef struct ecs__rdsa {
   char err[256];                      /* last error, naming the Redis address */
 } ecs__rdsa_t;
 
-/* Parses url into r (not connected) and resolves its host once, here
- * (a blocking lookup: call it before the loop runs); connects use that
- * address, so a reconnect never waits for DNS (a Redis that moves to
- * another address needs a server restart).  ECS_OK or ECS_EINVAL. */
+/* Parses url into r (not connected), with the password policy of
+ * ecs__rds_url_resolve, and resolves its host once, here (a blocking
+ * lookup: call it before the loop runs); connects use that address, so a
+ * reconnect never waits for DNS (a Redis that moves to another address
+ * needs a server restart, or Sentinel).  ECS_OK or ECS_EINVAL. */
 int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, void (*on_up)(void *ctx),
                    void (*on_down)(void *ctx, int rc), void *cb_ctx);
 
