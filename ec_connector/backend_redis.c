@@ -1,6 +1,6 @@
 /*
  * Backend "redis": tensor bytes stored in Redis itself, as LMCache's Redis
- * backend does: one key per object, "ecs:<ns>:ect:<key>", holding the
+ * backend does: one key per object, "ecs:{<ns>}:ect:<key>", holding the
  * 128-byte header (backend.h) followed by the bytes.  Batches are
  * pipelined: one write of every command, then the replies in order.
  *
@@ -24,7 +24,7 @@
 
 typedef struct redis_h {
   ecs__rds_t r;      /* the link */
-  char prefix[160];  /* "ecs:<ns>:ect:" */
+  char prefix[160];  /* "ecs:{<ns>}:ect:" */
   size_t prefix_len; /* its length */
   int ttl_s;         /* EXPIRE seconds, 0: none */
   int verify;        /* check checksums on load */
@@ -45,7 +45,7 @@ static int rb_open(const ecs_ec_config_t *cfg, int kind, void **out, char *err, 
     free(h);
     return rc;
   }
-  int n = snprintf(h->prefix, sizeof h->prefix, "ecs:%s:ect:", cfg->ns);
+  int n = snprintf(h->prefix, sizeof h->prefix, "ecs:{%s}:ect:", cfg->ns);
   h->prefix_len = n > 0 && (size_t)n < sizeof h->prefix ? (size_t)n : 0;
   h->ttl_s = cfg->redis_ttl_s;
   h->verify = cfg->verify_checksum;

@@ -376,7 +376,8 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
   if (out == NULL)
     return ECS_EINVAL;
   *out = NULL;
-  if (o == NULL || meta_check_name(o->ns, META_NS_MAX) != 0)
+  /* no braces: the namespace is the keys' Redis Cluster hash tag */
+  if (o == NULL || meta_check_name(o->ns, META_NS_MAX) != 0 || strpbrk(o->ns, "{}") != NULL)
     return ECS_EINVAL;
   ecs_meta_t *m = calloc(1, sizeof *m);
   if (m == NULL)
@@ -401,13 +402,15 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
   m->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : META_DEFAULT_TIMEOUT_MS;
   m->ttl_s = o->heartbeat_ttl_s > 0 ? o->heartbeat_ttl_s : META_DEFAULT_TTL_S;
   m->reconnect_ms = o->reconnect_ms > 0 ? o->reconnect_ms : META_DEFAULT_RECONNECT_MS;
-  m->obj_pfx_len = (size_t)snprintf(m->obj_pfx, sizeof m->obj_pfx, "ecs:%s:obj:", m->ns);
-  snprintf(m->node_pfx, sizeof m->node_pfx, "ecs:%s:node:", m->ns);
-  snprintf(m->node_key, sizeof m->node_key, "ecs:%s:node:%s", m->ns, m->node_id);
-  snprintf(m->nodes_key, sizeof m->nodes_key, "ecs:%s:nodes", m->ns);
+  /* "{ns}" is a Redis Cluster hash tag: a namespace's keys share one slot,
+   * so the check script's keys (records and registry) are on one node */
+  m->obj_pfx_len = (size_t)snprintf(m->obj_pfx, sizeof m->obj_pfx, "ecs:{%s}:obj:", m->ns);
+  snprintf(m->node_pfx, sizeof m->node_pfx, "ecs:{%s}:node:", m->ns);
+  snprintf(m->node_key, sizeof m->node_key, "ecs:{%s}:node:%s", m->ns, m->node_id);
+  snprintf(m->nodes_key, sizeof m->nodes_key, "ecs:{%s}:nodes", m->ns);
   char esc[2 * META_NS_MAX + 1];
   meta_glob_escape(esc, sizeof esc, m->ns);
-  snprintf(m->match, sizeof m->match, "ecs:%s:obj:*", esc);
+  snprintf(m->match, sizeof m->match, "ecs:{%s}:obj:*", esc);
   int rc = meta_connect(m);
   if (rc == ECS_ENOMEM) {
     ecs_meta_close(m);

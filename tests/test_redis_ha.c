@@ -258,7 +258,7 @@ static void test_sentinel_failover(void **state) {
   redisContext *rr = ecs_ts_redis_at(replica.port);
   int lacking = 0;
   for (int i = late_first; rr != NULL && i < n; i++) {
-    redisReply *e = redisCommand(rr, "EXISTS ecs:test:obj:ha-%d", i);
+    redisReply *e = redisCommand(rr, "EXISTS ecs:{test}:obj:ha-%d", i);
     lacking += e != NULL && e->type == REDIS_REPLY_INTEGER && e->integer == 0;
     if (e != NULL)
       freeReplyObject(e);
