@@ -408,6 +408,7 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
   snprintf(m->node_pfx, sizeof m->node_pfx, "ecs:{%s}:node:", m->ns);
   snprintf(m->node_key, sizeof m->node_key, "ecs:{%s}:node:%s", m->ns, m->node_id);
   snprintf(m->nodes_key, sizeof m->nodes_key, "ecs:{%s}:nodes", m->ns);
+  ecs__rds_set_route(&m->link, m->nodes_key); /* Redis Cluster: the namespace's slot */
   char esc[2 * META_NS_MAX + 1];
   meta_glob_escape(esc, sizeof esc, m->ns);
   snprintf(m->match, sizeof m->match, "ecs:{%s}:obj:*", esc);
@@ -1589,6 +1590,7 @@ int ecs_meta_attach_loop(ecs_meta_t *m, int epfd) {
   int rc = ecs__rdsa_init(&m->alink, url, m->timeout_ms, epfd, meta_async_up, meta_async_down, m);
   if (rc != ECS_OK)
     return rc;
+  ecs__rdsa_set_route(&m->alink, m->nodes_key);
   ecs__rds_close(&m->link); /* the blocking link rests until unregister */
   meta_queue_clear(m);
   m->async = 1;
@@ -1625,7 +1627,8 @@ static int meta_tick_async(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync
   if (!m->want_reg)
     return ecs__rdsa_up(&m->alink) ? ECS_OK : ECS_ENOTCONN;
   if (m->alink.state == ECS_RDSA_DOWN) {
-    if (m->rc_valid && now_ms - m->last_rc_ms < (uint64_t)m->reconnect_ms)
+    /* a cluster redirection is no outage: reconnect at once */
+    if (m->rc_valid && !m->alink.redirected && now_ms - m->last_rc_ms < (uint64_t)m->reconnect_ms)
       return ECS_ENOTCONN;
     m->rc_valid = 1;
     m->last_rc_ms = now_ms;

@@ -253,6 +253,47 @@ int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, s
   return ECS_ECONN;
 }
 
+int ecs__rds_redirect(const char *s, size_t len, char *host, size_t cap, int *port) {
+  int kind;
+  size_t k;
+  if (len > 6 && memcmp(s, "MOVED ", 6) == 0)
+    kind = 1, k = 6;
+  else if (len > 4 && memcmp(s, "ASK ", 4) == 0)
+    kind = 2, k = 4;
+  else
+    return 0;
+  size_t slot0 = k;
+  while (k < len && s[k] >= '0' && s[k] <= '9')
+    k++;
+  if (k == slot0 || k - slot0 > 5 || k >= len || s[k] != ' ')
+    return 0;
+  const char *hp = s + k + 1;
+  size_t hl = len - k - 1;
+  const char *colon = NULL;
+  for (size_t i = 0; i < hl; i++)
+    if (hp[i] == ':')
+      colon = hp + i; /* the last one: an IPv6 address holds several */
+  if (colon == NULL)
+    return 0;
+  uint64_t v;
+  size_t plen = (size_t)(hp + hl - colon - 1), hlen = (size_t)(colon - hp);
+  if (ecs__rds_parse_u64(colon + 1, plen, &v) != 0 || v == 0 || v > 65535 || hlen >= cap)
+    return 0;
+  for (size_t i = 0; i < hlen; i++)
+    if (hp[i] <= ' ' || hp[i] == 0x7f || hp[i] == '/' || hp[i] == '@')
+      return 0;
+  if (hlen > 0) {
+    memcpy(host, hp, hlen);
+    host[hlen] = '\0';
+  }
+  *port = (int)v;
+  return kind;
+}
+
+void ecs__rds_set_route(ecs__rds_t *r, const char *key) {
+  snprintf(r->route, sizeof r->route, "%s", key ? key : "");
+}
+
 int ecs__rds_role_is_master(const redisReply *rep) {
   return rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
          rep->element[0]->type == REDIS_REPLY_STRING && rep->element[0]->len == 6 &&
@@ -501,9 +542,7 @@ static int rds_io_fail(ecs__rds_t *r, int saved_errno, const char *what) {
   return rc;
 }
 
-int ecs__rds_connect(ecs__rds_t *r) {
-  if (r->c != NULL)
-    return ECS_OK;
+static int rds_connect_once(ecs__rds_t *r) {
   if (r->host[0] == '\0') {
     ecs__rds_seterr(r, "no redis_url configured");
     return ECS_EINVAL;
@@ -599,9 +638,56 @@ int ecs__rds_connect(ecs__rds_t *r) {
   return ECS_OK;
 }
 
+/* A MOVED reply was seen: the link goes to the node it named. */
+static void rds_take_move(ecs__rds_t *r) {
+  if (!r->moved)
+    return;
+  r->moved = 0;
+  ecs__rds_close(r);
+  snprintf(r->host, sizeof r->host, "%s", r->mhost);
+  r->port = r->mport;
+}
+
+int ecs__rds_connect(ecs__rds_t *r) {
+  if (r->c != NULL)
+    return ECS_OK;
+  rds_take_move(r);
+  /* Redis Cluster: up to 3 redirections to the route key's master */
+  for (int hop = 0; hop < 3; hop++) {
+    int rc = rds_connect_once(r);
+    if (rc != ECS_OK || r->route[0] == '\0' || r->master[0])
+      return rc;
+    const char *argv[] = {"EXISTS", r->route};
+    redisReply *rep;
+    rc = ecs__rds_append(r, 2, argv, NULL);
+    if (rc == ECS_OK)
+      rc = ecs__rds_reply_any(r, ecs__rds_deadline(r), &rep);
+    if (rc != ECS_OK)
+      return rc;
+    int err = rep->type == REDIS_REPLY_ERROR;
+    if (err && !r->moved)
+      ecs__rds_seterr(r, "redis %s:%d: %.*s", r->host, r->port, (int)(rep->len < 200 ? rep->len : 200),
+                      rep->str);
+    freeReplyObject(rep);
+    r->used = 0;
+    if (!err)
+      return ECS_OK;
+    if (!r->moved) {
+      ecs__rds_close(r);
+      return ECS_EREDIS;
+    }
+    rds_take_move(r);
+  }
+  ecs__rds_seterr(r, "redis %s:%d: more than 3 cluster redirections for one slot", r->host, r->port);
+  ecs__rds_close(r);
+  return ECS_EREDIS;
+}
+
 int ecs__rds_append(ecs__rds_t *r, int argc, const char **argv, const size_t *lens) {
   if (r->readonly && r->c != NULL)
     ecs__rds_close(r); /* a demoted master: ask the sentinels again */
+  if (r->moved)
+    rds_take_move(r); /* a slot moved: to its new node */
   int rc = ecs__rds_connect(r);
   if (rc != ECS_OK)
     return rc;
@@ -649,6 +735,24 @@ int ecs__rds_reply_any(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
   const redisReply *e = rep;
   if (r->master[0] && e->type == REDIS_REPLY_ERROR && e->len >= 8 && memcmp(e->str, "READONLY", 8) == 0)
     r->readonly = 1;
+  if (!r->master[0] && e->type == REDIS_REPLY_ERROR) {
+    char h[64];
+    int port = 0;
+    size_t hl = strnlen(r->host, sizeof h);
+    hl = hl < sizeof h ? hl : 0; /* an empty HOST in the reply: this one */
+    memcpy(h, r->host, hl);
+    h[hl] = '\0';
+    int kind = ecs__rds_redirect(e->str, e->len, h, sizeof h, &port);
+    if (kind == 1) {
+      r->moved = 1;
+      memcpy(r->mhost, h, sizeof h);
+      r->mport = port;
+    } else if (kind == 2) {
+      r->ask = 1;
+      memcpy(r->ahost, h, sizeof h);
+      r->aport = port;
+    }
+  }
   *out = rep;
   return ECS_OK;
 }
@@ -668,10 +772,49 @@ int ecs__rds_reply(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
   return ECS_OK;
 }
 
+/* ASK: the command once more at the node named, after ASKING, on a
+ * one-off link with the same credentials. */
+static int rds_ask(ecs__rds_t *r, redisReply **out, int argc, const char **argv, const size_t *lens) {
+  ecs__rds_t *t = malloc(sizeof *t);
+  if (t == NULL)
+    return ECS_ENOMEM;
+  memcpy(t, r, sizeof *t);
+  t->c = NULL;
+  t->route[0] = '\0';
+  t->moved = t->ask = t->readonly = 0;
+  snprintf(t->host, sizeof t->host, "%s", r->ahost);
+  t->port = r->aport;
+  r->ask = 0;
+  const char *asking[] = {"ASKING"};
+  redisReply *rep;
+  int rc = ecs__rds_cmd(t, &rep, 1, asking, NULL);
+  if (rc == ECS_OK) {
+    freeReplyObject(rep);
+    rc = ecs__rds_append(t, argc, argv, lens);
+    if (rc == ECS_OK)
+      rc = ecs__rds_reply(t, ecs__rds_deadline(t), out);
+  }
+  if (rc != ECS_OK)
+    ecs__rds_seterr(r, "%s (after ASK)", t->err);
+  ecs__rds_close(t);
+  memset(t, 0, sizeof *t);
+  free(t);
+  return rc;
+}
+
 int ecs__rds_cmd(ecs__rds_t *r, redisReply **out, int argc, const char **argv, const size_t *lens) {
   *out = NULL;
+  r->ask = 0;
   int rc = ecs__rds_append(r, argc, argv, lens);
   if (rc != ECS_OK)
     return rc;
-  return ecs__rds_reply(r, ecs__rds_deadline(r), out);
+  rc = ecs__rds_reply(r, ecs__rds_deadline(r), out);
+  if (rc == ECS_EREDIS && r->ask)
+    return rds_ask(r, out, argc, argv, lens);
+  if (rc == ECS_EREDIS && r->moved) { /* once more, at the slot's node */
+    rc = ecs__rds_append(r, argc, argv, lens);
+    if (rc == ECS_OK)
+      rc = ecs__rds_reply(r, ecs__rds_deadline(r), out);
+  }
+  return rc;
 }

@@ -63,8 +63,15 @@ typedef struct ecs__rds {
   char sentinels[512];    /* redis-sentinel://: the sentinels ("" for a plain URL) */
   char master[128];       /* ...and the master's name: host and port are re-resolved at each connect */
   int readonly;           /* a READONLY reply (a demoted master): the next append reconnects */
-  char url[1024];         /* the URL given to init (an async link of the same Redis parses it again) */
-  char err[256];          /* last error */
+  char route[200];        /* Redis Cluster: a key of the slot this link serves ("": none) */
+  int moved;              /* a MOVED reply: the next append reconnects to mhost:mport */
+  char mhost[64];         /* ...the node MOVED named */
+  int mport;
+  int ask; /* an ASK reply: ecs__rds_cmd retries once at ahost:aport */
+  char ahost[64];
+  int aport;
+  char url[1024]; /* the URL given to init (an async link of the same Redis parses it again) */
+  char err[256];  /* last error */
 } ecs__rds_t;
 
 /* Parses url: "redis://[USERINFO@]HOST:PORT[/DB]", "[USERINFO@]HOST:PORT[/DB]"
@@ -93,6 +100,23 @@ int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, s
 
 /* Whether reply (ROLE's) names a master: 1, else 0. */
 int ecs__rds_role_is_master(const redisReply *reply);
+
+/* A Redis Cluster redirection, the error reply's text (len bytes at s):
+ * "MOVED SLOT HOST:PORT" (returns 1) or "ASK SLOT HOST:PORT" (returns 2),
+ * with host (cap bytes; an empty HOST in the reply leaves host as it was)
+ * and port; 0 when it is neither or malformed. */
+int ecs__rds_redirect(const char *s, size_t len, char *host, size_t cap, int *port);
+
+/* Redis Cluster (docs/redis-ha.md): key is one key of the slot this link
+ * serves (a namespace's keys share one slot, their hash tag).  Each
+ * connect then probes it (EXISTS key) and follows MOVED to the slot's
+ * master before the caller's first command, so that pipelines and SCAN go
+ * to the right node; a MOVED reply later (a slot migrated) makes the next
+ * call reconnect to the node it names, and ecs__rds_cmd retries a command
+ * answered MOVED or ASK (ASKING first, on a one-off link) once.  Without a
+ * route key MOVED is still followed by ecs__rds_cmd and the next call.
+ * Harmless on a Redis that is not a cluster (the probe finds no MOVED). */
+void ecs__rds_set_route(ecs__rds_t *r, const char *key);
 
 /* ecs__rds_url_parse, then the password policy every link applies: the
  * URL's password, else the environment's ECSTORE_REDIS_PASSWORD (where
@@ -246,6 +270,8 @@ typedef struct ecs__rdsa {
   char pass[256];                     /* AUTH password ("": no AUTH) */
   char sentinels[512];                /* redis-sentinel://: the sentinels ("" for a plain URL) */
   char master[128];                   /* ...and the master's name, resolved at each connect */
+  char route[200];                    /* Redis Cluster: a key of the slot served (ecs__rdsa_set_route) */
+  int redirected;                     /* dropped for a MOVED: reconnect at once (to the node named) */
   int timeout_ms;                     /* deadline of the connect and of each reply */
   uint64_t connect_t0_ms;             /* when the connect began (monotonic) */
   int fail_rc;                        /* code for callbacks failed by the drop under way */
@@ -265,6 +291,13 @@ typedef struct ecs__rdsa {
  * needs a server restart, or Sentinel).  ECS_OK or ECS_EINVAL. */
 int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, void (*on_up)(void *ctx),
                    void (*on_down)(void *ctx, int rc), void *cb_ctx);
+
+/* Redis Cluster, as ecs__rds_set_route: the handshake ends with EXISTS
+ * key; a MOVED reply there, or to any later command, drops the link
+ * (ECS_ECONN; the command that met it fails with ECS_EREDIS) and points
+ * the next connect at the node MOVED named.  ASK is not followed here
+ * (the command fails with ECS_EREDIS; a slot migration is brief). */
+void ecs__rdsa_set_route(ecs__rdsa_t *r, const char *key);
 
 /* Starts a connect and its handshake (SELECT db) when down; returns at
  * once.  on_up or on_down follows from the loop.  ECS_OK, or ECS_ECONN /

@@ -182,6 +182,28 @@ static void rdsa_unlink_head(ecs__rdsa_t *r, ecs__rdsa_cmd_t *c) {
   r->npending--;
 }
 
+/* A MOVED reply: the link's address becomes the node it names (an
+ * address, as cluster nodes announce; reconnects never wait on DNS). */
+static int rdsa_moved(ecs__rdsa_t *r, const redisReply *rep) {
+  char h[64];
+  int port = 0;
+  memcpy(h, r->addr, sizeof h);
+  if (ecs__rds_redirect(rep->str, rep->len, h, sizeof h, &port) != 1)
+    return 0;
+  char why[160];
+  snprintf(why, sizeof why, "MOVED to %s:%d: reconnecting there", h, port);
+  rdsa_seterr(r, "cluster", why);
+  memcpy(r->addr, h, sizeof r->addr);
+  snprintf(r->host, sizeof r->host, "%s", h);
+  r->port = port;
+  r->redirected = 1;
+  return 1;
+}
+
+void ecs__rdsa_set_route(ecs__rdsa_t *r, const char *key) {
+  snprintf(r->route, sizeof r->route, "%s", key ? key : "");
+}
+
 /* Every reply (or failure) of a command: map it and call the caller. */
 static void rdsa_trampoline(redisAsyncContext *ac, void *reply, void *priv) {
   ecs__rdsa_cmd_t *c = priv;
@@ -202,9 +224,17 @@ static void rdsa_trampoline(redisAsyncContext *ac, void *reply, void *priv) {
   } else {
     rc = ECS_OK;
   }
+  /* Redis Cluster: the slot lives elsewhere; the next connect goes there */
+  int moved = rep != NULL && rep->type == REDIS_REPLY_ERROR && !r->master[0] && rdsa_moved(r, rep);
   if (c->fn != NULL)
     c->fn(c->ctx, rc, rep);
   free(c);
+  if (moved && r->state != ECS_RDSA_DOWN) {
+    rdsa_lost(r, ECS_ECONN);
+    if (r->ac != NULL)
+      redisAsyncFree(r->ac);
+    return;
+  }
   if (rep != NULL && rep->type == REDIS_REPLY_ERROR && r->master[0] && rep->len >= 8 &&
       memcmp(rep->str, "READONLY", 8) == 0 && r->state != ECS_RDSA_DOWN) {
     /* a master demoted under us: drop the link; the next connect asks
@@ -325,6 +355,7 @@ static void rdsa_hello_done(void *ctx, int rc, redisReply *reply) {
 int ecs__rdsa_connect(ecs__rdsa_t *r) {
   if (r->state != ECS_RDSA_DOWN || r->ac != NULL)
     return ECS_OK;
+  r->redirected = 0;
   if (r->master[0]) { /* bounded and documented in rds.h */
     ecs__rds_url_t su;
     memset(&su, 0, sizeof su);
@@ -380,10 +411,14 @@ int ecs__rdsa_connect(ecs__rdsa_t *r) {
   snprintf(db, sizeof db, "%d", r->db);
   const char *argv[] = {"SELECT", db};
   const char *role[] = {"ROLE"};
+  const char *probe[] = {"EXISTS", r->route};
+  int cluster = !r->master[0] && r->route[0];
   if (rc == ECS_OK)
-    rc = rdsa_send(r, r->master[0] ? rdsa_step_done : rdsa_hello_done, r, 2, argv, NULL);
+    rc = rdsa_send(r, r->master[0] || cluster ? rdsa_step_done : rdsa_hello_done, r, 2, argv, NULL);
   if (rc == ECS_OK && r->master[0])
     rc = rdsa_send(r, rdsa_hello_done, r, 1, role, NULL);
+  if (rc == ECS_OK && cluster) /* a MOVED reply drops the link in the trampoline */
+    rc = rdsa_send(r, rdsa_hello_done, r, 2, probe, NULL);
   if (rc != ECS_OK) {
     r->state = ECS_RDSA_DOWN;
     redisAsyncFree(ac); /* no pending command: cleanup only */

@@ -12,7 +12,13 @@
  * found again (the server's re-sync republished them).  The times until
  * puts and gets succeed again are printed (a report, not an assert).
  *
- * Skipped (exit 77) when redis-server cannot run as a sentinel.
+ * Cluster: three masters; two namespaces on different masters, each
+ * served by an ecstore-server given only a third master's address: MOVED
+ * followed by the sync and the async link, records on the right master,
+ * exists true through Redis.
+ *
+ * Skipped (exit 77) when redis-server cannot run as a sentinel or
+ * redis-cli is missing.
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -324,6 +330,180 @@ static void test_sentinel_failover(void **state) {
   ecs_ts_stop(&master, 3000);
 }
 
+/* ---- Redis Cluster ------------------------------------------------------ */
+
+static long long cmd_int(int port, const char *fmt, const char *arg) {
+  redisContext *c = ecs_ts_redis_at(port);
+  if (c == NULL)
+    return -1;
+  redisReply *r = redisCommand(c, fmt, arg);
+  long long v = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+  if (r != NULL)
+    freeReplyObject(r);
+  redisFree(c);
+  return v;
+}
+
+/* The master port that serves slot, from CLUSTER SLOTS at port, or -1. */
+static int slot_owner(int port, long long slot) {
+  redisContext *c = ecs_ts_redis_at(port);
+  if (c == NULL)
+    return -1;
+  redisReply *r = redisCommand(c, "CLUSTER SLOTS");
+  int owner = -1;
+  for (size_t i = 0; r != NULL && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+    redisReply *e = r->element[i];
+    if (e->type == REDIS_REPLY_ARRAY && e->elements >= 3 && e->element[0]->integer <= slot &&
+        slot <= e->element[1]->integer && e->element[2]->type == REDIS_REPLY_ARRAY &&
+        e->element[2]->elements >= 2)
+      owner = (int)e->element[2]->element[1]->integer;
+  }
+  if (r != NULL)
+    freeReplyObject(r);
+  redisFree(c);
+  return owner;
+}
+
+static int cluster_ok(int port) {
+  redisContext *c = ecs_ts_redis_at(port);
+  if (c == NULL)
+    return 0;
+  redisReply *r = redisCommand(c, "CLUSTER INFO");
+  int ok = r != NULL && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") != NULL;
+  if (r != NULL)
+    freeReplyObject(r);
+  redisFree(c);
+  return ok;
+}
+
+/* A three-master cluster; two namespaces whose slots live on the second
+ * and the third master, each served by an ecstore-server given only the
+ * first master (so every link must follow MOVED); puts through clients
+ * pointed at the first master too; records published on the right
+ * masters and exists true through Redis. */
+static void test_cluster(void **state) {
+  (void)state;
+  ecs_ts_proc_t node[3] = {{0}}, srv[2] = {{0}};
+  for (int i = 0; i < 3; i++) {
+    char bus[16]; /* the bus port defaults to port + 10000, which may not exist */
+    snprintf(bus, sizeof bus, "%d", ecs_ts_free_port());
+    const char *cextra[] = {"--cluster-enabled",
+                            "yes",
+                            "--cluster-config-file",
+                            "nodes.conf",
+                            "--cluster-node-timeout",
+                            "5000",
+                            "--cluster-port",
+                            bus,
+                            NULL};
+    node[i].port = ecs_ts_free_port();
+    assert_int_equal(redis_spawn(&node[i], cextra), 0);
+  }
+  char cmd[600];
+  snprintf(
+      cmd, sizeof cmd,
+      "redis-cli --cluster create 127.0.0.1:%d 127.0.0.1:%d 127.0.0.1:%d --cluster-yes >%s/create.log 2>&1",
+      node[0].port, node[1].port, node[2].port, node[0].dir);
+  assert_int_equal(system(cmd), 0);
+  uint64_t t_end = ecs_now_ms() + 30000;
+  int ok = 0;
+  while (!ok && ecs_now_ms() < t_end) {
+    ok = cluster_ok(node[0].port) && cluster_ok(node[1].port) && cluster_ok(node[2].port);
+    if (!ok)
+      usleep(200 * 1000);
+  }
+  assert_true(ok);
+
+  /* Namespaces on node 1 and node 2 (never node 0, the one every URL names). */
+  char ns[2][32];
+  for (int want = 0; want < 2; want++) {
+    ns[want][0] = '\0';
+    for (int i = 0; i < 1000 && !ns[want][0]; i++) {
+      char name[32], key[64];
+      snprintf(name, sizeof name, "ns%d", i);
+      snprintf(key, sizeof key, "ecs:{%s}:nodes", name);
+      long long slot = cmd_int(node[0].port, "CLUSTER KEYSLOT %s", key);
+      if (slot >= 0 && slot_owner(node[0].port, slot) == node[1 + want].port)
+        snprintf(ns[want], sizeof ns[want], "%s", name);
+    }
+    assert_true(ns[want][0] != '\0');
+  }
+  printf("cluster: namespace %s on master :%d, %s on master :%d; every URL names :%d\n", ns[0], node[1].port,
+         ns[1], node[2].port, node[0].port);
+
+  /* The sync link: MOVED followed for one command, without a route key. */
+  char seed[64];
+  snprintf(seed, sizeof seed, "127.0.0.1:%d", node[0].port);
+  ecs__rds_t r;
+  assert_int_equal(ecs__rds_init(&r, seed, 2000, 2000), ECS_OK);
+  char k0[64];
+  snprintf(k0, sizeof k0, "ecs:{%s}:probe", ns[0]);
+  const char *hset[] = {"SET", k0, "v"};
+  redisReply *rep = NULL;
+  assert_int_equal(ecs__rds_cmd(&r, &rep, 3, hset, NULL), ECS_OK);
+  freeReplyObject(rep);
+  assert_int_equal(r.port, node[1].port); /* the link followed the slot */
+  ecs__rds_close(&r);
+
+  for (int s = 0; s < 2; s++) {
+    const char *sx[] = {"--redis", seed, "--ns", ns[s], NULL};
+    assert_int_equal(ecs_ts_server_start(&srv[s], node[0].port, sx), 0);
+  }
+  for (int s = 0; s < 2; s++) {
+    char servers[64];
+    snprintf(servers, sizeof servers, "127.0.0.1:%d", srv[s].port);
+    ecs_client_config_t cfg;
+    ecs_ts_client_config(&cfg, servers, "tcp");
+    cfg.ns = ns[s];
+    cfg.redis_url = seed;
+    ecs_client_t *c = ecs_ts_connect(&cfg);
+    assert_non_null(c);
+    /* the server's async link reaches the namespace's master through a
+     * MOVED at its first connect: until then a put's record is not
+     * acknowledged (ECS_EREDIS, stored but not published) */
+    int rc0 = ECS_EREDIS;
+    t_end = ecs_now_ms() + 20000;
+    for (int w = 1000; (rc0 = put_one(c, w)) != ECS_OK && ecs_now_ms() < t_end; w++)
+      usleep(50 * 1000);
+    assert_int_equal(rc0, ECS_OK);
+    for (int i = 0; i < 10; i++) {
+      int rc = put_one(c, i);
+      if (rc != ECS_OK)
+        fprintf(stderr, "put %d: %s: %s\n", i, ecs_strerror(rc), ecs_client_errmsg(c));
+      assert_int_equal(rc, ECS_OK);
+    }
+    ecs_key_t keys[10];
+    char names[10][32];
+    int ex[10];
+    for (int i = 0; i < 10; i++) {
+      key_of(names[i], sizeof names[i], i);
+      keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+    }
+    int found = 0;
+    t_end = ecs_now_ms() + 20000;
+    while (found < 10 && ecs_now_ms() < t_end) {
+      found = 0;
+      int rc = ecs_exists_batch(c, keys, 10, ex);
+      for (int i = 0; rc == ECS_OK && i < 10; i++)
+        found += ex[i] == 1;
+      if (found < 10)
+        usleep(100 * 1000);
+    }
+    assert_int_equal(found, 10);
+    for (int i = 0; i < 10; i++)
+      assert_int_equal(get_one(c, i), ECS_OK);
+    /* the records are on the namespace's master */
+    char rk[160];
+    snprintf(rk, sizeof rk, "ecs:{%s}:obj:%s", ns[s], names[3]);
+    assert_int_equal(cmd_int(node[1 + s].port, "EXISTS %s", rk), 1);
+    ecs_client_close(c);
+  }
+  for (int s = 0; s < 2; s++)
+    assert_int_equal(ecs_ts_stop(&srv[s], 5000), 0);
+  for (int i = 0; i < 3; i++)
+    ecs_ts_stop(&node[i], 3000);
+}
+
 /* redis-sentinel:// URLs: parsed, formatted without the password,
  * redacted; malformed ones refused. */
 static void test_sentinel_url(void **state) {
@@ -388,10 +568,15 @@ int main(void) {
     printf("skip: %s has no sentinel mode (install redis-sentinel / redis-server)\n", redis_bin());
     return 77;
   }
+  if (system("redis-cli --version >/dev/null 2>&1") != 0) {
+    printf("skip: the cluster test needs redis-cli (redis-tools)\n");
+    return 77;
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sentinel_url),
       cmocka_unit_test(test_sentinel_unreachable),
       cmocka_unit_test(test_sentinel_failover),
+      cmocka_unit_test(test_cluster),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
