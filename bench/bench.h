@@ -39,6 +39,7 @@ int ecs_bench_pool(int argc, char **argv);
 int ecs_bench_net(int argc, char **argv);
 int ecs_bench_codec(int argc, char **argv);
 int ecs_bench_compare(int argc, char **argv);
+int ecs_bench_shmcopy(int argc, char **argv);
 int ecs_bench_frozen(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ static const struct {
     {"pool", ecs_bench_pool, "buddy pool alloc/free vs glibc malloc, and a FIFO eviction workload"},
     {"compare", ecs_bench_compare,
      "every ecstore path next to Redis, memcached, files, raw TCP and memcpy; scaling; CSV"},
+    {"shmcopy", ecs_bench_shmcopy, "shm copy gets vs memcpy, run after run, against a running server"},
     {"codec", ecs_bench_codec, "lz4/zstd ratio and speed, with and without byte shuffle, vs memcpy"},
     {"frozen", ecs_bench_frozen,
      "the slowest get while Redis is frozen (SIGSTOP), next to a normal run's p99"},

@@ -167,14 +167,16 @@ static void run_remove(ecs__buddy_t *b, uint64_t s) {
 
 static void free_insert(ecs__buddy_t *b, uint64_t idx, unsigned j) {
   b->map[idx] = (uint8_t)(MAP_FREE | j);
-  bset_add(&b->free[j], idx >> j);
+  if (b->sets)
+    bset_add(&b->free[j], idx >> j);
   b->nfree[j]++;
   b->nonempty |= 1ull << j;
 }
 
 static void free_remove(ecs__buddy_t *b, uint64_t idx, unsigned j) {
   b->map[idx] = 0;
-  bset_del(&b->free[j], idx >> j);
+  if (b->sets)
+    bset_del(&b->free[j], idx >> j);
   if (--b->nfree[j] == 0)
     b->nonempty &= ~(1ull << j);
 }
@@ -253,12 +255,16 @@ int ecs__buddy_init(ecs__buddy_t *b, uint64_t size, uint64_t min_block) {
   if ((rc = bset_init(&b->lens, b->nblocks + 1)) != 0)
     goto out_fini;
   run_insert(b, 0, b->nblocks);
-  /* Largest first from 0: each block is then aligned to its own size. */
+  /* Largest first from 0: each block is then aligned to its own size.  The
+   * free sets get this first state, which is what set_policy() finds
+   * whenever it may change the policy (before the first allocation). */
+  b->sets = 1;
   for (uint64_t idx = 0; idx < b->nblocks;) {
     unsigned j = floor_log2(b->nblocks - idx);
     free_insert(b, idx, j);
     idx += 1ull << j;
   }
+  b->sets = 0; /* RUN finds blocks through the map and the run index */
   return 0;
 out_fini:
   ecs__buddy_fini(b);
@@ -285,6 +291,7 @@ int ecs__buddy_set_policy(ecs__buddy_t *b, ecs__buddy_policy_t policy) {
   if (b->alloc_calls)
     return ECS_EBUSY;
   b->policy = policy;
+  b->sets = policy != ECS__BUDDY_RUN;
   return 0;
 }
 
@@ -495,7 +502,7 @@ static int validate_map(const ecs__buddy_t *b, char *why, size_t cap, uint64_t n
       len = 1ull << j;
       if (j > b->top || (idx & (len - 1)) || idx + len > b->nblocks)
         BAD("free block at %llu order %u misaligned or out of bounds", (unsigned long long)idx, j);
-      if (!bset_has(&b->free[j], idx >> j))
+      if (b->sets && !bset_has(&b->free[j], idx >> j))
         BAD("free block at %llu order %u missing from its free set", (unsigned long long)idx, j);
       uint64_t buddy = idx ^ len;
       if (j < b->top && buddy + len <= b->nblocks && b->map[buddy] == (MAP_FREE | j))
@@ -592,7 +599,7 @@ static int validate_runs(const ecs__buddy_t *b, char *why, size_t cap) {
 int ecs__buddy_validate(const ecs__buddy_t *b, char *why, size_t cap) {
   uint64_t nfree[ECS_POOL_MAX_ORDERS] = {0}, used = 0, live = 0, req = 0, freeb = 0;
   int rc = validate_map(b, why, cap, nfree, &used, &live, &req);
-  if (rc == 0)
+  if (rc == 0 && b->sets)
     rc = validate_sets(b, why, cap);
   if (rc == 0 && b->policy == ECS__BUDDY_RUN)
     rc = validate_runs(b, why, cap);
@@ -602,6 +609,9 @@ int ecs__buddy_validate(const ecs__buddy_t *b, char *why, size_t cap) {
     if (nfree[j] != b->nfree[j])
       BAD("order %u: map has %llu free blocks, counter %llu", j, (unsigned long long)nfree[j],
           (unsigned long long)b->nfree[j]);
+    if ((nfree[j] != 0) != ((b->nonempty >> j) & 1)) /* validate_sets checks it too, when the sets are kept */
+      BAD("order %u: %llu free blocks, mask bit %u", j, (unsigned long long)nfree[j],
+          (unsigned)((b->nonempty >> j) & 1));
     freeb += nfree[j] << j;
   }
   if (used != b->used_blocks || live != b->live_allocs || req != b->bytes_requested)

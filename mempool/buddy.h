@@ -16,7 +16,12 @@
  * 64-ary summary bitmap (mimalloc/Linux keep linked lists; an ordered set
  * costs the same O(log n) per insert/remove and also answers "the first
  * free block of order j at or after offset x", which the placement policies
- * below need).  A bitmask of non-empty orders makes can_fit O(1).
+ * below need).  A bitmask of non-empty orders makes can_fit O(1).  Only
+ * the block placements read the sets, so under RUN (the default) they are
+ * not kept: RUN finds its blocks through the map and the run index, and the
+ * set updates (a cache line or more each, several per operation) were
+ * about 45% of an alloc+free.  The per-order counts and the mask are kept
+ * under every policy.
  *
  * Exact size (Linux alloc_pages_exact()): a request of n min blocks takes a
  * free block of order k = ceil(log2 n), keeps its first n blocks and gives
@@ -94,6 +99,7 @@ typedef struct ecs__buddy {
   uint64_t nruns;                        /* RUN: number of runs */
   uint8_t *map;                          /* per min block: 0, FREE|order or ALLOC */
   uint64_t *req;                         /* per min block: requested bytes of the allocation there */
+  int sets;                              /* 1: free[] kept up to date (block policies only) */
   ecs__bset_t free[ECS_POOL_MAX_ORDERS]; /* free-block positions (index >> j) per order */
   uint64_t nfree[ECS_POOL_MAX_ORDERS];   /* number of free blocks per order */
   uint64_t nonempty;                     /* bit j set when nfree[j] > 0 */

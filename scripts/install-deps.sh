@@ -11,6 +11,7 @@ pkgs=(
   redis-server redis-sentinel redis-tools
   python3 python3-venv
   python3-numpy python3-torch python3-pytest python3-redis
+  clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz/run.sh); the runtime is only recommended
 )
 # Extra packages for the benchmarks' plots and peers (ECS_DEPS_BENCH=1).
 if [ "${ECS_DEPS_BENCH:-0}" = 1 ]; then

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds ecstore twice (release with -Werror, then ASan+UBSan) and runs
-# every test in both.  This is the README's test command and what CI runs.
-#   scripts/test.sh            both builds
+# every test in both, then runs the libFuzzer targets for a bounded time
+# (tests/fuzz/run.sh, a third build with clang).  This is the README's test
+# command and what CI runs.
+#   scripts/test.sh            both builds and the fuzz targets
 #   scripts/test.sh --fast     release build only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,9 +44,22 @@ report_skips() {
     }' "$dir/Testing/Temporary/LastTest.log" | sort >>"$skips_dir/report"
 }
 
+# The fuzz targets, 20 s each on their committed corpora; without clang's
+# libFuzzer runtime run.sh exits 77 and the skip is reported below.
+run_fuzz() {
+  local rc=0
+  "$PWD/tests/fuzz/run.sh" | tee "$skips_dir/fuzz.out" || rc=$?
+  if [ $rc -eq 77 ]; then
+    sed -n 's/^skip: /fuzz: tests\/fuzz\/run.sh: skipped: /p' "$skips_dir/fuzz.out" >>"$skips_dir/report"
+  elif [ $rc -ne 0 ]; then
+    exit $rc
+  fi
+}
+
 run_preset ci
 if [ "${1:-}" != "--fast" ]; then
   run_preset asan
+  run_fuzz
 fi
 echo "== skipped tests"
 if [ -s "$skips_dir/report" ]; then cat "$skips_dir/report"; else echo "(none)"; fi

@@ -547,7 +547,7 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
   for (size_t i = 0; i < n; i++)
     status[i] = put_validate(&keys[i], &tensors[i]);
   put_arg_t a = {keys, tensors, status};
-  size_t *where = malloc((n ? n : 1) * sizeof *where);
+  size_t *where = calloc(n ? n : 1, sizeof *where);
   uint64_t load[ECS_CLI_MAX_SERVERS];
   if (!where)
     return ECS_ENOMEM;
@@ -583,7 +583,6 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
       if (status[i] == PUT_DONE)
         status[i] = ECS_OK;
   }
-  free(where);
   /* ECS_EREDIS on an item: the server stored it but Redis did not
    * acknowledge its record in time (docs/redis-schema.md, "Writes"). */
   size_t unpublished = 0;
@@ -594,6 +593,7 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
              "%zu of %zu items stored but not yet published to Redis (Redis slow or down): gets find them, "
              "exists through Redis says 0 until the server re-publishes them",
              unpublished, n);
+  free(where);
   return ret;
 }
 

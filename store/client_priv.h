@@ -266,6 +266,23 @@ extern const ecs_cli_ops_t ecs__cli_rdma_ops; /* client_rdma.c */
 int ecs__tcp_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
                  const size_t *idx, size_t m, int *status, uint64_t deadline);
 
+/* client_tcp.c: one item of a get's reply. */
+typedef struct ecs_cli_get_item {
+  ecs_get_reply_t rep; /* its record */
+  uint64_t zoff;       /* a compressed item: where it lands in the scratch buffer */
+} ecs_cli_get_item_t;
+
+/* client_tcp.c: the pure step of a get over the socket, for the fuzz
+ * target tests/fuzz/fuzz_client_reply.c.  Reads the reply's records (in
+ * c->rmeta) into items[] and sets each bufs[idx[j]] status; points iov[]
+ * at where each raw payload goes (allocating it with alloc) and places
+ * compressed ones at items[j].zoff in a scratch area of *ztotal bytes.
+ * Returns the number of iovecs, or a negative error (ECS_EPROTO for a
+ * reply whose sizes break the bounds). */
+int ecs__tcp_plan_payloads(ecs_client_t *c, const ecs_hdr_t *h, ecs_get_buf_t *bufs, const size_t *idx,
+                           size_t m, int alloc, ecs_cli_get_item_t *items, struct iovec *iov,
+                           size_t *iov_item, uint64_t *ztotal);
+
 /* client_shm.c: unmaps a mapping that no view holds any more. */
 void ecs__shm_map_put(ecs_shm_map_t *m);
 

@@ -31,6 +31,7 @@
 
 #include "store/checksum.h"
 #include "store/client_priv.h"
+#include "store/copy.h"
 #include "store/sha256.h"
 
 static const ecs_cli_ops_t shm_ro_ops;
@@ -246,9 +247,9 @@ static int shm_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs
       continue;
     ids[nids++] = l.lease_id;
     if (l.codec == ECS_CODEC_NONE && !alloc && l.nbytes <= b->capacity && (b->data || !l.nbytes)) {
-      /* raw: copy, verifying the copy slice by slice while it is in cache */
+      /* raw: copy and verify in one pass (store/copy.h) */
       if (c->cfg.verify_checksum) {
-        if (ecs_copy_checksum(b->data, base + l.off, (size_t)l.nbytes) != l.checksum) {
+        if (ecs__copy_hash(b->data, base + l.off, (size_t)l.nbytes) != l.checksum) {
           b->status = ECS_ECHECKSUM;
           b->nbytes = 0;
         }

@@ -138,11 +138,8 @@ int ecs__tcp_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const
 /* ------------------------------------------------------------------ */
 /* get                                                                  */
 
-/* One item of a get's reply. */
-typedef struct get_item {
-  ecs_get_reply_t rep; /* its record */
-  uint64_t zoff;       /* a compressed item: where it lands in the scratch buffer */
-} get_item_t;
+/* One item of a get's reply (client_priv.h). */
+typedef ecs_cli_get_item_t get_item_t;
 
 /* Reads a get's payloads into iov[0..niov) (whole items in reply order;
  * iov_item[i] is the reply index of iov[i]) in slices of about
@@ -229,7 +226,9 @@ static int compressed_size_ok(const ecs_get_reply_t *rep) {
   if (rep->raw_nbytes > SIZE_MAX)
     return 0;
   size_t bound = ecs_codec_bound(id, (size_t)rep->raw_nbytes);
-  return bound != 0 && rep->nbytes <= bound;
+  /* nbytes 0: no compressor emits an empty frame (and with no compressed
+   * bytes there is no scratch buffer to point the decoder into) */
+  return bound != 0 && rep->nbytes != 0 && rep->nbytes <= bound;
 }
 
 /* What a GET item asks the server for at most, and so the most the client
@@ -300,6 +299,12 @@ static int plan_payloads(ecs_client_t *c, const ecs_hdr_t *h, ecs_get_buf_t *buf
   if (total != h->data_len)
     return ECS_EPROTO;
   return niov;
+}
+
+int ecs__tcp_plan_payloads(ecs_client_t *c, const ecs_hdr_t *h, ecs_get_buf_t *bufs, const size_t *idx,
+                           size_t m, int alloc, ecs_cli_get_item_t *items, struct iovec *iov,
+                           size_t *iov_item, uint64_t *ztotal) {
+  return plan_payloads(c, h, bufs, idx, m, alloc, items, iov, iov_item, ztotal);
 }
 
 static int tcp_get(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs,

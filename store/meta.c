@@ -968,6 +968,10 @@ static int meta_parse_rec(const redisReply *e, ecs_meta_rec_t *rec) {
   return 0;
 }
 
+int ecs__meta_parse_rec(const struct redisReply *e, ecs_meta_rec_t *rec) {
+  return meta_parse_rec(e, rec);
+}
+
 static void meta_each_lookup(void *ctx, size_t i, const redisReply *e) {
   meta_lookup_ctx_t *c = ctx;
   ecs_meta_rec_t *rec = &c->recs[i];
@@ -1311,11 +1315,13 @@ static void meta_register_async(ecs_meta_t *m) {
   snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
   snprintf(started, sizeof started, "%llu", (unsigned long long)m->started_ms);
   snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
-  const char *hset[] = {"HSET", m->node_key, "addr",  m->addr, "port",    port,
-                        "pool", pool,        "epoch", epoch,   "started", started};
+  char fb[24]; /* free bytes, for clients placing puts by load */
+  snprintf(fb, sizeof fb, "%llu", (unsigned long long)(m->free_bytes ? m->free_bytes : m->pool_size));
+  const char *hset[] = {"HSET", m->node_key, "addr", m->addr,   "port",  port,   "pool",
+                        pool,   "epoch",     epoch,  "started", started, "free", fb};
   const char *expire[] = {"EXPIRE", m->node_key, ttl};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
-  meta_async_write(m, 12, hset, NULL);
+  meta_async_write(m, 14, hset, NULL);
   meta_async_write(m, 3, expire, NULL);
   meta_async_write(m, 3, sadd, NULL);
 }
@@ -1359,7 +1365,14 @@ static void meta_heartbeat_async(ecs_meta_t *m) {
   const char *expire[] = {"EXPIRE", m->node_key, ttl};
   const char *hget[] = {"HGET", m->node_key, "epoch"};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
+  /* free bytes, for clients placing puts by load; sent first, so that on a
+   * lost entry the EXPIRE below still gives what it creates a TTL, and the
+   * epoch check re-registers it whole */
+  char fb[24];
+  snprintf(fb, sizeof fb, "%llu", (unsigned long long)m->free_bytes);
+  const char *hset[] = {"HSET", m->node_key, "free", fb};
   m->hb_expire_ok = m->hb_epoch_ok = 0;
+  meta_async_write(m, 4, hset, NULL);
   if (ecs__rdsa_command(&m->alink, meta_hb_expire_done, m, 3, expire, NULL) != ECS_OK ||
       ecs__rdsa_command(&m->alink, meta_hb_epoch_done, m, 3, hget, NULL) != ECS_OK ||
       ecs__rdsa_command(&m->alink, meta_hb_done, m, 3, sadd, NULL) != ECS_OK)
@@ -1591,7 +1604,8 @@ int ecs_meta_attach_loop(ecs_meta_t *m, int epfd) {
   if (rc != ECS_OK)
     return rc;
   ecs__rdsa_set_route(&m->alink, m->nodes_key);
-  ecs__rds_close(&m->link); /* the blocking link rests until unregister */
+  ecs__rdsa_set_auth(&m->alink, m->link.user, m->link.pass); /* resolved by the blocking link */
+  ecs__rds_close(&m->link);                                  /* the blocking link rests until unregister */
   meta_queue_clear(m);
   m->async = 1;
   m->resync_owed = 1;

@@ -180,4 +180,16 @@ int ecs_meta_lookup_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint1
  * of them; *n is the number written. */
 int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n);
 
+/* --- internal --------------------------------------------------------- */
+
+/* Parses one record as the lookup script returns it (an array of the ten
+ * fields node epoch off len raw_len dtype shape csum codec t, as strings)
+ * into rec (rec->key untouched).  0, or -1 for anything else: a wrong
+ * type or count, an empty or over-long node id, a number that is not
+ * decimal or overflows, a dtype or codec over 255, more than ECS_MAX_DIMS
+ * dimensions, a checksum that is not 16 hex digits.  Pure; exposed for
+ * tests/fuzz/fuzz_redis_record.c. */
+struct redisReply;
+int ecs__meta_parse_rec(const struct redisReply *e, ecs_meta_rec_t *rec);
+
 #endif /* ECS_META_H */

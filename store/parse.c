@@ -156,9 +156,14 @@ int ecs_conf_to_argv(const char *path, int *argc_out, char ***argv_out, char *er
       rc = ECS_EINVAL;
       break;
     }
+    char opt[256];
+    if (strlen(name) > sizeof opt - 3) { /* was cut short without a word */
+      snprintf(err, errlen, "%s:%d: option name too long", path, lineno);
+      rc = ECS_EINVAL;
+      break;
+    }
     if (val && !strcmp(val, "false"))
       continue;
-    char opt[256];
     snprintf(opt, sizeof opt, "--%s", name);
     rc = push(&argc, &argv, &cap, opt);
     if (rc == ECS_OK && val && *val && strcmp(val, "true") != 0)

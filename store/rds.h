@@ -267,7 +267,7 @@ typedef struct ecs__rdsa {
   int port;                           /* from the URL */
   int db;                             /* SELECTed by the handshake */
   char user[128];                     /* AUTH user ("": the default user) */
-  char pass[256];                     /* AUTH password ("": no AUTH) */
+  char pass[256];                     /* AUTH password ("": no AUTH); never logged */
   char sentinels[512];                /* redis-sentinel://: the sentinels ("" for a plain URL) */
   char master[128];                   /* ...and the master's name, resolved at each connect */
   char route[200];                    /* Redis Cluster: a key of the slot served (ecs__rdsa_set_route) */
@@ -299,7 +299,13 @@ int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, vo
  * (the command fails with ECS_EREDIS; a slot migration is brief). */
 void ecs__rdsa_set_route(ecs__rdsa_t *r, const char *key);
 
-/* Starts a connect and its handshake (SELECT db) when down; returns at
+/* The credentials the handshake sends (AUTH [USER] PASS before SELECT),
+ * those the blocking link resolved (ecs__rds_url_resolve: the URL's
+ * password, else ECSTORE_REDIS_PASSWORD); pass "" for none.  A refused
+ * AUTH drops the link with ECS_EAUTH, "authentication failed". */
+void ecs__rdsa_set_auth(ecs__rdsa_t *r, const char *user, const char *pass);
+
+/* Starts a connect and its handshake (AUTH when set, SELECT db) when down; returns at
  * once.  on_up or on_down follows from the loop.  ECS_OK, or ECS_ECONN /
  * ECS_ENOMEM when it could not even start (on_down is not called). */
 int ecs__rdsa_connect(ecs__rdsa_t *r);

@@ -352,6 +352,11 @@ static void rdsa_hello_done(void *ctx, int rc, redisReply *reply) {
     r->on_up(r->cb_ctx);
 }
 
+void ecs__rdsa_set_auth(ecs__rdsa_t *r, const char *user, const char *pass) {
+  snprintf(r->user, sizeof r->user, "%s", user ? user : "");
+  snprintf(r->pass, sizeof r->pass, "%s", pass ? pass : "");
+}
+
 int ecs__rdsa_connect(ecs__rdsa_t *r) {
   if (r->state != ECS_RDSA_DOWN || r->ac != NULL)
     return ECS_OK;

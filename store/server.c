@@ -607,10 +607,6 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   e.data.ptr = &s->evfd;
   if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &e) != 0)
     goto fail_sys;
-  /* From here on the loop never waits for Redis: records, deletes, the
-   * heartbeat and the re-sync go over the asynchronous link. */
-  if (s->meta && ecs_meta_attach_loop(s->meta, s->epfd) != ECS_OK)
-    goto fail_sys;
   rc = rdma_setup(s);
   if (rc)
     goto fail;
@@ -667,6 +663,12 @@ int ecs_server_run(ecs_server_t *s) {
             s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, s->o.ns,
             (unsigned long long)(ps.size >> 20), ps.locked ? "pinned" : "NOT pinned",
             (unsigned long long)s->epoch);
+  /* From here on the loop never waits for Redis: records, deletes, the
+   * heartbeat and the re-sync go over the asynchronous link.  Attached
+   * here, not in create, so that its connect deadline starts when the
+   * loop that answers it does. */
+  if (s->meta && ecs_meta_attach_loop(s->meta, s->epfd) != ECS_OK)
+    ECS_LOG_W("redis: cannot attach the asynchronous link; records are re-published when it connects");
   struct epoll_event evs[64];
   while (!s->stopping) {
     /* Wake for the next Redis deadline too, so that a put waiting on a

@@ -229,13 +229,23 @@ static void test_wrapping_sizes(void **state) {
 }
 
 /* A compressed item larger than its codec could ever emit for the raw
- * size (16 raw bytes in 60000 lz4 bytes), even with data_len agreeing. */
+ * size (16 raw bytes in 60000 lz4 bytes), even with data_len agreeing;
+ * or of no bytes at all. */
 static void test_compressed_over_bound(void **state) {
   (void)state;
   lie_t lies[1] = {{ECS_CODEC_ZSTD, 60000, 16}};
   assert_int_equal(get_against(lies, 1, 60000, 1, 0, NULL), ECS_EPROTO);
   lie_t bad_codec[1] = {{0x0e, 8, 16}}; /* no such codec id */
   assert_int_equal(get_against(bad_codec, 1, 8, 1, 0, NULL), ECS_EPROTO);
+  /* A compressed item of 0 bytes (found by tests/fuzz/fuzz_client_reply):
+   * no compressor emits an empty frame, and with no compressed bytes in
+   * the reply the client had no scratch buffer, so it handed the decoder
+   * NULL + 0 (undefined behaviour) and the batch said OK. */
+  lie_t empty[1] = {{ECS_CODEC_LZ4, 0, 16}};
+  assert_int_equal(get_against(empty, 1, 0, 0, 0, NULL), ECS_EPROTO);
+  assert_int_equal(get_against(empty, 1, 0, 1, 0, NULL), ECS_EPROTO);
+  lie_t empty_zstd[1] = {{ECS_CODEC_ZSTD | ECS_CODEC_SHUFFLE, 0, 0}};
+  assert_int_equal(get_against(empty_zstd, 1, 0, 1, 0, NULL), ECS_EPROTO);
 }
 
 /* An item larger than the caller's buffer (the server was told 64 bytes),

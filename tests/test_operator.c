@@ -580,6 +580,29 @@ static void test_config_hash_in_value(void **state) {
   rmdir(dir);
 }
 
+/* An option name longer than an option can be (found by
+ * tests/fuzz/fuzz_config): it was cut to 253 bytes without a word, so the
+ * server ran with (or complained about) an option the file does not name,
+ * one that could end in a stray '\r'.  It is refused with its line. */
+static void test_config_long_name(void **state) {
+  (void)state;
+  char dir[256], path[300], err[256];
+  assert_int_equal(ecs_ts_mkdtemp(dir, sizeof dir), 0);
+  snprintf(path, sizeof path, "%s/server.conf", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "log-level = info\n%0300d\r\v = 1\n", 7);
+  fclose(f);
+  int argc = -1;
+  char **argv = NULL;
+  assert_int_equal(ecs_conf_to_argv(path, &argc, &argv, err, sizeof err), ECS_EINVAL);
+  assert_int_equal(argc, 0);
+  assert_null(argv);
+  assert_non_null(strstr(err, "server.conf:2: option name too long"));
+  unlink(path);
+  rmdir(dir);
+}
+
 /* --port-file where an attacker planted a symlink to a file they want
  * overwritten: the link is replaced by the port file, the victim keeps its
  * bytes. */
@@ -662,6 +685,7 @@ int main(void) {
       cmocka_unit_test(test_http_parse),
       cmocka_unit_test(test_metrics_scrape),
       cmocka_unit_test(test_config_hash_in_value),
+      cmocka_unit_test(test_config_long_name),
       cmocka_unit_test(test_port_file_symlink),
       cmocka_unit_test(test_token_file_too_open),
   };

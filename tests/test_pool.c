@@ -455,6 +455,29 @@ static void diff_run(ecs__buddy_t *b, uint64_t nblocks, uint64_t steps, uint64_t
   free(m.live);
 }
 
+/* Under RUN the per-order free sets are not kept, but the validator still
+ * checks the per-order counters and the non-empty mask against the map. */
+static void test_validate_run_counters(void **state) {
+  (void)state;
+  ecs__buddy_t b;
+  char why[256];
+  assert_int_equal(ecs__buddy_init(&b, 40 * MB, MB), 0);
+  uint64_t off;
+  assert_int_equal(ecs__buddy_alloc(&b, 3 * MB, &off), 0);
+  assert_int_equal(ecs__buddy_validate(&b, why, sizeof why), 0);
+  for (unsigned j = 0; j <= b.top; j++) {
+    b.nonempty ^= 1ull << j; /* a wrong mask bit */
+    assert_int_equal(ecs__buddy_validate(&b, why, sizeof why), ECS_ECORRUPT);
+    b.nonempty ^= 1ull << j;
+    b.nfree[j]++; /* a wrong count */
+    assert_int_equal(ecs__buddy_validate(&b, why, sizeof why), ECS_ECORRUPT);
+    b.nfree[j]--;
+  }
+  assert_int_equal(ecs__buddy_free(&b, off, 3 * MB), 0);
+  assert_int_equal(ecs__buddy_validate(&b, why, sizeof why), 0);
+  ecs__buddy_fini(&b);
+}
+
 static void test_differential(void **state) {
   (void)state;
   static const uint64_t sizes[] = {256, 333, 1000, 37};
@@ -593,6 +616,117 @@ static void test_threads(void **state) {
   assert_int_equal(st.live_allocs, 0);
   assert_int_equal(st.bytes_requested, 0);
   assert_memory_equal(st.free_count, st0.free_count, sizeof st.free_count);
+  assert_int_equal(ecs_pool_validate(p), 0);
+  ecs_pool_destroy(p);
+}
+
+/* Two threads on the store's own pattern (arbitrary sizes, freed oldest
+ * first, the oldest evicted when the pool is full), stopped together at
+ * a barrier every few hundred operations.  While they stand still, the
+ * main thread walks the validator, checks that the pool's bytes in use are
+ * exactly the sum of what the two hold (every byte accounted for), and
+ * that can_fit agrees with an actual alloc at three sizes. */
+#define FIFO_WIN 24
+#define FIFO_ROUNDS 12
+#define FIFO_OPS 300
+
+typedef struct fifo_worker {
+  ecs_pool_t *pool;
+  pthread_barrier_t *bar; /* twice per round: stop, then go on */
+  unsigned id;
+  uint64_t off[FIFO_WIN];
+  size_t size[FIFO_WIN];
+  size_t head, count; /* the FIFO window */
+  uint64_t granted;   /* bytes (min-block multiples) this worker holds */
+  int errors;
+} fifo_worker_t;
+
+static void fifo_drop(fifo_worker_t *w) {
+  size_t k = w->head;
+  uint8_t *ptr = ecs_pool_ptr(w->pool, w->off[k]);
+  if (ptr[0] != (uint8_t)w->id || ptr[w->size[k] - 1] != (uint8_t)w->id)
+    w->errors++; /* another thread was given our bytes */
+  if (ecs_pool_free(w->pool, w->off[k], w->size[k]) != 0)
+    w->errors++;
+  w->granted -= (w->size[k] + MB - 1) / MB * MB;
+  w->head = (w->head + 1) % FIFO_WIN;
+  w->count--;
+}
+
+static void *fifo_main(void *arg) {
+  fifo_worker_t *w = arg;
+  uint64_t seed = 0x9e3779b97f4a7c15ull * (w->id + 1);
+  for (int r = 0; r < FIFO_ROUNDS; r++) {
+    for (int i = 0; i < FIFO_OPS; i++) {
+      if (w->count == FIFO_WIN)
+        fifo_drop(w);
+      size_t size = 1 + xorshift(&seed) % (640 * KiB), k = (w->head + w->count) % FIFO_WIN;
+      int rc;
+      while ((rc = ecs_pool_alloc(w->pool, size, &w->off[k])) == ECS_ENOSPC && w->count > 0) {
+        fifo_drop(w);
+        k = (w->head + w->count) % FIFO_WIN;
+      }
+      if (rc == ECS_ENOSPC)
+        continue; /* the other thread holds the space: try the next size */
+      if (rc != 0) {
+        w->errors++;
+        continue;
+      }
+      uint8_t *ptr = ecs_pool_ptr(w->pool, w->off[k]);
+      ptr[0] = ptr[size - 1] = (uint8_t)w->id;
+      w->size[k] = size;
+      w->count++;
+      w->granted += (size + MB - 1) / MB * MB;
+    }
+    pthread_barrier_wait(w->bar); /* stop: the main thread checks */
+    pthread_barrier_wait(w->bar); /* go on */
+  }
+  while (w->count > 0)
+    fifo_drop(w);
+  return NULL;
+}
+
+static void test_threads_fifo_accounted(void **state) {
+  (void)state;
+  ecs_pool_t *p = mkpool(8 * MiB, MB);
+  pthread_barrier_t bar;
+  assert_int_equal(pthread_barrier_init(&bar, NULL, 3), 0);
+  fifo_worker_t w[2];
+  pthread_t th[2];
+  for (unsigned i = 0; i < 2; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].pool = p;
+    w[i].bar = &bar;
+    w[i].id = i + 1;
+    assert_int_equal(pthread_create(&th[i], NULL, fifo_main, &w[i]), 0);
+  }
+  for (int r = 0; r < FIFO_ROUNDS; r++) {
+    pthread_barrier_wait(&bar); /* both stand still now */
+    assert_int_equal(ecs_pool_validate(p), 0);
+    ecs_pool_stats_t st = stats_of(p);
+    assert_int_equal(st.bytes_in_use, w[0].granted + w[1].granted);
+    assert_int_equal(st.live_allocs, w[0].count + w[1].count);
+    assert_int_equal(st.bytes_in_use + st.bytes_free, st.size);
+    static const size_t probe[] = {MB, 300 * KiB, 2 * MiB};
+    for (size_t k = 0; k < sizeof probe / sizeof probe[0]; k++) {
+      uint64_t off;
+      int fit = ecs_pool_can_fit(p, probe[k]);
+      int rc = ecs_pool_alloc(p, probe[k], &off);
+      assert_int_equal(fit, rc == 0); /* exact, not a hint */
+      if (rc == 0)
+        assert_int_equal(ecs_pool_free(p, off, probe[k]), 0);
+    }
+    pthread_barrier_wait(&bar);
+  }
+  for (unsigned i = 0; i < 2; i++) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(w[i].errors, 0);
+  }
+  pthread_barrier_destroy(&bar);
+  ecs_pool_stats_t st = stats_of(p);
+  assert_int_equal(st.bytes_in_use, 0);
+  assert_int_equal(st.live_allocs, 0);
+  assert_int_equal(ecs_pool_can_fit(p, st.size), 1);
   assert_int_equal(ecs_pool_validate(p), 0);
   ecs_pool_destroy(p);
 }
@@ -941,8 +1075,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_non_pow2_regions),
       cmocka_unit_test(test_alignment),
       cmocka_unit_test(test_differential),
+      cmocka_unit_test(test_validate_run_counters),
       cmocka_unit_test(test_differential_pool),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_threads_fifo_accounted),
       cmocka_unit_test(test_can_fit_agrees),
       cmocka_unit_test(test_stats),
       cmocka_unit_test(test_memfd_shared),
