@@ -28,12 +28,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
 #include "ecstore/ecstore.h"
+#include "store/meta.h"
 #include "store/net.h"
 #include "store/rds.h"
 #include "support/fixture.h"
@@ -555,6 +557,23 @@ static void test_sentinel_unreachable(void **state) {
   ecs__rds_close(&r);
 }
 
+/* A namespace with braces would break its keys' hash tag: refused by
+ * the metadata layer and by the server's command line. */
+static void test_namespace_braces(void **state) {
+  (void)state;
+  ecs_meta_opts_t o;
+  ecs_meta_opts_init(&o);
+  o.redis_url = "127.0.0.1:1";
+  o.ns = "a{b}";
+  ecs_meta_t *m = NULL;
+  assert_int_equal(ecs_meta_open(&o, &m), ECS_EINVAL);
+  assert_null(m);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "'%s' --redis none --ns 'x}y' >/dev/null 2>&1", ecs_ts_bin("ecstore-server"));
+  int st = system(cmd);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+
 /* Whether this redis-server runs as a sentinel. */
 static int have_sentinel(void) {
   char cmd[700];
@@ -573,6 +592,7 @@ int main(void) {
     return 77;
   }
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_namespace_braces),
       cmocka_unit_test(test_sentinel_url),
       cmocka_unit_test(test_sentinel_unreachable),
       cmocka_unit_test(test_sentinel_failover),
