@@ -804,17 +804,18 @@ static int rds_ask(ecs__rds_t *r, redisReply **out, int argc, const char **argv,
 
 int ecs__rds_cmd(ecs__rds_t *r, redisReply **out, int argc, const char **argv, const size_t *lens) {
   *out = NULL;
-  r->ask = 0;
-  int rc = ecs__rds_append(r, argc, argv, lens);
-  if (rc != ECS_OK)
-    return rc;
-  rc = ecs__rds_reply(r, ecs__rds_deadline(r), out);
-  if (rc == ECS_EREDIS && r->ask)
-    return rds_ask(r, out, argc, argv, lens);
-  if (rc == ECS_EREDIS && r->moved) { /* once more, at the slot's node */
+  int rc = ECS_EREDIS;
+  /* a MOVED (the slot's node) may be followed by an ASK (its migration) */
+  for (int hop = 0; hop < 3; hop++) {
+    r->ask = 0;
     rc = ecs__rds_append(r, argc, argv, lens);
-    if (rc == ECS_OK)
-      rc = ecs__rds_reply(r, ecs__rds_deadline(r), out);
+    if (rc != ECS_OK)
+      return rc;
+    rc = ecs__rds_reply(r, ecs__rds_deadline(r), out);
+    if (rc == ECS_EREDIS && r->ask)
+      return rds_ask(r, out, argc, argv, lens);
+    if (rc != ECS_EREDIS || !r->moved)
+      return rc;
   }
   return rc;
 }

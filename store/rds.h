@@ -112,8 +112,9 @@ int ecs__rds_redirect(const char *s, size_t len, char *host, size_t cap, int *po
  * connect then probes it (EXISTS key) and follows MOVED to the slot's
  * master before the caller's first command, so that pipelines and SCAN go
  * to the right node; a MOVED reply later (a slot migrated) makes the next
- * call reconnect to the node it names, and ecs__rds_cmd retries a command
- * answered MOVED or ASK (ASKING first, on a one-off link) once.  Without a
+ * call reconnect to the node it names, and ecs__rds_cmd follows up to 3
+ * redirections of a command: MOVED (to the node named, which the link
+ * keeps) and ASK (ASKING first, on a one-off link, once).  Without a
  * route key MOVED is still followed by ecs__rds_cmd and the next call.
  * Harmless on a Redis that is not a cluster (the probe finds no MOVED). */
 void ecs__rds_set_route(ecs__rds_t *r, const char *key);

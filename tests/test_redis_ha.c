@@ -502,6 +502,43 @@ static void test_cluster(void **state) {
   }
   for (int s = 0; s < 2; s++)
     assert_int_equal(ecs_ts_stop(&srv[s], 5000), 0);
+
+  /* ASK: ns[0]'s slot migrating from node 1 to node 2; a key node 1 does
+   * not hold is answered ASK, and ecs__rds_cmd retries it at node 2 after
+   * ASKING.  (Last: the slot stays half-migrated.) */
+  char id1[64] = "", id2[64] = "", slot[16];
+  for (int i = 1; i <= 2; i++) {
+    redisContext *nc = ecs_ts_redis_at(node[i].port);
+    assert_non_null(nc);
+    redisReply *id = redisCommand(nc, "CLUSTER MYID");
+    assert_true(id != NULL && id->type == REDIS_REPLY_STRING && id->len < 64);
+    snprintf(i == 1 ? id1 : id2, 64, "%s", id->str);
+    freeReplyObject(id);
+    redisFree(nc);
+  }
+  snprintf(slot, sizeof slot, "%lld", cmd_int(node[0].port, "CLUSTER KEYSLOT %s", k0));
+  redisContext *n1 = ecs_ts_redis_at(node[1].port), *n2 = ecs_ts_redis_at(node[2].port);
+  assert_true(n1 != NULL && n2 != NULL);
+  redisReply *x = redisCommand(n2, "CLUSTER SETSLOT %s IMPORTING %s", slot, id1);
+  assert_true(x != NULL && x->type == REDIS_REPLY_STATUS);
+  freeReplyObject(x);
+  x = redisCommand(n1, "CLUSTER SETSLOT %s MIGRATING %s", slot, id2);
+  assert_true(x != NULL && x->type == REDIS_REPLY_STATUS);
+  freeReplyObject(x);
+  char k1[64];
+  snprintf(k1, sizeof k1, "ecs:{%s}:askprobe", ns[0]);
+  const char *set1[] = {"SET", k1, "w"};
+  assert_int_equal(ecs__rds_init(&r, seed, 2000, 2000), ECS_OK);
+  assert_int_equal(ecs__rds_cmd(&r, &rep, 3, set1, NULL), ECS_OK);
+  freeReplyObject(rep);
+  x = redisCommand(n2, "ASKING");
+  freeReplyObject(x);
+  x = redisCommand(n2, "GET %s", k1); /* it went to node 2 */
+  assert_true(x != NULL && x->type == REDIS_REPLY_STRING && strcmp(x->str, "w") == 0);
+  freeReplyObject(x);
+  ecs__rds_close(&r);
+  redisFree(n1);
+  redisFree(n2);
   for (int i = 0; i < 3; i++)
     ecs_ts_stop(&node[i], 3000);
 }
