@@ -163,9 +163,12 @@ int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u) {
   if (url == NULL || u == NULL)
     return ECS_EINVAL;
   memset(u, 0, sizeof *u);
-  int sentinel = 0;
+  int sentinel = 0, cluster = 0;
   if (strncmp(url, "redis://", 8) == 0) {
     url += 8;
+  } else if (strncmp(url, "redis-cluster://", 16) == 0) {
+    url += 16;
+    cluster = 1;
   } else if (strncmp(url, "redis-sentinel://", 17) == 0) {
     url += 17;
     sentinel = 1;
@@ -194,6 +197,7 @@ int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u) {
   size_t hp_len = slash ? (size_t)(slash - url) : strlen(url);
   if (parse_db(slash, &u->db) != 0 || parse_hostport(url, hp_len, u->host, sizeof u->host, &u->port) != 0)
     goto bad;
+  u->cluster = cluster;
   return ECS_OK;
 bad:
   memset(u, 0, sizeof *u);
@@ -366,7 +370,10 @@ static int pct_encode(const char *s, char *out, size_t cap, size_t *k) {
 
 int ecs__rds_url_format(const ecs__rds_url_t *u, int with_pass, char *out, size_t cap) {
   size_t k = 0;
-  int n = snprintf(out, cap, "%s", u->master[0] ? "redis-sentinel://" : "redis://");
+  int n = snprintf(out, cap, "%s",
+                   u->master[0] ? "redis-sentinel://"
+                   : u->cluster ? "redis-cluster://"
+                                : "redis://");
   if (n < 0 || (size_t)n >= cap)
     return ECS_EINVAL;
   k = (size_t)n;
@@ -489,6 +496,7 @@ int ecs__rds_init(ecs__rds_t *r, const char *url, int connect_timeout_ms, int ti
   snprintf(r->user, sizeof r->user, "%s", u.user);
   snprintf(r->sentinels, sizeof r->sentinels, "%s", u.sentinels);
   snprintf(r->master, sizeof r->master, "%s", u.master);
+  r->cluster = u.cluster;
   if (strlen(url) < sizeof r->url)
     snprintf(r->url, sizeof r->url, "%s", url);
   rc = ecs__rds_set_password(r, u.pass);
@@ -655,7 +663,7 @@ int ecs__rds_connect(ecs__rds_t *r) {
   /* Redis Cluster: up to 3 redirections to the route key's master */
   for (int hop = 0; hop < 3; hop++) {
     int rc = rds_connect_once(r);
-    if (rc != ECS_OK || r->route[0] == '\0' || r->master[0])
+    if (rc != ECS_OK || r->route[0] == '\0' || r->master[0] || !r->cluster)
       return rc;
     const char *argv[] = {"EXISTS", r->route};
     redisReply *rep;
@@ -745,6 +753,7 @@ int ecs__rds_reply_any(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
     int kind = ecs__rds_redirect(e->str, e->len, h, sizeof h, &port);
     if (kind == 1) {
       r->moved = 1;
+      r->cluster = 1;
       memcpy(r->mhost, h, sizeof h);
       r->mport = port;
     } else if (kind == 2) {

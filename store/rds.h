@@ -48,6 +48,7 @@ typedef struct ecs__rds_url {
    * then name the first sentinel, until ecs__rds_sentinel_resolve. */
   char sentinels[512];
   char master[128];
+  int cluster; /* redis-cluster://HOST:PORT: a Redis Cluster (its slots probed from the first connect) */
 } ecs__rds_url_t;
 
 typedef struct ecs__rds {
@@ -64,6 +65,7 @@ typedef struct ecs__rds {
   char master[128];       /* ...and the master's name: host and port are re-resolved at each connect */
   int readonly;           /* a READONLY reply (a demoted master): the next append reconnects */
   char route[200];        /* Redis Cluster: a key of the slot this link serves ("": none) */
+  int cluster;            /* a redis-cluster:// URL, or a MOVED seen: connects probe the route key */
   int moved;              /* a MOVED reply: the next append reconnects to mhost:mport */
   char mhost[64];         /* ...the node MOVED named */
   int mport;
@@ -78,7 +80,8 @@ typedef struct ecs__rds {
  * or "HOST" (port 6379); HOST may be a bracketed IPv6 literal; USERINFO
  * is "USER:PASS", ":PASS" (the default user) or "USER" (the password comes
  * from elsewhere), %XX-escaped where it holds ':', '@' or '/' (the last
- * '@' ends it).  Or Redis Sentinel (docs/redis-ha.md):
+ * '@' ends it).  "redis-cluster://" instead of "redis://" names one node
+ * of a Redis Cluster (docs/redis-ha.md).  Or Redis Sentinel:
  * "redis-sentinel://[USERINFO@]H1:P1[,H2:P2...]/MASTERNAME[/DB]", at most
  * ECS_RDS_MAX_SENTINELS sentinels; USERINFO is the master's AUTH (the
  * sentinels are asked without one).  Returns ECS_OK or ECS_EINVAL.  The
@@ -108,7 +111,8 @@ int ecs__rds_role_is_master(const redisReply *reply);
 int ecs__rds_redirect(const char *s, size_t len, char *host, size_t cap, int *port);
 
 /* Redis Cluster (docs/redis-ha.md): key is one key of the slot this link
- * serves (a namespace's keys share one slot, their hash tag).  Each
+ * serves (a namespace's keys share one slot, their hash tag).  On a
+ * cluster (a redis-cluster:// URL, or once a MOVED reply was seen), each
  * connect then probes it (EXISTS key) and follows MOVED to the slot's
  * master before the caller's first command, so that pipelines and SCAN go
  * to the right node; a MOVED reply later (a slot migrated) makes the next
@@ -272,6 +276,7 @@ typedef struct ecs__rdsa {
   char sentinels[512];                /* redis-sentinel://: the sentinels ("" for a plain URL) */
   char master[128];                   /* ...and the master's name, resolved at each connect */
   char route[200];                    /* Redis Cluster: a key of the slot served (ecs__rdsa_set_route) */
+  int cluster;                        /* a redis-cluster:// URL, or a MOVED seen: the handshake probes */
   int redirected;                     /* dropped for a MOVED: reconnect at once (to the node named) */
   int timeout_ms;                     /* deadline of the connect and of each reply */
   uint64_t connect_t0_ms;             /* when the connect began (monotonic) */

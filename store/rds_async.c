@@ -61,6 +61,7 @@ int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, vo
   memcpy(r->pass, u.pass, sizeof r->pass);
   memcpy(r->sentinels, u.sentinels, sizeof r->sentinels);
   memcpy(r->master, u.master, sizeof r->master);
+  r->cluster = u.cluster;
   memset(&u, 0, sizeof u);
   /* hiredis's redisAsyncConnect resolves names with a blocking
    * getaddrinfo(): resolve once now, connect by address later. */
@@ -197,6 +198,7 @@ static int rdsa_moved(ecs__rdsa_t *r, const redisReply *rep) {
   snprintf(r->host, sizeof r->host, "%s", h);
   r->port = port;
   r->redirected = 1;
+  r->cluster = 1;
   return 1;
 }
 
@@ -417,7 +419,7 @@ int ecs__rdsa_connect(ecs__rdsa_t *r) {
   const char *argv[] = {"SELECT", db};
   const char *role[] = {"ROLE"};
   const char *probe[] = {"EXISTS", r->route};
-  int cluster = !r->master[0] && r->route[0];
+  int cluster = !r->master[0] && r->route[0] && r->cluster;
   if (rc == ECS_OK)
     rc = rdsa_send(r, r->master[0] || cluster ? rdsa_step_done : rdsa_hello_done, r, 2, argv, NULL);
   if (rc == ECS_OK && r->master[0])

@@ -430,8 +430,10 @@ static void test_cluster(void **state) {
     }
     assert_true(ns[want][0] != '\0');
   }
-  printf("cluster: namespace %s on master :%d, %s on master :%d; every URL names :%d\n", ns[0], node[1].port,
-         ns[1], node[2].port, node[0].port);
+  printf("cluster: namespace %s on master :%d (redis-cluster:// URL), %s on master :%d (redis:// URL); every "
+         "URL "
+         "names :%d\n",
+         ns[0], node[1].port, ns[1], node[2].port, node[0].port);
 
   /* The sync link: MOVED followed for one command, without a route key. */
   char seed[64];
@@ -447,8 +449,12 @@ static void test_cluster(void **state) {
   assert_int_equal(r.port, node[1].port); /* the link followed the slot */
   ecs__rds_close(&r);
 
+  /* ns[0] through a redis-cluster:// URL (slots probed from the first
+   * connect), ns[1] through a plain one (cluster found from a MOVED) */
+  char curl[80], *urls[2] = {curl, seed};
+  snprintf(curl, sizeof curl, "redis-cluster://127.0.0.1:%d", node[0].port);
   for (int s = 0; s < 2; s++) {
-    const char *sx[] = {"--redis", seed, "--ns", ns[s], NULL};
+    const char *sx[] = {"--redis", urls[s], "--ns", ns[s], NULL};
     assert_int_equal(ecs_ts_server_start(&srv[s], node[0].port, sx), 0);
   }
   for (int s = 0; s < 2; s++) {
@@ -457,7 +463,7 @@ static void test_cluster(void **state) {
     ecs_client_config_t cfg;
     ecs_ts_client_config(&cfg, servers, "tcp");
     cfg.ns = ns[s];
-    cfg.redis_url = seed;
+    cfg.redis_url = urls[s];
     ecs_client_t *c = ecs_ts_connect(&cfg);
     assert_non_null(c);
     /* the server's async link reaches the namespace's master through a
@@ -562,6 +568,10 @@ static void test_sentinel_url(void **state) {
   assert_string_equal(out, "redis-sentinel://alice@h1:26379,[::1]:26380,h3/mymaster/2");
   assert_string_equal(ecs__rds_url_redact("redis-sentinel://alice:pw@h1:1/m", out, sizeof out),
                       "redis-sentinel://alice:***@h1:1/m");
+  assert_int_equal(ecs__rds_url_parse("redis-cluster://bob:pw@h:7000", &u), ECS_OK);
+  assert_true(u.cluster && u.port == 7000 && !u.master[0]);
+  assert_int_equal(ecs__rds_url_format(&u, 0, out, sizeof out), ECS_OK);
+  assert_string_equal(out, "redis-cluster://bob@h:7000/0");
   assert_int_equal(ecs__rds_url_parse("redis-sentinel://h1:1/m", &u), ECS_OK);
   assert_int_equal(u.db, 0);
   const char *bad[] = {"redis-sentinel://h1:1",       "redis-sentinel://h1:1/",

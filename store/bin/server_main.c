@@ -41,7 +41,7 @@ static void usage(FILE *f) {
           "  --no-mlock                do not pin the pool\n"
           "  --cuda-register           cudaHostRegister the pool when libcudart is present\n"
           "  --redis URL               redis://HOST:PORT[/DB] or HOST:PORT; 'none' to run without\n"
-          "                            (default 127.0.0.1:6379); any master of a Redis Cluster; or\n"
+          "                            (default 127.0.0.1:6379); redis-cluster://HOST:PORT; or\n"
           "                            redis-sentinel://H1:P1,H2:P2/MASTER[/DB] (docs/redis-ha.md)\n"
           "                            a password: in a --config file's URL (redis://USER:PASS@HOST:PORT),\n"
           "                            --redis-password-file or ECSTORE_REDIS_PASSWORD, never on the\n"
