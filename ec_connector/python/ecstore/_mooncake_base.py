@@ -292,37 +292,28 @@ def _torch_view(ptr, code, shape, nbytes):
 # ---- Redis, for remove_all ------------------------------------------------------
 
 
-def _redis_scan(url, pattern, timeout):
-    """Every key matching pattern (bytes), with SCAN over a plain socket: no
-    Redis package is needed for this one call.  AUTH as the C link does
-    (store/rds.h): USER:PASS@ or :PASS@ in the URL (%XX-escaped), else the
-    password in ECSTORE_REDIS_PASSWORD."""
-    rest = url.split("://", 1)[1] if "://" in url else url
-    user = password = ""
-    if "@" in rest:
-        userinfo, _, rest = rest.rpartition("@")
-        user, _, password = userinfo.partition(":")
-        user, password = urllib.parse.unquote(user), urllib.parse.unquote(password)
-    password = password or os.environ.get("ECSTORE_REDIS_PASSWORD", "")
-    db = 0
-    if "/" in rest:
-        rest, dbs = rest.split("/", 1)
-        db = int(dbs or 0)
-    host, _, port = rest.rpartition(":")
-    host = host.strip("[]")
-    sock = socket.create_connection((host or "127.0.0.1", int(port or 6379)), timeout=timeout)
-    f = sock.makefile("rb")
+class _Resp:
+    """One Redis connection speaking RESP over a plain socket."""
 
-    def cmd(*args):
+    def __init__(self, host, port, timeout):
+        self.host, self.port = host, port
+        self.sock = socket.create_connection((host or "127.0.0.1", port), timeout=timeout)
+        self.f = self.sock.makefile("rb")
+
+    def close(self):
+        self.f.close()
+        self.sock.close()
+
+    def cmd(self, *args):
         out = b"*%d\r\n" % len(args)
         for a in args:
             a = a if isinstance(a, bytes) else str(a).encode()
             out += b"$%d\r\n%s\r\n" % (len(a), a)
-        sock.sendall(out)
-        return read()
+        self.sock.sendall(out)
+        return self.read()
 
-    def read():
-        line = f.readline()
+    def read(self):
+        line = self.f.readline()
         if not line.endswith(b"\r\n"):
             raise ConnectionError("Redis closed the connection")
         t, body = line[:1], line[1:-2]
@@ -334,29 +325,94 @@ def _redis_scan(url, pattern, timeout):
             n = int(body)
             if n < 0:
                 return None
-            data = f.read(n + 2)
+            data = self.f.read(n + 2)
             return data[:-2]
         if t == b"*":
             n = int(body)
             if n < 0 or n > 1 << 20:
                 raise ConnectionError("Redis reply of %d elements" % n)
-            return [read() for _ in range(n)]
+            return [self.read() for _ in range(n)]
         raise ConnectionError("unexpected Redis reply %r" % line[:40])
 
-    try:
-        if password:
+
+def _hostport(s):
+    host, _, port = s.rpartition(":")
+    if not host:
+        host, port = s, ""
+    return host.strip("[]"), int(port or 6379)
+
+
+def _sentinel_master(sentinels, name, timeout):
+    """The master's address from the first sentinel that knows it (as
+    store/rds.c: SENTINEL get-master-addr-by-name, in the order listed)."""
+    why = []
+    for hp in sentinels.split(","):
+        host, port = _hostport(hp)
+        try:
+            r = _Resp(host, port, timeout)
             try:
-                cmd("AUTH", *((user, password) if user else (password,)))
-            except ConnectionError as e:  # Redis's words, never the password
-                raise PermissionError("redis %s:%s: authentication failed: %s" % (host, port or 6379, e)) from None
-        if db:
-            cmd("SELECT", db)
-        keys, cursor = [], b"0"
-        while True:
-            cursor, batch = cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-            keys.extend(batch)
-            if cursor == b"0":
-                return keys
-    finally:
-        f.close()
-        sock.close()
+                rep = r.cmd("SENTINEL", "get-master-addr-by-name", name)
+            finally:
+                r.close()
+            if isinstance(rep, list) and len(rep) == 2:
+                return rep[0].decode(), int(rep[1])
+            why.append("%s:%d: unknown master" % (host, port))
+        except (OSError, ValueError) as e:
+            why.append("%s:%d: %s" % (host, port, e))
+    raise ConnectionError("redis-sentinel: no sentinel knows master '%s': %s" % (name, "; ".join(why)))
+
+
+def _redis_scan(url, pattern, timeout):
+    """Every key matching pattern (bytes), with SCAN over a plain socket: no
+    Redis package is needed for this one call.  AUTH as the C link does
+    (store/rds.h): USER:PASS@ or :PASS@ in the URL (%XX-escaped), else the
+    password in ECSTORE_REDIS_PASSWORD.  redis-sentinel:// URLs ask the
+    sentinels for the master; on a Redis Cluster (redis-cluster://, or a
+    MOVED reply) the scan goes to the node of the pattern's hash tag (a
+    namespace's keys share one slot: docs/redis-ha.md)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    user = password = ""
+    if "@" in rest:
+        userinfo, _, rest = rest.rpartition("@")
+        user, _, password = userinfo.partition(":")
+        user, password = urllib.parse.unquote(user), urllib.parse.unquote(password)
+    password = password or os.environ.get("ECSTORE_REDIS_PASSWORD", "")
+    db = 0
+    if scheme == "redis-sentinel":
+        sentinels, _, tail = rest.partition("/")
+        name, _, dbs = tail.partition("/")
+        db = int(dbs or 0)
+        host, port = _sentinel_master(sentinels, name, timeout)
+    else:
+        if "/" in rest:
+            rest, dbs = rest.split("/", 1)
+            db = int(dbs or 0)
+        host, port = _hostport(rest)
+    for _hop in range(4):
+        r = _Resp(host, port, timeout)
+        try:
+            if password:
+                try:
+                    r.cmd("AUTH", *((user, password) if user else (password,)))
+                except ConnectionError as e:  # Redis's words, never the password
+                    raise PermissionError("redis %s:%s: authentication failed: %s" % (host, port, e)) from None
+            if db:
+                r.cmd("SELECT", db)
+            try:  # a key of the pattern's slot: MOVED names the node that scans it
+                r.cmd("EXISTS", pattern)
+            except ConnectionError as e:
+                if not str(e).startswith("MOVED "):
+                    raise
+                host, port = _hostport(str(e).split()[2])
+                continue
+            keys, cursor = [], b"0"
+            while True:
+                cursor, batch = r.cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                keys.extend(batch)
+                if cursor == b"0":
+                    return keys
+        finally:
+            r.close()
+    raise ConnectionError("redis %s:%d: more than 3 cluster redirections" % (host, port))
