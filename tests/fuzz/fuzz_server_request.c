@@ -99,6 +99,8 @@ static int read_records(const ecs_hdr_t *h, const uint8_t *meta, fconn_t *cs) {
   ecs_rbuf_init(&r, meta, h->meta_len);
   switch (h->opcode) {
   case ECS_OP_HELLO: { /* handle_hello */
+    if (cs->local)
+      return CLOSE; /* never on the Unix socket: the token stays off it */
     ecs_hello_t hl;
     if (ecs_proto_hello_read(&r, &hl) != ECS_OK)
       return CLOSE;
@@ -201,6 +203,23 @@ static int read_records(const ecs_hdr_t *h, const uint8_t *meta, fconn_t *cs) {
     FUZZ_CHECK(memcmp(&b, &back, sizeof b) == 0);
     return GO_ON;
   }
+  case ECS_OP_UPGRADE: { /* handle_upgrade: the shm socket's challenge-response */
+    if (!cs->local)
+      return GO_ON; /* ENOTSUP, connection kept */
+    if (cs->authed)
+      return CLOSE; /* EPROTO: an upgraded connection upgrades no more */
+    ecs_upgrade_t u;
+    if (ecs_proto_upgrade_read(&r, &u) != ECS_OK || r.pos != r.len)
+      return CLOSE;
+    FUZZ_CHECK(u.phase == ECS_UPGRADE_CHALLENGE || u.phase == ECS_UPGRADE_PROVE);
+    /* no reserved byte is let through: what was read writes back byte for byte */
+    ecs_wbuf_t w;
+    ecs_wbuf_init(&w);
+    ecs_proto_upgrade_write(&w, &u);
+    FUZZ_CHECK(w.len == r.pos && memcmp(w.p, meta, w.len) == 0);
+    ecs_wbuf_free(&w);
+    return GO_ON;
+  }
   case ECS_OP_DEBUG: { /* handle_debug */
     if (!cs->debug_ops)
       return GO_ON;
@@ -231,8 +250,10 @@ static int one_frame(fuzz_in_t *in, fconn_t *cs) {
                h.data_len <= FUZZ_MAX_REQUEST);
   }
   /* conn_on_readable: before HELLO only a small HELLO is read */
+  /* ...and on the Unix socket an UPGRADE instead (its only pre-auth opcode) */
   if (rc == ECS_OK && !cs->authed &&
-      (h.opcode != ECS_OP_HELLO || h.meta_len > PREAUTH_MAX_META || h.data_len))
+      (h.opcode != (cs->local ? ECS_OP_UPGRADE : ECS_OP_HELLO) || h.meta_len > PREAUTH_MAX_META ||
+       h.data_len))
     return CLOSE;
   if (rc != ECS_OK || (h.flags & ECS_FLAG_REPLY))
     return CLOSE;
@@ -240,7 +261,7 @@ static int one_frame(fuzz_in_t *in, fconn_t *cs) {
   if (!meta)
     return CLOSE;
   /* ecs__server_dispatch: only PUT carries data, only RELEASE NOREPLY */
-  if (!cs->authed && h.opcode != ECS_OP_HELLO)
+  if (!cs->authed && h.opcode != (cs->local ? ECS_OP_UPGRADE : ECS_OP_HELLO))
     return CLOSE;
   if ((h.data_len != 0 && h.opcode != ECS_OP_PUT) ||
       ((h.flags & ECS_FLAG_NOREPLY) && h.opcode != ECS_OP_RELEASE))
