@@ -151,9 +151,12 @@ static int parse_sentinel(const char *url, ecs__rds_url_t *u) {
   size_t nlen = dbs ? (size_t)(dbs - name) : strlen(name);
   if (nlen == 0 || nlen >= sizeof u->master)
     return ECS_EINVAL;
-  for (size_t i = 0; i < nlen; i++)
-    if (name[i] <= ' ' || name[i] == 0x7f)
+  for (size_t i = 0; i < nlen; i++) { /* letters, digits, '.', '_', '-' */
+    char ch = name[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+          ch == '_' || ch == '-'))
       return ECS_EINVAL;
+  }
   memcpy(u->master, name, nlen);
   u->master[nlen] = '\0';
   return parse_db(dbs, &u->db) == 0 ? ECS_OK : ECS_EINVAL;

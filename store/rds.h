@@ -83,7 +83,8 @@ typedef struct ecs__rds {
  * '@' ends it).  "redis-cluster://" instead of "redis://" names one node
  * of a Redis Cluster (docs/redis-ha.md).  Or Redis Sentinel:
  * "redis-sentinel://[USERINFO@]H1:P1[,H2:P2...]/MASTERNAME[/DB]", at most
- * ECS_RDS_MAX_SENTINELS sentinels; USERINFO is the master's AUTH (the
+ * ECS_RDS_MAX_SENTINELS sentinels, MASTERNAME of letters, digits, '.', '_'
+ * and '-'; USERINFO is the master's AUTH (the
  * sentinels are asked without one).  Returns ECS_OK or ECS_EINVAL.  The
  * reusable half of the link, for any Redis client of the project (the
  * async link included). */

@@ -578,7 +578,8 @@ static void test_sentinel_url(void **state) {
                        "redis-sentinel:///m",         "redis-sentinel://h1:1,/m",
                        "redis-sentinel://,h1:1/m",    "redis-sentinel://h1:0/m",
                        "redis-sentinel://h1:1/m/x",   "redis-sentinel://h1:1/m n",
-                       "redis-sentinel://h1:99999/m", "redis-sentinel://a,b,c,d,e,f,g,h,i/m"};
+                       "redis-sentinel://h1:99999/m", "redis-sentinel://a,b,c,d,e,f,g,h,i/m",
+                       "redis-sentinel://h1:1/a@b",   "redis-sentinel://h1:1/m:x"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     if (ecs__rds_url_parse(bad[i], &u) != ECS_EINVAL)
       fail_msg("accepted %s", bad[i]);
