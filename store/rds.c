@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,8 @@
 #include "store/net.h"
 
 #define RDS_DEFAULT_PORT 6379
+
+static int rds_get_reply(ecs__rds_t *r, void **rep);
 
 void ecs__rds_seterr(ecs__rds_t *r, const char *fmt, ...) {
   va_list ap;
@@ -224,6 +227,8 @@ int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, s
       continue; /* checked by the parse */
     redisContext *c = redisConnectWithTimeout(sh, sp, tv);
     redisReply *rep = NULL;
+    if (c != NULL)
+      ecs__rds_bound_reader(c->reader, 1); /* a sentinel's reply is small: bounded as any */
     if (c == NULL || c->err != 0) {
       snprintf(why, sizeof why, "%s", c ? c->errstr : "out of memory");
     } else if (redisSetTimeout(c, tv) != REDIS_OK ||
@@ -586,6 +591,7 @@ static int rds_connect_once(ecs__rds_t *r) {
     return rc;
   }
   r->c = c;
+  ecs__rds_bound_reader(c->reader, 0);
   ecs__rds_url_t u;
   memset(&u, 0, sizeof u);
   memcpy(u.user, r->user, sizeof u.user);
@@ -726,7 +732,8 @@ int ecs__rds_reply_any(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
     return ECS_ECONN;
   }
   if (redisReaderGetReply(r->c->reader, &rep) != REDIS_OK) {
-    ecs__rds_seterr(r, "redis %s:%d: protocol error: %s", r->host, r->port, r->c->reader->errstr);
+    ecs__rds_seterr(r, "redis %s:%d: protocol error: %s", r->host, r->port,
+                    ecs__rds_reader_errstr(r->c->reader->err, r->c->reader->errstr));
     ecs__rds_close(r);
     return ECS_EREDIS;
   }
@@ -738,9 +745,9 @@ int ecs__rds_reply_any(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
     set_tv(&tv, deadline_ms - now);
     if (redisSetTimeout(r->c, tv) != REDIS_OK)
       return rds_io_fail(r, errno, "setsockopt");
-    errno = 0;
-    if (redisGetReply(r->c, &rep) != REDIS_OK)
-      return rds_io_fail(r, errno, "reply");
+    int rc = rds_get_reply(r, &rep);
+    if (rc != ECS_OK)
+      return rc;
   }
   r->used = 1;
   const redisReply *e = rep;
@@ -830,4 +837,252 @@ int ecs__rds_cmd(ecs__rds_t *r, redisReply **out, int argc, const char **argv, c
       return rc;
   }
   return rc;
+}
+
+/* ---- bounded replies (rds.h, "Bounds") ---------------------------------- */
+
+/* A reader's bounds; which applies is told by the table its fn points to. */
+typedef struct rds_bounds {
+  redisReplyObjectFunctions fn; /* hiredis's functions, wrapped */
+  uint64_t max_string;          /* one string's bytes */
+  uint64_t max_reply;           /* one reply's bytes in memory */
+} rds_bounds_t;
+
+static redisReplyObjectFunctions rds_default_fn; /* hiredis's own, copied once */
+static rds_bounds_t rds_bounds_big, rds_bounds_small;
+static pthread_once_t rds_bounds_once = PTHREAD_ONCE_INIT;
+
+/* The refusal a reply function made on this thread, read back (and
+ * cleared) by ecs__rds_reader_errstr once hiredis has turned it into its
+ * "Out of memory". */
+static _Thread_local char rds_refusal[128];
+
+/* The reply's root task: hiredis resets its privdata (to the reader's,
+ * NULL here) at the start of every reply and never reads it, so it holds
+ * this reply's running byte count. */
+static redisReadTask *rds_root(const redisReadTask *t) {
+  while (t->parent != NULL)
+    t = t->parent;
+  return (redisReadTask *)t;
+}
+
+/* Charges n bytes to the reply of t; 0, or -1 (refusal recorded) past the
+ * bound b. */
+static int rds_charge(const redisReadTask *t, const rds_bounds_t *b, uint64_t n) {
+  redisReadTask *root = rds_root(t);
+  uint64_t used = (uint64_t)(uintptr_t)root->privdata;
+  if (n > b->max_reply || used > b->max_reply - n) {
+    snprintf(rds_refusal, sizeof rds_refusal, "reply too large (more than %llu bytes, limit %llu)",
+             (unsigned long long)(used + (n < b->max_reply ? n : b->max_reply)),
+             (unsigned long long)b->max_reply);
+    return -1;
+  }
+  root->privdata = (void *)(uintptr_t)(used + n);
+  return 0;
+}
+
+static void *rds_string(const redisReadTask *t, char *s, size_t len, const rds_bounds_t *b) {
+  if ((uint64_t)len > b->max_string) {
+    snprintf(rds_refusal, sizeof rds_refusal, "reply too large (%zu-byte string, limit %llu)", len,
+             (unsigned long long)b->max_string);
+    return NULL;
+  }
+  if (rds_charge(t, b, (uint64_t)len + sizeof(redisReply)) != 0)
+    return NULL;
+  return rds_default_fn.createString(t, s, len);
+}
+
+static void *rds_array(const redisReadTask *t, int n, const rds_bounds_t *b) {
+  /* before hiredis's createArray callocs the vector of n pointers */
+  if (n < 0 || n > ECS_RDS_MAX_ELEMENTS) {
+    snprintf(rds_refusal, sizeof rds_refusal, "reply too large (%d elements, limit %d)", n,
+             ECS_RDS_MAX_ELEMENTS);
+    return NULL;
+  }
+  if (rds_charge(t, b, (uint64_t)n * sizeof(redisReply *) + sizeof(redisReply)) != 0)
+    return NULL;
+  return rds_default_fn.createArray(t, n);
+}
+
+static void *rds_integer(const redisReadTask *t, long long v, const rds_bounds_t *b) {
+  return rds_charge(t, b, sizeof(redisReply)) == 0 ? rds_default_fn.createInteger(t, v) : NULL;
+}
+
+static void *rds_nil(const redisReadTask *t, const rds_bounds_t *b) {
+  return rds_charge(t, b, sizeof(redisReply)) == 0 ? rds_default_fn.createNil(t) : NULL;
+}
+
+static void *big_string(const redisReadTask *t, char *s, size_t len) {
+  return rds_string(t, s, len, &rds_bounds_big);
+}
+static void *big_array(const redisReadTask *t, int n) {
+  return rds_array(t, n, &rds_bounds_big);
+}
+static void *big_integer(const redisReadTask *t, long long v) {
+  return rds_integer(t, v, &rds_bounds_big);
+}
+static void *big_nil(const redisReadTask *t) {
+  return rds_nil(t, &rds_bounds_big);
+}
+static void *small_string(const redisReadTask *t, char *s, size_t len) {
+  return rds_string(t, s, len, &rds_bounds_small);
+}
+static void *small_array(const redisReadTask *t, int n) {
+  return rds_array(t, n, &rds_bounds_small);
+}
+static void *small_integer(const redisReadTask *t, long long v) {
+  return rds_integer(t, v, &rds_bounds_small);
+}
+static void *small_nil(const redisReadTask *t) {
+  return rds_nil(t, &rds_bounds_small);
+}
+
+static void rds_bounds_init(void) {
+  redisReader *d = redisReaderCreate();
+  if (d == NULL)
+    return; /* rds_default_fn stays empty: ecs__rds_bound_reader leaves readers alone */
+  rds_default_fn = *d->fn;
+  redisReaderFree(d);
+  rds_bounds_big = (rds_bounds_t){{big_string, big_array, big_integer, big_nil, rds_default_fn.freeObject},
+                                  ECS_RDS_MAX_STRING,
+                                  ECS_RDS_MAX_REPLY};
+  rds_bounds_small =
+      (rds_bounds_t){{small_string, small_array, small_integer, small_nil, rds_default_fn.freeObject},
+                     ECS_RDS_MAX_STRING_SMALL,
+                     ECS_RDS_MAX_REPLY_SMALL};
+}
+
+void ecs__rds_bound_reader(redisReader *rd, int small) {
+  pthread_once(&rds_bounds_once, rds_bounds_init);
+  if (rd == NULL || rds_default_fn.createArray == NULL)
+    return;
+  rd->fn = small ? &rds_bounds_small.fn : &rds_bounds_big.fn;
+}
+
+const char *ecs__rds_reader_errstr(int err, const char *errstr) {
+  static _Thread_local char shown[128];
+  if (err != REDIS_ERR_OOM || rds_refusal[0] == '\0')
+    return errstr;
+  memcpy(shown, rds_refusal, sizeof shown);
+  rds_refusal[0] = '\0';
+  return shown;
+}
+
+/* A header's number: digits with an optional '-', at most 19 of them. */
+static int rds_header_num(const char *p, const char *end, long long *out) {
+  int neg = p < end && *p == '-';
+  p += neg;
+  uint64_t v;
+  if (end - p > 19 || ecs__rds_parse_u64(p, (size_t)(end - p), &v) != 0)
+    return -1;
+  *out = neg ? -(long long)v : (long long)v;
+  return 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void rds_guard_fail(redisReader *rd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  rd->err = REDIS_ERR_PROTOCOL;
+  vsnprintf(rd->errstr, sizeof rd->errstr, fmt, ap);
+  va_end(ap);
+}
+
+void ecs__rds_reader_guard(redisReader *rd) {
+  const rds_bounds_t *b = rd == NULL                       ? NULL
+                          : rd->fn == &rds_bounds_big.fn   ? &rds_bounds_big
+                          : rd->fn == &rds_bounds_small.fn ? &rds_bounds_small
+                                                           : NULL;
+  if (b == NULL || rd->err != 0 || rd->buf == NULL || rd->pos >= rd->len)
+    return;
+  const char *p = rd->buf + rd->pos, *end = rd->buf + rd->len;
+  int type = -1;
+#if HIREDIS_MAJOR == 0
+  /* 0.14 consumes an item's type byte before its header line: the item
+   * under way (type known) has its header at pos */
+  if (rd->ridx >= 0 && rd->ridx < 9 && rd->rstack[rd->ridx].type >= 0)
+    type = rd->rstack[rd->ridx].type;
+#else
+  if (rd->ridx >= 0 && rd->task != NULL && rd->task[rd->ridx]->type >= 0)
+    type = rd->task[rd->ridx]->type;
+#endif
+  while (p < end) {
+    if (type < 0) {
+      switch (*p++) {
+      case '$': type = REDIS_REPLY_STRING; break;
+      case '*': type = REDIS_REPLY_ARRAY; break;
+      case '+':
+      case '-':
+      case ':':
+        type = REDIS_REPLY_STATUS; /* a line: its length is what counts */
+        break;
+      default: return; /* not RESP: the reader says so itself */
+      }
+    }
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    size_t line = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
+    if (type == REDIS_REPLY_STATUS || type == REDIS_REPLY_ERROR || type == REDIS_REPLY_INTEGER) {
+      if (line > ECS_RDS_MAX_LINE) {
+        rds_guard_fail(rd, "reply too large (a line of more than %zu bytes, limit %d)", line,
+                       ECS_RDS_MAX_LINE);
+        return;
+      }
+      if (nl == NULL)
+        return;
+      p = nl + 1;
+      type = -1;
+      continue;
+    }
+    if (nl == NULL) {
+      if (line > 24) /* a header is a number and "\r" */
+        rds_guard_fail(rd, "protocol error: a header line of more than %zu bytes", line);
+      return;
+    }
+    long long n;
+    const char *numend = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
+    if (rds_header_num(p, numend, &n) != 0)
+      return; /* not a number: the reader says so itself */
+    if (type == REDIS_REPLY_ARRAY) {
+      if (n > ECS_RDS_MAX_ELEMENTS) {
+        rds_guard_fail(rd, "reply too large (%lld elements, limit %d)", n, ECS_RDS_MAX_ELEMENTS);
+        return;
+      }
+      p = nl + 1;
+    } else {
+      if (n > 0 && (uint64_t)n > b->max_string) {
+        rds_guard_fail(rd, "reply too large (%lld-byte string, limit %llu)", n,
+                       (unsigned long long)b->max_string);
+        return;
+      }
+      if (n > 0 && (uint64_t)(end - (nl + 1)) < (uint64_t)n + 2)
+        return; /* its bytes are still coming */
+      p = nl + 1 + (n > 0 ? n + 2 : 0);
+    }
+    type = -1;
+  }
+}
+
+/* redisGetReply for the blocking link, with the guard between each read
+ * and the parse of what it read.  ECS_OK with *rep, or a code with the
+ * link dropped. */
+static int rds_get_reply(ecs__rds_t *r, void **rep) {
+  redisContext *c = r->c;
+  int done = 0;
+  *rep = NULL;
+  do {
+    if (redisBufferWrite(c, &done) != REDIS_OK)
+      return rds_io_fail(r, errno, "write");
+  } while (!done);
+  do {
+    errno = 0;
+    if (redisBufferRead(c) != REDIS_OK)
+      return rds_io_fail(r, errno, "reply");
+    ecs__rds_reader_guard(c->reader);
+    if (redisReaderGetReply(c->reader, rep) != REDIS_OK) {
+      ecs__rds_seterr(r, "redis %s:%d: %s", r->host, r->port,
+                      ecs__rds_reader_errstr(c->reader->err, c->reader->errstr));
+      ecs__rds_close(r);
+      return ECS_EREDIS;
+    }
+  } while (*rep == NULL);
+  return ECS_OK;
 }

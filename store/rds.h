@@ -157,6 +157,61 @@ int ecs__rds_auth_argv(const ecs__rds_url_t *u, const char *argv[3], size_t lens
  * with the reason (and the chmod that fixes it) in err. */
 int ecs__rds_read_secret(const char *path, char *out, size_t cap, char *err, size_t errlen);
 
+/*
+ * Bounds on what the project reads from Redis.  hiredis 0.14 (Debian 12's)
+ * puts none on a reply: "*300000000\r\n" makes its reader calloc 2.4 GB
+ * for the element vector before any element arrives, and a bulk string is
+ * buffered whatever length its header announces.  Every link of the
+ * project (ecs__rds_connect, ecs__rdsa_connect) puts its reader under
+ * these bounds with ecs__rds_bound_reader; a reply over one is refused,
+ * "reply too large (N elements, limit M)" (or "(N-byte string, limit M)",
+ * "(nesting ...)" ...), ECS_EREDIS, and the link is dropped.
+ *
+ *   ECS_RDS_MAX_ELEMENTS  one array, and all the arrays of one reply
+ *                         together: the largest legitimate reply is a
+ *                         lookup script's over META_CHUNK (1000) keys of
+ *                         ~10 fields, or a SCAN page of ~COUNT (1000) keys;
+ *                         ECS_PROTO_MAX_ITEMS is 4096.  1 Mi: 50x margin.
+ *   ECS_RDS_MAX_STRING    one string (bulk, status, error or integer line)
+ *                         on a blocking link: the connector's redis backend
+ *                         GETs whole tensors, and a Redis string is at most
+ *                         512 MB (proto-max-bulk-len), so that is the bound.
+ *   ECS_RDS_MAX_STRING_SMALL  the same on the server's async link, which
+ *                         reads records, script results and SCAN keys only.
+ *   ECS_RDS_MAX_REPLY     bytes one reply may hold in memory (strings plus
+ *                         element vectors, as the reader allocates them).
+ *   ECS_RDS_MAX_LINE      a status, error or integer line.
+ * Nesting: hiredis 0.14 itself refuses arrays nested deeper than 7.
+ */
+#define ECS_RDS_MAX_ELEMENTS (1 << 20)
+#define ECS_RDS_MAX_STRING (512ull << 20)
+#define ECS_RDS_MAX_STRING_SMALL (1ull << 20)
+#define ECS_RDS_MAX_REPLY (576ull << 20)
+#define ECS_RDS_MAX_REPLY_SMALL (64ull << 20)
+/* A status, error or integer line: Redis's are a few hundred bytes. */
+#define ECS_RDS_MAX_LINE (64 << 10)
+
+/* Puts rd under the bounds above: its reply functions become hiredis's
+ * own, wrapped so that an array or string over a bound is refused before
+ * it is allocated.  small: the async link's tighter string bound.  Call
+ * once right after the context is made, before any reply is read. */
+void ecs__rds_bound_reader(redisReader *rd, int small);
+
+/* Looks at the bytes rd has buffered but not parsed yet: a header that
+ * announces an array or a string over rd's bounds (or a line longer than
+ * ECS_RDS_MAX_LINE) sets rd's error (REDIS_ERR_PROTOCOL, "reply too
+ * large ...") so that the parse that follows fails at once, before the
+ * reader allocates for it or buffers its bytes.  Call it after each read
+ * into rd and before its parse.  A reader not under ecs__rds_bound_reader
+ * is left alone. */
+void ecs__rds_reader_guard(redisReader *rd);
+
+/* What to say for a reader error err/errstr: when the reader stopped
+ * because a reply function of ecs__rds_bound_reader refused an object on
+ * this thread (hiredis reports that as REDIS_ERR_OOM, "Out of memory"),
+ * the refusal ("reply too large ..."), else errstr. */
+const char *ecs__rds_reader_errstr(int err, const char *errstr);
+
 /* Parses url for the host, port and db alone (credentials are accepted and
  * ignored).  Returns ECS_OK or ECS_EINVAL. */
 int ecs__rds_parse_url(const char *url, char *host, size_t hostcap, int *port, int *db);

@@ -124,6 +124,10 @@ static void rdsa_arm(ecs__rdsa_t *r, uint32_t events) {
 
 static void ev_add_read(void *p) {
   ecs__rdsa_t *r = p;
+  /* hiredis calls this after each read, before it parses what it read:
+   * the moment to refuse a reply over the bounds (rds.h) by its header */
+  if (r->ac != NULL)
+    ecs__rds_reader_guard(r->ac->c.reader);
   rdsa_arm(r, r->events | EPOLLIN);
 }
 static void ev_del_read(void *p) {
@@ -215,8 +219,9 @@ static void rdsa_trampoline(redisAsyncContext *ac, void *reply, void *priv) {
   rdsa_unlink_head(r, c);
   if (rep == NULL) {
     if (r->state != ECS_RDSA_DOWN) { /* hiredis dropped the link */
-      int proto = ac->err == REDIS_ERR_PROTOCOL || ac->err == REDIS_ERR_OTHER;
-      rdsa_seterr(r, proto ? "protocol error" : "link lost", ac->errstr[0] ? ac->errstr : "closed");
+      const char *es = ecs__rds_reader_errstr(ac->err, ac->errstr);
+      int proto = ac->err == REDIS_ERR_PROTOCOL || ac->err == REDIS_ERR_OTHER || es != ac->errstr;
+      rdsa_seterr(r, proto ? "protocol error" : "link lost", es[0] ? es : "closed");
       rdsa_lost(r, proto ? ECS_EREDIS : ECS_ECONN);
     }
     rc = r->fail_rc;
@@ -386,6 +391,7 @@ int ecs__rdsa_connect(ecs__rdsa_t *r) {
     redisAsyncFree(ac);
     return ECS_ECONN;
   }
+  ecs__rds_bound_reader(ac->c.reader, 1);
   ac->data = r;
   ac->ev.data = r;
   ac->ev.addRead = ev_add_read;

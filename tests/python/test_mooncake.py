@@ -656,3 +656,55 @@ def test_signatures_match_mooncake(mooncake_env):
             assert have == want, "%s: Mooncake %s, ecstore %s" % (name, want, have)
         checked += 1
     assert checked >= 40
+
+
+@pytest.mark.parametrize(
+    "header,unit,says",
+    [
+        (b"*300000000\r\n", b":1\r\n", "300000000 elements"),
+        (b"$1000000000\r\n", b"x" * 64, "1000000000-byte string"),
+        (b"*1\r\n" * 9 + b":1\r\n", b"", "nested deeper than 7"),
+    ],
+    ids=["array", "bulk", "nesting"],
+)
+def test_redis_scan_refuses_hostile_replies(header, unit, says):
+    """remove_all's own Redis link (_redis_scan) against a hostile Redis
+    (issue 13): a header announcing 300M elements, a 1 GB string (then
+    16 MB of what it announced) or deep nesting is refused at the header
+    with ConnectionError, never believed.  The peer is a fake on purpose:
+    a real redis-server is not hostile."""
+    import socket
+    import threading
+
+    from ecstore._mooncake_base import _redis_scan
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def serve():
+        try:
+            c, _ = srv.accept()
+        except OSError:
+            return
+        c.settimeout(5)
+        try:
+            c.recv(65536)  # the SCAN
+            c.sendall(header)
+            chunk = unit * (65536 // len(unit)) if unit else b""
+            for _ in range(256 if chunk else 0):
+                c.sendall(chunk)
+        except OSError:
+            pass  # the victim hung up: what it should do
+        finally:
+            c.close()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        with pytest.raises(ConnectionError, match=says):
+            _redis_scan("redis://127.0.0.1:%d" % port, b"x*", 5.0)
+    finally:
+        srv.close()
+        th.join(10)

@@ -31,6 +31,13 @@ struct ecs_ts_fakeredis {
   atomic_int stop;        /* set by stop() */
   atomic_ullong answered; /* data replies given */
   atomic_ullong failed;   /* data commands failed */
+  char *hostile;          /* hostile mode: the reply every data command gets, else NULL */
+  size_t hostile_len;     /* its length */
+  char *unit;             /* what the filler repeats */
+  uint64_t filler;        /* filler bytes after each hostile reply */
+  atomic_ullong hsent;    /* hostile replies sent */
+  atomic_ullong taken;    /* filler bytes written */
+  atomic_int armed;       /* hostile mode on */
   pthread_t acceptor;     /* the accept loop */
   pthread_mutex_t mu;     /* guards conns */
   fake_conn_t *conns[FAKE_MAX_CONNS];
@@ -85,11 +92,40 @@ static int is_cmd(const char *a, size_t l, const char *name) {
   return l == strlen(name) && strncasecmp(a, name, l) == 0;
 }
 
+/* Hostile mode: the reply, then the filler, 64 KiB per write, until the
+ * victim stops reading (a write that cannot finish in 2 s) or hangs up. */
+static int fake_hostile(fake_conn_t *c) {
+  ecs_ts_fakeredis_t *f = c->f;
+  f->hsent++; /* first: the victim may act on it before the write returns */
+  if (fake_write(c->fd, f->hostile, f->hostile_len) != 0)
+    return -1;
+  size_t ul = strlen(f->unit), cap = ul ? (65536 / ul) * ul : 0;
+  char *chunk = cap ? malloc(cap) : NULL;
+  for (size_t o = 0; chunk && o < cap; o += ul)
+    memcpy(chunk + o, f->unit, ul);
+  for (uint64_t left = chunk ? f->filler : 0; left > 0 && !f->stop;) {
+    size_t n = left < cap ? (size_t)left : cap;
+    if (fake_write(c->fd, chunk, n) != 0)
+      break;
+    f->taken += n;
+    left -= n;
+  }
+  free(chunk);
+  return 0;
+}
+
 /* Answers one command.  Returns -1 to close the connection. */
 static int fake_answer(fake_conn_t *c, int *given, int argc, const char **argv, const size_t *argl) {
   ecs_ts_fakeredis_t *f = c->f;
   int eval = is_cmd(argv[0], argl[0], "EVAL") || is_cmd(argv[0], argl[0], "EVALSHA");
   int data = eval || is_cmd(argv[0], argl[0], "EXISTS");
+  if (f->hostile != NULL && f->armed) {
+    if (is_cmd(argv[0], argl[0], "AUTH") || is_cmd(argv[0], argl[0], "SELECT"))
+      return fake_write(c->fd, "+OK\r\n", 5);
+    if (is_cmd(argv[0], argl[0], "PING"))
+      return fake_write(c->fd, "+PONG\r\n", 7);
+    return fake_hostile(c);
+  }
   if (!data) {
     if (is_cmd(argv[0], argl[0], "SCRIPT"))
       return fake_write(c->fd, "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n", 47);
@@ -220,6 +256,44 @@ int ecs_ts_fakeredis_start(int budget, int mode, ecs_ts_fakeredis_t **out) {
   return ECS_OK;
 }
 
+int ecs_ts_fakeredis_start_hostile(const char *reply, size_t len, const char *unit, uint64_t filler_bytes,
+                                   ecs_ts_fakeredis_t **out) {
+  char *h = malloc(len + 1), *u = strdup(unit ? unit : "");
+  if (h == NULL || u == NULL) {
+    free(h);
+    free(u);
+    return ECS_ENOMEM;
+  }
+  memcpy(h, reply, len);
+  int rc = ecs_ts_fakeredis_start(0, ECS_TS_FAKE_ERROR, out);
+  if (rc != ECS_OK) {
+    free(h);
+    free(u);
+    return rc;
+  }
+  /* the acceptor runs already, but no connection reads these before its
+   * first command, and the victim connects only after we return */
+  (*out)->hostile = h;
+  (*out)->hostile_len = len;
+  (*out)->unit = u;
+  (*out)->filler = filler_bytes;
+  (*out)->armed = 1;
+  return ECS_OK;
+}
+
+void ecs_ts_fakeredis_set_hostile(ecs_ts_fakeredis_t *f, int on) {
+  f->armed = on;
+  f->budget = on ? 0 : 1 << 30;
+}
+
+uint64_t ecs_ts_fakeredis_hostile_sent(const ecs_ts_fakeredis_t *f) {
+  return f->hsent;
+}
+
+uint64_t ecs_ts_fakeredis_filler_taken(const ecs_ts_fakeredis_t *f) {
+  return f->taken;
+}
+
 int ecs_ts_fakeredis_port(const ecs_ts_fakeredis_t *f) {
   return f->port;
 }
@@ -244,5 +318,7 @@ void ecs_ts_fakeredis_stop(ecs_ts_fakeredis_t *f) {
   }
   close(f->lfd);
   pthread_mutex_destroy(&f->mu);
+  free(f->hostile);
+  free(f->unit);
   free(f);
 }

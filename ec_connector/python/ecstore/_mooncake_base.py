@@ -292,6 +292,11 @@ def _torch_view(ptr, code, shape, nbytes):
 # ---- Redis, for remove_all ------------------------------------------------------
 
 
+_REDIS_MAX_ELEMENTS = 1 << 20  # one reply's elements (ECS_RDS_MAX_ELEMENTS)
+_REDIS_MAX_STRING = 1 << 20  # one string: keys and cursors (ECS_RDS_MAX_STRING_SMALL)
+_REDIS_MAX_KEYS = 1 << 24  # keys one listing gathers
+
+
 class _Resp:
     """One Redis connection speaking RESP over a plain socket."""
 
@@ -312,9 +317,15 @@ class _Resp:
         self.sock.sendall(out)
         return self.read()
 
-    def read(self):
-        line = self.f.readline()
+    def read(self, depth=0, budget=None):
+        # Every length is bounded before it is believed, as the C link
+        # does (store/rds.h, "Bounds"): a hostile Redis announcing a 1 GB
+        # string or 300M elements is refused at the header.
+        budget = budget if budget is not None else [_REDIS_MAX_ELEMENTS]
+        line = self.f.readline(_REDIS_MAX_STRING + 3)
         if not line.endswith(b"\r\n"):
+            if len(line) > _REDIS_MAX_STRING:
+                raise ConnectionError("Redis reply too large (a line of more than %d bytes)" % _REDIS_MAX_STRING)
             raise ConnectionError("Redis closed the connection")
         t, body = line[:1], line[1:-2]
         if t == b"-":
@@ -325,13 +336,22 @@ class _Resp:
             n = int(body)
             if n < 0:
                 return None
+            if n > _REDIS_MAX_STRING:
+                raise ConnectionError("Redis reply too large (%d-byte string, limit %d)" % (n, _REDIS_MAX_STRING))
             data = self.f.read(n + 2)
+            if len(data) != n + 2:
+                raise ConnectionError("Redis closed the connection")
             return data[:-2]
         if t == b"*":
             n = int(body)
-            if n < 0 or n > 1 << 20:
-                raise ConnectionError("Redis reply of %d elements" % n)
-            return [self.read() for _ in range(n)]
+            if n < 0:
+                return None
+            if n > budget[0]:
+                raise ConnectionError("Redis reply too large (%d elements, limit %d)" % (n, _REDIS_MAX_ELEMENTS))
+            if depth >= 7:
+                raise ConnectionError("Redis reply nested deeper than 7")
+            budget[0] -= n
+            return [self.read(depth + 1, budget) for _ in range(n)]
         raise ConnectionError("unexpected Redis reply %r" % line[:40])
 
 
@@ -354,7 +374,7 @@ def _sentinel_master(sentinels, name, timeout):
                 rep = r.cmd("SENTINEL", "get-master-addr-by-name", name)
             finally:
                 r.close()
-            if isinstance(rep, list) and len(rep) == 2:
+            if isinstance(rep, list) and len(rep) == 2 and all(isinstance(x, bytes) for x in rep):
                 return rep[0].decode(), int(rep[1])
             why.append("%s:%d: unknown master" % (host, port))
         except (OSError, ValueError) as e:
@@ -409,8 +429,13 @@ def _redis_scan(url, pattern, timeout):
                 continue
             keys, cursor = [], b"0"
             while True:
-                cursor, batch = r.cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                reply = r.cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                if not isinstance(reply, list) or len(reply) != 2 or not isinstance(reply[1], list):
+                    raise ConnectionError("unexpected Redis reply to SCAN")
+                cursor, batch = reply
                 keys.extend(batch)
+                if len(keys) > _REDIS_MAX_KEYS:  # a SCAN that never ends
+                    raise ConnectionError("Redis SCAN listed more than %d keys" % _REDIS_MAX_KEYS)
                 if cursor == b"0":
                     return keys
         finally:
