@@ -1,6 +1,6 @@
 /*
  * Backend "redis": tensor bytes stored in Redis itself, as LMCache's Redis
- * backend does: one key per object, "ecs:<ns>:ect:<key>", holding the
+ * backend does: one key per object, "ecs:{<ns>}:ect:<key>", holding the
  * 128-byte header (backend.h) followed by the bytes.  Batches are
  * pipelined: one write of every command, then the replies in order.
  *
@@ -24,7 +24,7 @@
 
 typedef struct redis_h {
   ecs__rds_t r;      /* the link */
-  char prefix[160];  /* "ecs:<ns>:ect:" */
+  char prefix[160];  /* "ecs:{<ns>}:ect:" */
   size_t prefix_len; /* its length */
   int ttl_s;         /* EXPIRE seconds, 0: none */
   int verify;        /* check checksums on load */
@@ -37,6 +37,9 @@ static int rb_open(const ecs_ec_config_t *cfg, int kind, void **out, char *err, 
   if (h == NULL)
     return ECS_ENOMEM;
   int rc = ecs__rds_init(&h->r, cfg->redis_url, cfg->connect_timeout_ms, cfg->timeout_ms);
+  int n = snprintf(h->prefix, sizeof h->prefix, "ecs:{%s}:ect:", cfg->ns);
+  h->prefix_len = n > 0 && (size_t)n < sizeof h->prefix ? (size_t)n : 0;
+  ecs__rds_set_route(&h->r, h->prefix); /* Redis Cluster: the namespace's slot */
   if (rc == ECS_OK)
     rc = ecs__rds_connect(&h->r);
   if (rc != ECS_OK) {
@@ -45,8 +48,6 @@ static int rb_open(const ecs_ec_config_t *cfg, int kind, void **out, char *err, 
     free(h);
     return rc;
   }
-  int n = snprintf(h->prefix, sizeof h->prefix, "ecs:%s:ect:", cfg->ns);
-  h->prefix_len = n > 0 && (size_t)n < sizeof h->prefix ? (size_t)n : 0;
   h->ttl_s = cfg->redis_ttl_s;
   h->verify = cfg->verify_checksum;
   *out = h;

@@ -8,7 +8,7 @@ pkgs=(
   build-essential cmake pkg-config
   libhiredis-dev libxxhash-dev libzstd-dev liblz4-dev libcmocka-dev
   libibverbs-dev librdmacm-dev
-  redis-server redis-tools
+  redis-server redis-sentinel redis-tools
   python3 python3-venv
   python3-numpy python3-torch python3-pytest python3-redis
   clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz/run.sh); the runtime is only recommended

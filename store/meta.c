@@ -417,7 +417,8 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
   if (out == NULL)
     return ECS_EINVAL;
   *out = NULL;
-  if (o == NULL || meta_check_name(o->ns, META_NS_MAX) != 0)
+  /* no braces: the namespace is the keys' Redis Cluster hash tag */
+  if (o == NULL || meta_check_name(o->ns, META_NS_MAX) != 0 || strpbrk(o->ns, "{}") != NULL)
     return ECS_EINVAL;
   ecs_meta_t *m = calloc(1, sizeof *m);
   if (m == NULL)
@@ -442,13 +443,16 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
   m->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : META_DEFAULT_TIMEOUT_MS;
   m->ttl_s = o->heartbeat_ttl_s > 0 ? o->heartbeat_ttl_s : META_DEFAULT_TTL_S;
   m->reconnect_ms = o->reconnect_ms > 0 ? o->reconnect_ms : META_DEFAULT_RECONNECT_MS;
-  m->obj_pfx_len = (size_t)snprintf(m->obj_pfx, sizeof m->obj_pfx, "ecs:%s:obj:", m->ns);
-  snprintf(m->node_pfx, sizeof m->node_pfx, "ecs:%s:node:", m->ns);
-  snprintf(m->node_key, sizeof m->node_key, "ecs:%s:node:%s", m->ns, m->node_id);
-  snprintf(m->nodes_key, sizeof m->nodes_key, "ecs:%s:nodes", m->ns);
+  /* "{ns}" is a Redis Cluster hash tag: a namespace's keys share one slot,
+   * so the check script's keys (records and registry) are on one node */
+  m->obj_pfx_len = (size_t)snprintf(m->obj_pfx, sizeof m->obj_pfx, "ecs:{%s}:obj:", m->ns);
+  snprintf(m->node_pfx, sizeof m->node_pfx, "ecs:{%s}:node:", m->ns);
+  snprintf(m->node_key, sizeof m->node_key, "ecs:{%s}:node:%s", m->ns, m->node_id);
+  snprintf(m->nodes_key, sizeof m->nodes_key, "ecs:{%s}:nodes", m->ns);
+  ecs__rds_set_route(&m->link, m->nodes_key); /* Redis Cluster: the namespace's slot */
   char esc[2 * META_NS_MAX + 1];
   meta_glob_escape(esc, sizeof esc, m->ns);
-  snprintf(m->match, sizeof m->match, "ecs:%s:obj:*", esc);
+  snprintf(m->match, sizeof m->match, "ecs:{%s}:obj:*", esc);
   int rc = meta_connect(m);
   if (rc == ECS_ENOMEM) {
     ecs_meta_close(m);
@@ -1655,14 +1659,17 @@ static void meta_async_down(void *ctx, int rc) {
 int ecs_meta_attach_loop(ecs_meta_t *m, int epfd) {
   if (m == NULL || !m->server || epfd < 0 || m->async)
     return ECS_EINVAL;
-  char url[300];
-  if (strchr(m->link.host, ':') != NULL)
+  char url[1024];
+  if (m->link.url[0]) /* the configured URL: credentials, Sentinel */
+    snprintf(url, sizeof url, "%s", m->link.url);
+  else if (strchr(m->link.host, ':') != NULL)
     snprintf(url, sizeof url, "[%s]:%d/%d", m->link.host, m->link.port, m->link.db);
   else
     snprintf(url, sizeof url, "%s:%d/%d", m->link.host, m->link.port, m->link.db);
   int rc = ecs__rdsa_init(&m->alink, url, m->timeout_ms, epfd, meta_async_up, meta_async_down, m);
   if (rc != ECS_OK)
     return rc;
+  ecs__rdsa_set_route(&m->alink, m->nodes_key);
   ecs__rdsa_set_auth(&m->alink, m->link.user, m->link.pass); /* resolved by the blocking link */
   ecs__rds_close(&m->link);                                  /* the blocking link rests until unregister */
   meta_queue_clear(m);
@@ -1700,7 +1707,8 @@ static int meta_tick_async(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync
   if (!m->want_reg)
     return ecs__rdsa_up(&m->alink) ? ECS_OK : ECS_ENOTCONN;
   if (m->alink.state == ECS_RDSA_DOWN) {
-    if (m->rc_valid && now_ms - m->last_rc_ms < (uint64_t)m->reconnect_ms)
+    /* a cluster redirection is no outage: reconnect at once */
+    if (m->rc_valid && !m->alink.redirected && now_ms - m->last_rc_ms < (uint64_t)m->reconnect_ms)
       return ECS_ENOTCONN;
     m->rc_valid = 1;
     m->last_rc_ms = now_ms;

@@ -11,6 +11,9 @@
  *   ecs:{ns}:node:{id}   hash  addr port pool epoch started free   (TTL heartbeat)
  *   ecs:{ns}:nodes       set   node ids
  *
+ * The braces around ns are literal (a Redis Cluster hash tag: a namespace's
+ * keys share one slot); {key} and {id} stand for the key and the node id.
+ *
  * A record is live when its node's registry hash exists and carries the
  * same epoch; otherwise it is stale (the node restarted or died), reads
  * treat it as a miss and delete it.  exists_batch does this in one round

@@ -76,67 +76,240 @@ static int pct_decode(const char *s, size_t n, char *out, size_t cap) {
   return 0;
 }
 
+/* "HOST[:PORT]" (HOST maybe a bracketed IPv6 literal), hp_len bytes at
+ * url, into host (cap bytes) and port (6379 when absent).  0, or -1. */
+static int parse_hostport(const char *url, size_t hp_len, char *host, size_t cap, int *port) {
+  const char *h = url, *colon;
+  size_t hlen;
+  if (hp_len > 0 && url[0] == '[') {
+    const char *rb = memchr(url, ']', hp_len);
+    if (rb == NULL)
+      return -1;
+    h = url + 1;
+    hlen = (size_t)(rb - h);
+    colon = rb + 1 < url + hp_len ? rb + 1 : NULL;
+    if (colon != NULL && *colon != ':')
+      return -1;
+  } else {
+    colon = memchr(url, ':', hp_len);
+    hlen = colon ? (size_t)(colon - url) : hp_len;
+  }
+  if (hlen == 0 || hlen >= cap)
+    return -1;
+  for (size_t i = 0; i < hlen; i++)
+    if (h[i] <= ' ' || h[i] == '@' || h[i] == '/' || h[i] == '[' || h[i] == ']' || h[i] == ',' ||
+        h[i] == 0x7f)
+      return -1;
+  memcpy(host, h, hlen);
+  host[hlen] = '\0';
+  *port = RDS_DEFAULT_PORT;
+  if (colon != NULL) {
+    uint64_t v;
+    size_t plen = (size_t)(url + hp_len - (colon + 1));
+    if (ecs__rds_parse_u64(colon + 1, plen, &v) != 0 || v == 0 || v > 65535)
+      return -1;
+    *port = (int)v;
+  }
+  return 0;
+}
+
+/* "/DB" or "" at s into *db.  0, or -1. */
+static int parse_db(const char *s, int *db) {
+  *db = 0;
+  if (s != NULL && s[0] == '/' && s[1] != '\0') {
+    uint64_t v;
+    if (ecs__rds_parse_u64(s + 1, strlen(s + 1), &v) != 0 || v > 1000000)
+      return -1;
+    *db = (int)v;
+  }
+  return 0;
+}
+
+/* The sentinel part of a redis-sentinel:// URL, "H1:P1,H2:P2/NAME[/DB]". */
+static int parse_sentinel(const char *url, ecs__rds_url_t *u) {
+  const char *slash = strchr(url, '/');
+  if (slash == NULL || (size_t)(slash - url) >= sizeof u->sentinels)
+    return ECS_EINVAL;
+  int n = 0;
+  for (const char *p = url; p < slash;) {
+    const char *comma = memchr(p, ',', (size_t)(slash - p));
+    const char *end = comma ? comma : slash;
+    char host[256];
+    int port;
+    if (++n > ECS_RDS_MAX_SENTINELS || parse_hostport(p, (size_t)(end - p), host, sizeof host, &port) != 0)
+      return ECS_EINVAL;
+    if (n == 1) {
+      snprintf(u->host, sizeof u->host, "%s", host);
+      u->port = port;
+    }
+    p = comma ? comma + 1 : slash;
+    if (comma != NULL && p == slash)
+      return ECS_EINVAL; /* a trailing comma */
+  }
+  if (n == 0)
+    return ECS_EINVAL;
+  memcpy(u->sentinels, url, (size_t)(slash - url));
+  u->sentinels[slash - url] = '\0';
+  const char *name = slash + 1, *dbs = strchr(name, '/');
+  size_t nlen = dbs ? (size_t)(dbs - name) : strlen(name);
+  if (nlen == 0 || nlen >= sizeof u->master)
+    return ECS_EINVAL;
+  for (size_t i = 0; i < nlen; i++) { /* letters, digits, '.', '_', '-' */
+    char ch = name[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+          ch == '_' || ch == '-'))
+      return ECS_EINVAL;
+  }
+  memcpy(u->master, name, nlen);
+  u->master[nlen] = '\0';
+  return parse_db(dbs, &u->db) == 0 ? ECS_OK : ECS_EINVAL;
+}
+
 int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u) {
   if (url == NULL || u == NULL)
     return ECS_EINVAL;
   memset(u, 0, sizeof *u);
-  if (strncmp(url, "redis://", 8) == 0)
+  int sentinel = 0, cluster = 0;
+  if (strncmp(url, "redis://", 8) == 0) {
     url += 8;
-  else if (strstr(url, "://") != NULL)
+  } else if (strncmp(url, "redis-cluster://", 16) == 0) {
+    url += 16;
+    cluster = 1;
+  } else if (strncmp(url, "redis-sentinel://", 17) == 0) {
+    url += 17;
+    sentinel = 1;
+  } else if (strstr(url, "://") != NULL) {
     return ECS_EINVAL;
+  }
   /* userinfo: up to the last '@' (a password may hold one, escaped or not) */
   const char *at = strrchr(url, '@');
   if (at != NULL) {
     const char *colon = memchr(url, ':', (size_t)(at - url));
     size_t ulen = colon ? (size_t)(colon - url) : (size_t)(at - url);
     if (pct_decode(url, ulen, u->user, sizeof u->user) != 0)
-      return ECS_EINVAL;
+      goto bad;
     if (colon != NULL && pct_decode(colon + 1, (size_t)(at - colon - 1), u->pass, sizeof u->pass) != 0)
-      return ECS_EINVAL;
+      goto bad;
     if (u->user[0] == '\0' && u->pass[0] == '\0')
-      return ECS_EINVAL; /* "@host" or ":@host" */
+      goto bad; /* "@host" or ":@host" */
     url = at + 1;
+  }
+  if (sentinel) {
+    if (parse_sentinel(url, u) != ECS_OK)
+      goto bad;
+    return ECS_OK;
   }
   const char *slash = strchr(url, '/');
   size_t hp_len = slash ? (size_t)(slash - url) : strlen(url);
-  u->db = 0;
-  if (slash != NULL && slash[1] != '\0') {
-    uint64_t v;
-    if (ecs__rds_parse_u64(slash + 1, strlen(slash + 1), &v) != 0 || v > 1000000)
-      return ECS_EINVAL;
-    u->db = (int)v;
-  }
-  const char *h = url, *colon;
-  size_t hlen;
-  if (hp_len > 0 && url[0] == '[') {
-    const char *rb = memchr(url, ']', hp_len);
-    if (rb == NULL)
-      return ECS_EINVAL;
-    h = url + 1;
-    hlen = (size_t)(rb - h);
-    colon = rb + 1 < url + hp_len ? rb + 1 : NULL;
-    if (colon != NULL && *colon != ':')
-      return ECS_EINVAL;
-  } else {
-    colon = memchr(url, ':', hp_len);
-    hlen = colon ? (size_t)(colon - url) : hp_len;
-  }
-  if (hlen == 0 || hlen >= sizeof u->host)
-    return ECS_EINVAL;
-  for (size_t i = 0; i < hlen; i++)
-    if (h[i] <= ' ' || h[i] == '@' || h[i] == '/' || h[i] == '[' || h[i] == ']' || h[i] == 0x7f)
-      return ECS_EINVAL;
-  memcpy(u->host, h, hlen);
-  u->host[hlen] = '\0';
-  u->port = RDS_DEFAULT_PORT;
-  if (colon != NULL) {
-    uint64_t v;
-    size_t plen = (size_t)(url + hp_len - (colon + 1));
-    if (ecs__rds_parse_u64(colon + 1, plen, &v) != 0 || v == 0 || v > 65535)
-      return ECS_EINVAL;
-    u->port = (int)v;
-  }
+  if (parse_db(slash, &u->db) != 0 || parse_hostport(url, hp_len, u->host, sizeof u->host, &u->port) != 0)
+    goto bad;
+  u->cluster = cluster;
   return ECS_OK;
+bad:
+  memset(u, 0, sizeof *u);
+  return ECS_EINVAL;
+}
+
+int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, size_t hostcap, int *port,
+                              char *err, size_t errlen) {
+  size_t k = 0;
+  err[0] = '\0';
+  k += (size_t)snprintf(err, errlen, "redis-sentinel: no sentinel knows master '%s':", u->master);
+  struct timeval tv = {.tv_sec = per_ms / 1000, .tv_usec = (per_ms % 1000) * 1000};
+  for (const char *p = u->sentinels; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char sh[256], why[160];
+    int sp;
+    const char *entry = p;
+    p = comma ? comma + 1 : p + len;
+    if (parse_hostport(entry, len, sh, sizeof sh, &sp) != 0)
+      continue; /* checked by the parse */
+    redisContext *c = redisConnectWithTimeout(sh, sp, tv);
+    redisReply *rep = NULL;
+    if (c != NULL)
+      ecs__rds_bound_reader(c->reader, 1); /* a sentinel's reply is small: bounded as any */
+    if (c == NULL || c->err != 0) {
+      snprintf(why, sizeof why, "%s", c ? c->errstr : "out of memory");
+    } else if (redisSetTimeout(c, tv) != REDIS_OK ||
+               (rep = redisCommand(c, "SENTINEL get-master-addr-by-name %s", u->master)) == NULL) {
+      snprintf(why, sizeof why, "%s", c->errstr[0] ? c->errstr : "no reply");
+    } else if (rep->type == REDIS_REPLY_ERROR) {
+      snprintf(why, sizeof why, "%.150s", rep->str);
+    } else if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+               rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_STRING) {
+      snprintf(why, sizeof why, "%s", rep->type == REDIS_REPLY_NIL ? "unknown master" : "unexpected reply");
+    } else {
+      uint64_t v;
+      const redisReply *h = rep->element[0], *pr = rep->element[1];
+      if (h->len == 0 || h->len >= hostcap || memchr(h->str, '\0', h->len) != NULL ||
+          ecs__rds_parse_u64(pr->str, pr->len, &v) != 0 || v == 0 || v > 65535) {
+        snprintf(why, sizeof why, "a malformed address");
+      } else {
+        memcpy(host, h->str, h->len);
+        host[h->len] = '\0';
+        *port = (int)v;
+        freeReplyObject(rep);
+        redisFree(c);
+        err[0] = '\0';
+        return ECS_OK;
+      }
+    }
+    if (rep != NULL)
+      freeReplyObject(rep);
+    if (c != NULL)
+      redisFree(c);
+    if (k < errlen)
+      k += (size_t)snprintf(err + k, errlen - k, " %s:%d: %s;", sh, sp, why);
+  }
+  return ECS_ECONN;
+}
+
+int ecs__rds_redirect(const char *s, size_t len, char *host, size_t cap, int *port) {
+  int kind;
+  size_t k;
+  if (len > 6 && memcmp(s, "MOVED ", 6) == 0)
+    kind = 1, k = 6;
+  else if (len > 4 && memcmp(s, "ASK ", 4) == 0)
+    kind = 2, k = 4;
+  else
+    return 0;
+  size_t slot0 = k;
+  while (k < len && s[k] >= '0' && s[k] <= '9')
+    k++;
+  if (k == slot0 || k - slot0 > 5 || k >= len || s[k] != ' ')
+    return 0;
+  const char *hp = s + k + 1;
+  size_t hl = len - k - 1;
+  const char *colon = NULL;
+  for (size_t i = 0; i < hl; i++)
+    if (hp[i] == ':')
+      colon = hp + i; /* the last one: an IPv6 address holds several */
+  if (colon == NULL)
+    return 0;
+  uint64_t v;
+  size_t plen = (size_t)(hp + hl - colon - 1), hlen = (size_t)(colon - hp);
+  if (ecs__rds_parse_u64(colon + 1, plen, &v) != 0 || v == 0 || v > 65535 || hlen >= cap)
+    return 0;
+  for (size_t i = 0; i < hlen; i++)
+    if (hp[i] <= ' ' || hp[i] == 0x7f || hp[i] == '/' || hp[i] == '@')
+      return 0;
+  if (hlen > 0) {
+    memcpy(host, hp, hlen);
+    host[hlen] = '\0';
+  }
+  *port = (int)v;
+  return kind;
+}
+
+void ecs__rds_set_route(ecs__rds_t *r, const char *key) {
+  snprintf(r->route, sizeof r->route, "%s", key ? key : "");
+}
+
+int ecs__rds_role_is_master(const redisReply *rep) {
+  return rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+         rep->element[0]->type == REDIS_REPLY_STRING && rep->element[0]->len == 6 &&
+         memcmp(rep->element[0]->str, "master", 6) == 0;
 }
 
 int ecs__rds_parse_url(const char *url, char *host, size_t hostcap, int *port, int *db) {
@@ -171,7 +344,9 @@ const char *ecs__rds_url_redact(const char *url, char *out, size_t cap) {
     snprintf(out, cap, "%s", url);
     return out;
   }
-  const char *base = strncmp(url, "redis://", 8) == 0 ? url + 8 : url;
+  const char *base = strncmp(url, "redis://", 8) == 0             ? url + 8
+                     : strncmp(url, "redis-sentinel://", 17) == 0 ? url + 17
+                                                                  : url;
   const char *colon = base < at ? memchr(base, ':', (size_t)(at - base)) : NULL;
   if (colon == NULL) /* a user alone: nothing secret */
     snprintf(out, cap, "%s", url);
@@ -203,7 +378,12 @@ static int pct_encode(const char *s, char *out, size_t cap, size_t *k) {
 
 int ecs__rds_url_format(const ecs__rds_url_t *u, int with_pass, char *out, size_t cap) {
   size_t k = 0;
-  int n = snprintf(out, cap, "redis://");
+  int n = snprintf(out, cap, "%s",
+                   u->master[0] ? "redis-sentinel://"
+                   : u->cluster ? "redis-cluster://"
+                                : "redis://");
+  if (n < 0 || (size_t)n >= cap)
+    return ECS_EINVAL;
   k = (size_t)n;
   int pass = with_pass && u->pass[0];
   if ((u->user[0] || pass) && pct_encode(u->user, out, cap, &k) != 0)
@@ -214,6 +394,11 @@ int ecs__rds_url_format(const ecs__rds_url_t *u, int with_pass, char *out, size_
     out[k++] = ':';
     if (pct_encode(u->pass, out, cap, &k) != 0)
       return ECS_EINVAL;
+  }
+  if (u->master[0]) {
+    n = snprintf(out + k, cap - k, "%s%s/%s/%d", (u->user[0] || pass) ? "@" : "", u->sentinels, u->master,
+                 u->db);
+    return n < 0 || (size_t)n >= cap - k ? ECS_EINVAL : ECS_OK;
   }
   int v6 = strchr(u->host, ':') != NULL;
   n = snprintf(out + k, cap - k, "%s%s%s%s:%d/%d", (u->user[0] || pass) ? "@" : "", v6 ? "[" : "", u->host,
@@ -317,6 +502,11 @@ int ecs__rds_init(ecs__rds_t *r, const char *url, int connect_timeout_ms, int ti
   r->port = u.port;
   r->db = u.db;
   snprintf(r->user, sizeof r->user, "%s", u.user);
+  snprintf(r->sentinels, sizeof r->sentinels, "%s", u.sentinels);
+  snprintf(r->master, sizeof r->master, "%s", u.master);
+  r->cluster = u.cluster;
+  if (strlen(url) < sizeof r->url)
+    snprintf(r->url, sizeof r->url, "%s", url);
   rc = ecs__rds_set_password(r, u.pass);
   memset(&u, 0, sizeof u);
   return rc;
@@ -368,12 +558,23 @@ static int rds_io_fail(ecs__rds_t *r, int saved_errno, const char *what) {
   return rc;
 }
 
-int ecs__rds_connect(ecs__rds_t *r) {
-  if (r->c != NULL)
-    return ECS_OK;
+static int rds_connect_once(ecs__rds_t *r) {
   if (r->host[0] == '\0') {
     ecs__rds_seterr(r, "no redis_url configured");
     return ECS_EINVAL;
+  }
+  r->readonly = 0;
+  if (r->master[0]) {
+    ecs__rds_url_t su;
+    memset(&su, 0, sizeof su);
+    snprintf(su.sentinels, sizeof su.sentinels, "%s", r->sentinels);
+    snprintf(su.master, sizeof su.master, "%s", r->master);
+    char why[sizeof r->err];
+    if (ecs__rds_sentinel_resolve(&su, r->connect_timeout_ms, r->host, sizeof r->host, &r->port, why,
+                                  sizeof why) != ECS_OK) {
+      ecs__rds_seterr(r, "%s", why);
+      return ECS_ECONN;
+    }
   }
   struct timeval tv;
   set_tv(&tv, (uint64_t)r->connect_timeout_ms);
@@ -433,11 +634,77 @@ int ecs__rds_connect(ecs__rds_t *r) {
     }
     freeReplyObject(rep);
   }
+  if (r->master[0]) { /* Sentinel's client rule: verify what the sentinels said */
+    const char *argv[] = {"ROLE"};
+    redisReply *rep;
+    int rc = ecs__rds_cmd(r, &rep, 1, argv, NULL);
+    if (rc != ECS_OK) {
+      ecs__rds_close(r);
+      return rc;
+    }
+    int master = ecs__rds_role_is_master(rep);
+    freeReplyObject(rep);
+    if (!master) {
+      ecs__rds_seterr(r, "redis %s:%d: named by the sentinels as master '%s' but is not a master (yet)",
+                      r->host, r->port, r->master);
+      ecs__rds_close(r);
+      return ECS_ECONN;
+    }
+  }
   r->used = 0; /* only a caller's reply makes the link "used" */
   return ECS_OK;
 }
 
+/* A MOVED reply was seen: the link goes to the node it named. */
+static void rds_take_move(ecs__rds_t *r) {
+  if (!r->moved)
+    return;
+  r->moved = 0;
+  ecs__rds_close(r);
+  snprintf(r->host, sizeof r->host, "%s", r->mhost);
+  r->port = r->mport;
+}
+
+int ecs__rds_connect(ecs__rds_t *r) {
+  if (r->c != NULL)
+    return ECS_OK;
+  rds_take_move(r);
+  /* Redis Cluster: up to 3 redirections to the route key's master */
+  for (int hop = 0; hop < 3; hop++) {
+    int rc = rds_connect_once(r);
+    if (rc != ECS_OK || r->route[0] == '\0' || r->master[0] || !r->cluster)
+      return rc;
+    const char *argv[] = {"EXISTS", r->route};
+    redisReply *rep;
+    rc = ecs__rds_append(r, 2, argv, NULL);
+    if (rc == ECS_OK)
+      rc = ecs__rds_reply_any(r, ecs__rds_deadline(r), &rep);
+    if (rc != ECS_OK)
+      return rc;
+    int err = rep->type == REDIS_REPLY_ERROR;
+    if (err && !r->moved)
+      ecs__rds_seterr(r, "redis %s:%d: %.*s", r->host, r->port, (int)(rep->len < 200 ? rep->len : 200),
+                      rep->str);
+    freeReplyObject(rep);
+    r->used = 0;
+    if (!err)
+      return ECS_OK;
+    if (!r->moved) {
+      ecs__rds_close(r);
+      return ECS_EREDIS;
+    }
+    rds_take_move(r);
+  }
+  ecs__rds_seterr(r, "redis %s:%d: more than 3 cluster redirections for one slot", r->host, r->port);
+  ecs__rds_close(r);
+  return ECS_EREDIS;
+}
+
 int ecs__rds_append(ecs__rds_t *r, int argc, const char **argv, const size_t *lens) {
+  if (r->readonly && r->c != NULL)
+    ecs__rds_close(r); /* a demoted master: ask the sentinels again */
+  if (r->moved)
+    rds_take_move(r); /* a slot moved: to its new node */
   int rc = ecs__rds_connect(r);
   if (rc != ECS_OK)
     return rc;
@@ -483,6 +750,28 @@ int ecs__rds_reply_any(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
       return rc;
   }
   r->used = 1;
+  const redisReply *e = rep;
+  if (r->master[0] && e->type == REDIS_REPLY_ERROR && e->len >= 8 && memcmp(e->str, "READONLY", 8) == 0)
+    r->readonly = 1;
+  if (!r->master[0] && e->type == REDIS_REPLY_ERROR) {
+    char h[64];
+    int port = 0;
+    size_t hl = strnlen(r->host, sizeof h);
+    hl = hl < sizeof h ? hl : 0; /* an empty HOST in the reply: this one */
+    memcpy(h, r->host, hl);
+    h[hl] = '\0';
+    int kind = ecs__rds_redirect(e->str, e->len, h, sizeof h, &port);
+    if (kind == 1) {
+      r->moved = 1;
+      r->cluster = 1;
+      memcpy(r->mhost, h, sizeof h);
+      r->mport = port;
+    } else if (kind == 2) {
+      r->ask = 1;
+      memcpy(r->ahost, h, sizeof h);
+      r->aport = port;
+    }
+  }
   *out = rep;
   return ECS_OK;
 }
@@ -502,12 +791,52 @@ int ecs__rds_reply(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
   return ECS_OK;
 }
 
+/* ASK: the command once more at the node named, after ASKING, on a
+ * one-off link with the same credentials. */
+static int rds_ask(ecs__rds_t *r, redisReply **out, int argc, const char **argv, const size_t *lens) {
+  ecs__rds_t *t = malloc(sizeof *t);
+  if (t == NULL)
+    return ECS_ENOMEM;
+  memcpy(t, r, sizeof *t);
+  t->c = NULL;
+  t->route[0] = '\0';
+  t->moved = t->ask = t->readonly = 0;
+  snprintf(t->host, sizeof t->host, "%s", r->ahost);
+  t->port = r->aport;
+  r->ask = 0;
+  const char *asking[] = {"ASKING"};
+  redisReply *rep;
+  int rc = ecs__rds_cmd(t, &rep, 1, asking, NULL);
+  if (rc == ECS_OK) {
+    freeReplyObject(rep);
+    rc = ecs__rds_append(t, argc, argv, lens);
+    if (rc == ECS_OK)
+      rc = ecs__rds_reply(t, ecs__rds_deadline(t), out);
+  }
+  if (rc != ECS_OK)
+    ecs__rds_seterr(r, "%s (after ASK)", t->err);
+  ecs__rds_close(t);
+  memset(t, 0, sizeof *t);
+  free(t);
+  return rc;
+}
+
 int ecs__rds_cmd(ecs__rds_t *r, redisReply **out, int argc, const char **argv, const size_t *lens) {
   *out = NULL;
-  int rc = ecs__rds_append(r, argc, argv, lens);
-  if (rc != ECS_OK)
-    return rc;
-  return ecs__rds_reply(r, ecs__rds_deadline(r), out);
+  int rc = ECS_EREDIS;
+  /* a MOVED (the slot's node) may be followed by an ASK (its migration) */
+  for (int hop = 0; hop < 3; hop++) {
+    r->ask = 0;
+    rc = ecs__rds_append(r, argc, argv, lens);
+    if (rc != ECS_OK)
+      return rc;
+    rc = ecs__rds_reply(r, ecs__rds_deadline(r), out);
+    if (rc == ECS_EREDIS && r->ask)
+      return rds_ask(r, out, argc, argv, lens);
+    if (rc != ECS_EREDIS || !r->moved)
+      return rc;
+  }
+  return rc;
 }
 
 /* ---- bounded replies (rds.h, "Bounds") ---------------------------------- */

@@ -43,6 +43,12 @@ typedef struct ecs__rds_url {
   int db;         /* SELECTed after connect when nonzero */
   char user[128]; /* ACL user for AUTH ("": the default user) */
   char pass[256]; /* password ("": none in the URL) */
+  /* redis-sentinel://: the sentinels ("H1:P1,H2:P2", host and port as in
+   * a plain URL) and the master's name; "" for a plain URL.  host and port
+   * then name the first sentinel, until ecs__rds_sentinel_resolve. */
+  char sentinels[512];
+  char master[128];
+  int cluster; /* redis-cluster://HOST:PORT: a Redis Cluster (its slots probed from the first connect) */
 } ecs__rds_url_t;
 
 typedef struct ecs__rds {
@@ -55,16 +61,68 @@ typedef struct ecs__rds {
   int connect_timeout_ms; /* one connect attempt */
   int timeout_ms;         /* default wait for one reply */
   int used;               /* a reply arrived since the connect (a later EOF may be a stale link) */
-  char err[256];          /* last error */
+  char sentinels[512];    /* redis-sentinel://: the sentinels ("" for a plain URL) */
+  char master[128];       /* ...and the master's name: host and port are re-resolved at each connect */
+  int readonly;           /* a READONLY reply (a demoted master): the next append reconnects */
+  char route[200];        /* Redis Cluster: a key of the slot this link serves ("": none) */
+  int cluster;            /* a redis-cluster:// URL, or a MOVED seen: connects probe the route key */
+  int moved;              /* a MOVED reply: the next append reconnects to mhost:mport */
+  char mhost[64];         /* ...the node MOVED named */
+  int mport;
+  int ask; /* an ASK reply: ecs__rds_cmd retries once at ahost:aport */
+  char ahost[64];
+  int aport;
+  char url[1024]; /* the URL given to init (an async link of the same Redis parses it again) */
+  char err[256];  /* last error */
 } ecs__rds_t;
 
 /* Parses url: "redis://[USERINFO@]HOST:PORT[/DB]", "[USERINFO@]HOST:PORT[/DB]"
  * or "HOST" (port 6379); HOST may be a bracketed IPv6 literal; USERINFO
  * is "USER:PASS", ":PASS" (the default user) or "USER" (the password comes
  * from elsewhere), %XX-escaped where it holds ':', '@' or '/' (the last
- * '@' ends it).  Returns ECS_OK or ECS_EINVAL.  The reusable half of the
- * link, for any Redis client of the project (the async link included). */
+ * '@' ends it).  "redis-cluster://" instead of "redis://" names one node
+ * of a Redis Cluster (docs/redis-ha.md).  Or Redis Sentinel:
+ * "redis-sentinel://[USERINFO@]H1:P1[,H2:P2...]/MASTERNAME[/DB]", at most
+ * ECS_RDS_MAX_SENTINELS sentinels, MASTERNAME of letters, digits, '.', '_'
+ * and '-'; USERINFO is the master's AUTH (the
+ * sentinels are asked without one).  Returns ECS_OK or ECS_EINVAL.  The
+ * reusable half of the link, for any Redis client of the project (the
+ * async link included). */
 int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u);
+
+#define ECS_RDS_MAX_SENTINELS 8
+
+/* Redis Sentinel's client protocol, the discovery half: asks the sentinels
+ * of u in turn (SENTINEL get-master-addr-by-name) for the address of u's
+ * master, each with a connect and a reply deadline of per_ms; the first
+ * answer wins.  Blocks at most 2 * per_ms per sentinel.  ECS_OK with
+ * host/port, or ECS_ECONN (no sentinel answered, or none knows the
+ * master) with the reasons in err.  The caller then verifies the role
+ * (ROLE says "master") after its handshake. */
+int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, size_t hostcap, int *port,
+                              char *err, size_t errlen);
+
+/* Whether reply (ROLE's) names a master: 1, else 0. */
+int ecs__rds_role_is_master(const redisReply *reply);
+
+/* A Redis Cluster redirection, the error reply's text (len bytes at s):
+ * "MOVED SLOT HOST:PORT" (returns 1) or "ASK SLOT HOST:PORT" (returns 2),
+ * with host (cap bytes; an empty HOST in the reply leaves host as it was)
+ * and port; 0 when it is neither or malformed. */
+int ecs__rds_redirect(const char *s, size_t len, char *host, size_t cap, int *port);
+
+/* Redis Cluster (docs/redis-ha.md): key is one key of the slot this link
+ * serves (a namespace's keys share one slot, their hash tag).  On a
+ * cluster (a redis-cluster:// URL, or once a MOVED reply was seen), each
+ * connect then probes it (EXISTS key) and follows MOVED to the slot's
+ * master before the caller's first command, so that pipelines and SCAN go
+ * to the right node; a MOVED reply later (a slot migrated) makes the next
+ * call reconnect to the node it names, and ecs__rds_cmd follows up to 3
+ * redirections of a command: MOVED (to the node named, which the link
+ * keeps) and ASK (ASKING first, on a one-off link, once).  Without a
+ * route key MOVED is still followed by ecs__rds_cmd and the next call.
+ * Harmless on a Redis that is not a cluster (the probe finds no MOVED). */
+void ecs__rds_set_route(ecs__rds_t *r, const char *key);
 
 /* ecs__rds_url_parse, then the password policy every link applies: the
  * URL's password, else the environment's ECSTORE_REDIS_PASSWORD (where
@@ -180,7 +238,12 @@ void ecs__rds_close(ecs__rds_t *r);
 int ecs__rds_up(const ecs__rds_t *r);
 
 /* Connects when down, then the handshake: AUTH (with the user when one
- * is named) when there is a password, then SELECT when db is nonzero.  A
+ * is named) when there is a password, then SELECT when db is nonzero.
+ * Through Sentinel, the master is resolved first (the sentinels in turn,
+ * each within connect_timeout_ms) and its ROLE must say master, else
+ * ECS_ECONN ("... is not a master"); an error reply starting READONLY (a
+ * master demoted under us) drops the link at the next call, so that it
+ * re-resolves.  A
  * refused AUTH is ECS_EAUTH, "redis HOST:PORT: authentication failed"
  * (the password is never in a message). */
 int ecs__rds_connect(ecs__rds_t *r);
@@ -226,8 +289,20 @@ const char *ecs__rds_errmsg(const ecs__rds_t *r);
  *   ECS_EREDIS     an error reply (the link stays up), or bytes that are
  *                  not RESP (the link is dropped)
  * Reconnecting is the caller's choice (ecs__rdsa_connect, which never
- * blocks); the connect and the handshake (SELECT db) are one function,
- * and the link counts as up only once the handshake is answered.
+ * blocks but for Sentinel, below); the connect and the handshake (AUTH,
+ * SELECT db, and ROLE through Sentinel) are one function, and the link
+ * counts as up only once the handshake is answered.
+ *
+ * Through Sentinel (a redis-sentinel:// URL), ecs__rdsa_connect asks the
+ * sentinels for the master's address first, synchronously, with a
+ * deadline of min(timeout_ms, 200) ms for each connect and each reply:
+ * the loop waits at most 400 ms per sentinel listed, and only at a
+ * (re)connect, at most once per reconnect interval of the caller.  The
+ * handshake then checks ROLE (a replica the sentinels still name is
+ * dropped, ECS_ECONN), and an error reply starting READONLY (a master
+ * demoted under us) drops the link, so that the next connect asks the
+ * sentinels again.  The sentinels should answer with addresses: a name
+ * is looked up by hiredis with a blocking getaddrinfo().
  *
  * Thread safety: none; the loop's thread only.
  */
@@ -254,6 +329,11 @@ typedef struct ecs__rdsa {
   int db;                             /* SELECTed by the handshake */
   char user[128];                     /* AUTH user ("": the default user) */
   char pass[256];                     /* AUTH password ("": no AUTH); never logged */
+  char sentinels[512];                /* redis-sentinel://: the sentinels ("" for a plain URL) */
+  char master[128];                   /* ...and the master's name, resolved at each connect */
+  char route[200];                    /* Redis Cluster: a key of the slot served (ecs__rdsa_set_route) */
+  int cluster;                        /* a redis-cluster:// URL, or a MOVED seen: the handshake probes */
+  int redirected;                     /* dropped for a MOVED: reconnect at once (to the node named) */
   int timeout_ms;                     /* deadline of the connect and of each reply */
   uint64_t connect_t0_ms;             /* when the connect began (monotonic) */
   int fail_rc;                        /* code for callbacks failed by the drop under way */
@@ -266,12 +346,20 @@ typedef struct ecs__rdsa {
   char err[256];                      /* last error, naming the Redis address */
 } ecs__rdsa_t;
 
-/* Parses url into r (not connected) and resolves its host once, here
- * (a blocking lookup: call it before the loop runs); connects use that
- * address, so a reconnect never waits for DNS (a Redis that moves to
- * another address needs a server restart).  ECS_OK or ECS_EINVAL. */
+/* Parses url into r (not connected), with the password policy of
+ * ecs__rds_url_resolve, and resolves its host once, here (a blocking
+ * lookup: call it before the loop runs); connects use that address, so a
+ * reconnect never waits for DNS (a Redis that moves to another address
+ * needs a server restart, or Sentinel).  ECS_OK or ECS_EINVAL. */
 int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, void (*on_up)(void *ctx),
                    void (*on_down)(void *ctx, int rc), void *cb_ctx);
+
+/* Redis Cluster, as ecs__rds_set_route: the handshake ends with EXISTS
+ * key; a MOVED reply there, or to any later command, drops the link
+ * (ECS_ECONN; the command that met it fails with ECS_EREDIS) and points
+ * the next connect at the node MOVED named.  ASK is not followed here
+ * (the command fails with ECS_EREDIS; a slot migration is brief). */
+void ecs__rdsa_set_route(ecs__rdsa_t *r, const char *key);
 
 /* The credentials the handshake sends (AUTH [USER] PASS before SELECT),
  * those the blocking link resolved (ecs__rds_url_resolve: the URL's

@@ -51,10 +51,18 @@ int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, vo
   r->on_down = on_down;
   r->cb_ctx = cb_ctx;
   r->fail_rc = ECS_ECONN;
-  if (url == NULL || ecs__rds_parse_url(url, r->host, sizeof r->host, &r->port, &r->db) != ECS_OK) {
-    snprintf(r->err, sizeof r->err, "bad redis_url \"%.200s\"", url ? url : "");
+  ecs__rds_url_t u;
+  if (ecs__rds_url_resolve(url, &u, r->err, sizeof r->err) != ECS_OK)
     return ECS_EINVAL;
-  }
+  snprintf(r->host, sizeof r->host, "%s", u.host);
+  r->port = u.port;
+  r->db = u.db;
+  memcpy(r->user, u.user, sizeof r->user);
+  memcpy(r->pass, u.pass, sizeof r->pass);
+  memcpy(r->sentinels, u.sentinels, sizeof r->sentinels);
+  memcpy(r->master, u.master, sizeof r->master);
+  r->cluster = u.cluster;
+  memset(&u, 0, sizeof u);
   /* hiredis's redisAsyncConnect resolves names with a blocking
    * getaddrinfo(): resolve once now, connect by address later. */
   snprintf(r->addr, sizeof r->addr, "%.63s", r->host);
@@ -179,6 +187,29 @@ static void rdsa_unlink_head(ecs__rdsa_t *r, ecs__rdsa_cmd_t *c) {
   r->npending--;
 }
 
+/* A MOVED reply: the link's address becomes the node it names (an
+ * address, as cluster nodes announce; reconnects never wait on DNS). */
+static int rdsa_moved(ecs__rdsa_t *r, const redisReply *rep) {
+  char h[64];
+  int port = 0;
+  memcpy(h, r->addr, sizeof h);
+  if (ecs__rds_redirect(rep->str, rep->len, h, sizeof h, &port) != 1)
+    return 0;
+  char why[160];
+  snprintf(why, sizeof why, "MOVED to %s:%d: reconnecting there", h, port);
+  rdsa_seterr(r, "cluster", why);
+  memcpy(r->addr, h, sizeof r->addr);
+  snprintf(r->host, sizeof r->host, "%s", h);
+  r->port = port;
+  r->redirected = 1;
+  r->cluster = 1;
+  return 1;
+}
+
+void ecs__rdsa_set_route(ecs__rdsa_t *r, const char *key) {
+  snprintf(r->route, sizeof r->route, "%s", key ? key : "");
+}
+
 /* Every reply (or failure) of a command: map it and call the caller. */
 static void rdsa_trampoline(redisAsyncContext *ac, void *reply, void *priv) {
   ecs__rdsa_cmd_t *c = priv;
@@ -200,9 +231,26 @@ static void rdsa_trampoline(redisAsyncContext *ac, void *reply, void *priv) {
   } else {
     rc = ECS_OK;
   }
+  /* Redis Cluster: the slot lives elsewhere; the next connect goes there */
+  int moved = rep != NULL && rep->type == REDIS_REPLY_ERROR && !r->master[0] && rdsa_moved(r, rep);
   if (c->fn != NULL)
     c->fn(c->ctx, rc, rep);
   free(c);
+  if (moved && r->state != ECS_RDSA_DOWN) {
+    rdsa_lost(r, ECS_ECONN);
+    if (r->ac != NULL)
+      redisAsyncFree(r->ac);
+    return;
+  }
+  if (rep != NULL && rep->type == REDIS_REPLY_ERROR && r->master[0] && rep->len >= 8 &&
+      memcmp(rep->str, "READONLY", 8) == 0 && r->state != ECS_RDSA_DOWN) {
+    /* a master demoted under us: drop the link; the next connect asks
+     * the sentinels again (hiredis frees the context when this returns) */
+    rdsa_seterr(r, "demoted master", "READONLY reply: asking the sentinels again");
+    rdsa_lost(r, ECS_ECONN);
+    if (r->ac != NULL)
+      redisAsyncFree(r->ac);
+  }
 }
 
 /* Sends a command in any state but DOWN (the handshake sends while
@@ -260,16 +308,49 @@ static void rdsa_on_disconnect(const redisAsyncContext *ac, int status) {
   rdsa_lost(r, ECS_ECONN);
 }
 
+/* A failed handshake step: the link is dropped with rc. */
+static void rdsa_hello_fail(ecs__rdsa_t *r, int rc) {
+  rdsa_lost(r, rc);
+  if (r->ac != NULL)
+    redisAsyncFree(r->ac); /* inside a callback: hiredis frees it on return */
+}
+
+/* AUTH's reply: a refusal is ECS_EAUTH, the password never in a message. */
+static void rdsa_auth_done(void *ctx, int rc, redisReply *reply) {
+  ecs__rdsa_t *r = ctx;
+  if (r->state != ECS_RDSA_CONNECTING || rc == ECS_OK)
+    return;
+  if (rc == ECS_EREDIS && reply != NULL) {
+    char why[400];
+    snprintf(why, sizeof why, "%s%s: %.120s", r->user[0] ? "as user " : "", r->user, reply->str);
+    rdsa_seterr(r, "authentication failed", why);
+    rc = ECS_EAUTH;
+  }
+  rdsa_hello_fail(r, rc);
+}
+
+/* A middle step's reply (SELECT before ROLE). */
+static void rdsa_step_done(void *ctx, int rc, redisReply *reply) {
+  ecs__rdsa_t *r = ctx;
+  (void)reply;
+  if (r->state == ECS_RDSA_CONNECTING && rc != ECS_OK)
+    rdsa_hello_fail(r, rc);
+}
+
 /* The handshake's last reply: the link is up, or dropped. */
 static void rdsa_hello_done(void *ctx, int rc, redisReply *reply) {
   ecs__rdsa_t *r = ctx;
-  (void)reply;
   if (r->state != ECS_RDSA_CONNECTING)
     return; /* dropped meanwhile: on_down has been called */
+  if (rc == ECS_OK && r->master[0] && !ecs__rds_role_is_master(reply)) {
+    char why[200];
+    snprintf(why, sizeof why, "named by the sentinels as master '%.100s' but is not a master (yet)",
+             r->master);
+    rdsa_seterr(r, "handshake", why);
+    rc = ECS_ECONN;
+  }
   if (rc != ECS_OK) {
-    rdsa_lost(r, rc);
-    if (r->ac != NULL)
-      redisAsyncFree(r->ac); /* inside a callback: hiredis frees it on return */
+    rdsa_hello_fail(r, rc);
     return;
   }
   r->state = ECS_RDSA_UP;
@@ -283,24 +364,23 @@ void ecs__rdsa_set_auth(ecs__rdsa_t *r, const char *user, const char *pass) {
   snprintf(r->pass, sizeof r->pass, "%s", pass ? pass : "");
 }
 
-/* AUTH's reply: an error reply is a refused password (or user). */
-static void rdsa_auth_done(void *ctx, int rc, redisReply *reply) {
-  ecs__rdsa_t *r = ctx;
-  (void)reply;
-  if (r->state != ECS_RDSA_CONNECTING || rc == ECS_OK)
-    return; /* dropped meanwhile, or accepted: SELECT's reply completes the handshake */
-  if (rc == ECS_EREDIS) {
-    rdsa_seterr(r, "authentication failed", r->user[0] ? r->user : "(default user)");
-    rc = ECS_EAUTH;
-  }
-  rdsa_lost(r, rc);
-  if (r->ac != NULL)
-    redisAsyncFree(r->ac); /* inside a callback: hiredis frees it on return */
-}
-
 int ecs__rdsa_connect(ecs__rdsa_t *r) {
   if (r->state != ECS_RDSA_DOWN || r->ac != NULL)
     return ECS_OK;
+  r->redirected = 0;
+  if (r->master[0]) { /* bounded and documented in rds.h */
+    ecs__rds_url_t su;
+    memset(&su, 0, sizeof su);
+    memcpy(su.sentinels, r->sentinels, sizeof su.sentinels);
+    memcpy(su.master, r->master, sizeof su.master);
+    char why[sizeof r->err];
+    if (ecs__rds_sentinel_resolve(&su, r->timeout_ms < 200 ? r->timeout_ms : 200, r->addr, sizeof r->addr,
+                                  &r->port, why, sizeof why) != ECS_OK) {
+      snprintf(r->err, sizeof r->err, "%s", why);
+      return ECS_ECONN;
+    }
+    snprintf(r->host, sizeof r->host, "%s", r->addr);
+  }
   redisAsyncContext *ac = redisAsyncConnect(r->addr, r->port);
   if (ac == NULL) {
     rdsa_seterr(r, "connect", "out of memory");
@@ -328,19 +408,30 @@ int ecs__rdsa_connect(ecs__rdsa_t *r) {
   r->fail_rc = ECS_ECONN;
   r->connect_t0_ms = ecs_now_ms();
   /* The handshake: what every new link says before any command of its
-   * owner (AUTH would go first).  Sending it arms the write event, which
-   * is also how hiredis learns that the connect completed. */
+   * owner: AUTH, SELECT, and ROLE through Sentinel.  Sending it arms the
+   * write event, which is also how hiredis learns that the connect
+   * completed. */
+  ecs__rds_url_t au;
+  memset(&au, 0, sizeof au);
+  memcpy(au.user, r->user, sizeof au.user);
+  memcpy(au.pass, r->pass, sizeof au.pass);
+  const char *aargv[3];
+  size_t alens[3];
+  int aargc = ecs__rds_auth_argv(&au, aargv, alens);
+  int rc = aargc > 0 ? rdsa_send(r, rdsa_auth_done, r, aargc, aargv, alens) : ECS_OK;
+  memset(&au, 0, sizeof au);
   char db[16];
   snprintf(db, sizeof db, "%d", r->db);
   const char *argv[] = {"SELECT", db};
-  int rc = ECS_OK;
-  if (r->pass[0]) {
-    const char *auth[] = {"AUTH", r->user, r->pass};
-    rc = r->user[0] ? rdsa_send(r, rdsa_auth_done, r, 3, auth, NULL)
-                    : rdsa_send(r, rdsa_auth_done, r, 2, (const char *[]){"AUTH", r->pass}, NULL);
-  }
+  const char *role[] = {"ROLE"};
+  const char *probe[] = {"EXISTS", r->route};
+  int cluster = !r->master[0] && r->route[0] && r->cluster;
   if (rc == ECS_OK)
-    rc = rdsa_send(r, rdsa_hello_done, r, 2, argv, NULL);
+    rc = rdsa_send(r, r->master[0] || cluster ? rdsa_step_done : rdsa_hello_done, r, 2, argv, NULL);
+  if (rc == ECS_OK && r->master[0])
+    rc = rdsa_send(r, rdsa_hello_done, r, 1, role, NULL);
+  if (rc == ECS_OK && cluster) /* a MOVED reply drops the link in the trampoline */
+    rc = rdsa_send(r, rdsa_hello_done, r, 2, probe, NULL);
   if (rc != ECS_OK) {
     r->state = ECS_RDSA_DOWN;
     redisAsyncFree(ac); /* no pending command: cleanup only */

@@ -652,7 +652,7 @@ static void test_evicted_between_has_and_load(void **state) {
     assert_int_equal(unlink(path), 0);
   } else {
     redisContext *r = redis_at(g_env.redis.port);
-    redisReply *rep = redisCommand(r, "DEL ecs:test:ect:%s", k);
+    redisReply *rep = redisCommand(r, "DEL ecs:{test}:ect:%s", k);
     assert_non_null(rep);
     assert_int_equal(rep->integer, 1);
     freeReplyObject(rep);
@@ -717,11 +717,11 @@ static void test_corrupt_is_miss(void **state) {
     close(fd);
   } else {
     redisContext *r = redis_at(g_env.redis.port);
-    redisReply *rep = redisCommand(r, "SETRANGE ecs:test:ect:%s 300 Z", k);
+    redisReply *rep = redisCommand(r, "SETRANGE ecs:{test}:ect:%s 300 Z", k);
     assert_non_null(rep);
     freeReplyObject(rep);
     assert_int_equal(load1(c, k, buf, t.nbytes, 0).status, ECS_ECHECKSUM);
-    rep = redisCommand(r, "SET ecs:test:ect:%s short", k);
+    rep = redisCommand(r, "SET ecs:{test}:ect:%s short", k);
     freeReplyObject(rep);
     assert_int_equal(load1(c, k, buf, t.nbytes, 0).status, ECS_ECHECKSUM);
     redisFree(r);

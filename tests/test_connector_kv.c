@@ -372,7 +372,7 @@ static void test_abort_reaches_decode(void **state) {
   assert_int_equal(ecs_kv_publish(c, "req-lost", blocks, 2, why, sizeof why), ECS_OK);
   redisContext *r = redisConnect("127.0.0.1", g.redis.port);
   assert_non_null(r);
-  redisReply *rep = redisCommand(r, "DEL ecs:test:ect:kv:req-lost:1");
+  redisReply *rep = redisCommand(r, "DEL ecs:{test}:ect:kv:req-lost:1");
   assert_int_equal(rep->integer, 1);
   freeReplyObject(rep);
   redisFree(r);

@@ -96,14 +96,14 @@ static long long raw_int(fx_t *f, const char *cmd, const char *key, size_t klen)
 /* Does the record key (prefix added) exist in Redis? */
 static int raw_rec_exists(fx_t *f, const uint8_t *key, uint16_t len) {
   char buf[512];
-  size_t pl = strlen("ecs:" NS ":obj:");
-  memcpy(buf, "ecs:" NS ":obj:", pl);
+  size_t pl = strlen("ecs:{" NS "}:obj:");
+  memcpy(buf, "ecs:{" NS "}:obj:", pl);
   memcpy(buf + pl, key, len);
   return (int)raw_int(f, "EXISTS", buf, pl + len);
 }
 
 static long long raw_count_records(fx_t *f) {
-  redisReply *r = redisCommand(f->raw, "EVAL %s 0", "return #redis.call('KEYS', 'ecs:" NS ":obj:*')");
+  redisReply *r = redisCommand(f->raw, "EVAL %s 0", "return #redis.call('KEYS', 'ecs:{" NS "}:obj:*')");
   assert_non_null(r);
   assert_int_equal(r->type, REDIS_REPLY_INTEGER);
   long long v = r->integer;
@@ -453,21 +453,21 @@ static void test_register_heartbeat_ttl(void **state) {
   assert_int_equal(ecs_meta_register(m), ECS_OK);
   assert_int_equal(ecs_meta_register(m), ECS_OK); /* idempotent */
 
-  redisReply *r = redisCommand(f->raw, "HGETALL ecs:" NS ":node:node-a");
+  redisReply *r = redisCommand(f->raw, "HGETALL ecs:{" NS "}:node:node-a");
   assert_non_null(r);
   assert_int_equal(r->type, REDIS_REPLY_ARRAY);
   assert_int_equal(r->elements, 12); /* addr port pool epoch started free */
   freeReplyObject(r);
-  r = redisCommand(f->raw, "HMGET ecs:" NS ":node:node-a addr port pool epoch");
+  r = redisCommand(f->raw, "HMGET ecs:{" NS "}:node:node-a addr port pool epoch");
   assert_string_equal(r->element[0]->str, "127.0.0.1:7000");
   assert_string_equal(r->element[1]->str, "7000");
   assert_string_equal(r->element[2]->str, "67108864");
   assert_string_equal(r->element[3]->str, "1111");
   freeReplyObject(r);
-  r = redisCommand(f->raw, "PTTL ecs:" NS ":node:node-a");
+  r = redisCommand(f->raw, "PTTL ecs:{" NS "}:node:node-a");
   assert_true(r->integer > 0 && r->integer <= 1000);
   freeReplyObject(r);
-  assert_int_equal(raw_int(f, "SCARD", "ecs:" NS ":nodes", strlen("ecs:" NS ":nodes")), 1);
+  assert_int_equal(raw_int(f, "SCARD", "ecs:{" NS "}:nodes", strlen("ecs:{" NS "}:nodes")), 1);
 
   ecs_meta_node_t nodes[4];
   size_t nn = 0;
@@ -506,7 +506,7 @@ static void test_register_heartbeat_ttl(void **state) {
   /* No heartbeat: the entry expires, the records read as misses and are
    * deleted, the node disappears from the list. */
   sleep_ms(1150);
-  assert_int_equal(raw_int(f, "EXISTS", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 0);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:{" NS "}:node:node-a", strlen("ecs:{" NS "}:node:node-a")), 0);
   assert_int_equal(raw_rec_exists(f, ks->ptr[0], ks->len[0]), 1);
   assert_int_equal(ecs_meta_exists_batch(m, ks->ptr, ks->len, 2, ex), ECS_OK);
   assert_int_equal(ex[0], 0);
@@ -514,7 +514,7 @@ static void test_register_heartbeat_ttl(void **state) {
   assert_int_equal(raw_rec_exists(f, ks->ptr[0], ks->len[0]), 0);
   assert_int_equal(ecs_meta_nodes(m, nodes, 4, &nn), ECS_OK);
   assert_int_equal(nn, 0);
-  assert_int_equal(raw_int(f, "SCARD", "ecs:" NS ":nodes", strlen("ecs:" NS ":nodes")), 0); /* tidied */
+  assert_int_equal(raw_int(f, "SCARD", "ecs:{" NS "}:nodes", strlen("ecs:{" NS "}:nodes")), 0); /* tidied */
 
   /* The next heartbeat notices, registers again and owes a re-sync, which
    * re-publishes what the server holds (here: keys 0..3). */
@@ -623,8 +623,8 @@ static void test_put_exists_lookup(void **state) {
   }
   /* The stored form: decimal strings, "650,2048"-style shape, hex csum. */
   char key[512];
-  size_t pl = strlen("ecs:" NS ":obj:");
-  memcpy(key, "ecs:" NS ":obj:", pl);
+  size_t pl = strlen("ecs:{" NS "}:obj:");
+  memcpy(key, "ecs:{" NS "}:obj:", pl);
   memcpy(key + pl, ks->k[2], ks->len[2]);
   const char *argv[] = {"HMGET", key, "shape", "csum", "len", "dtype"};
   size_t lens[] = {5, pl + ks->len[2], 5, 4, 3, 5};
@@ -1106,7 +1106,7 @@ static void test_outage_resync(void **state) {
     if (ex[i] != h.on[i])
       fail_msg("after outage 2: exists[%zu] = %d, held %d", i, ex[i], h.on[i]);
   assert_int_equal(raw_count_records(f), 9);
-  assert_int_equal(raw_int(f, "EXISTS", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 1);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:{" NS "}:node:node-a", strlen("ecs:{" NS "}:node:node-a")), 1);
   ecs_meta_close(m);
   free(ks);
 }
@@ -1127,13 +1127,13 @@ static void test_unregister(void **state) {
   assert_int_equal(ecs_meta_nodes(a, nodes, 4, &nn), ECS_OK);
   assert_int_equal(nn, 2);
 
-  redisReply *r = redisCommand(f->raw, "HSET ecs:other:obj:x node node-a epoch 1");
+  redisReply *r = redisCommand(f->raw, "HSET ecs:{other}:obj:x node node-a epoch 1");
   freeReplyObject(r);
   assert_int_equal(ecs_meta_unregister(a), ECS_OK);
   assert_int_equal(raw_count_records(f), 200);
-  assert_int_equal(raw_int(f, "EXISTS", "ecs:other:obj:x", 15), 1); /* another namespace */
-  assert_int_equal(raw_int(f, "EXISTS", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 0);
-  assert_int_equal(raw_int(f, "EXISTS", "ecs:" NS ":node:node-b", strlen("ecs:" NS ":node:node-b")), 1);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:{other}:obj:x", 17), 1); /* another namespace */
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:{" NS "}:node:node-a", strlen("ecs:{" NS "}:node:node-a")), 0);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:{" NS "}:node:node-b", strlen("ecs:{" NS "}:node:node-b")), 1);
   assert_int_equal(ecs_meta_nodes(b, nodes, 4, &nn), ECS_OK);
   assert_int_equal(nn, 1);
   assert_string_equal(nodes[0].node_id, "node-b");
@@ -1143,7 +1143,7 @@ static void test_unregister(void **state) {
     assert_int_equal(ex[i], 1);
   /* After unregister, tick does not bring the node back. */
   assert_int_equal(ecs_meta_tick(a, 100000, NULL), ECS_OK);
-  assert_int_equal(raw_int(f, "EXISTS", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 0);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:{" NS "}:node:node-a", strlen("ecs:{" NS "}:node:node-a")), 0);
   ecs_meta_close(a);
   ecs_meta_close(b);
   free(ex);

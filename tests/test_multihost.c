@@ -156,7 +156,7 @@ static int get_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *
 
 /* The node id a key's Redis record names, into out ("" when none). */
 static void holder(fx_t *f, const char *key, char *out, size_t cap) {
-  redisReply *r = redisCommand(f->r, "HGET ecs:test:obj:%s node", key);
+  redisReply *r = redisCommand(f->r, "HGET ecs:{test}:obj:%s node", key);
   assert_non_null(r);
   snprintf(out, cap, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
   freeReplyObject(r);

@@ -155,8 +155,8 @@ static void put_and_check_published(int port, const char *key) {
   assert_int_equal(ecs_ts_put1(c, key, a, sizeof a, ECS_DTYPE_U8), ECS_OK);
   ecs_client_close(c);
   redisContext *r = redis_admin();
-  assert_int_equal(redis_int(r, "EXISTS ecs:test:obj:%s", key), 1);
-  assert_true(redis_int(r, "SCARD %s", "ecs:test:nodes") >= 1);
+  assert_int_equal(redis_int(r, "EXISTS ecs:{test}:obj:%s", key), 1);
+  assert_true(redis_int(r, "SCARD %s", "ecs:{test}:nodes") >= 1);
   redisFree(r);
 }
 

@@ -183,7 +183,7 @@ static void test_sigterm_removes_records(void **state) {
   assert_int_equal(ecs_ts_stop(&e.server, 5000), 0); /* SIGTERM, clean exit */
   e.server.pid = 0;
   assert_int_equal(ecs_ts_redis_exists(r, "graceful"), 0);
-  redisReply *rep = redisCommand(r, "SCARD ecs:test:nodes");
+  redisReply *rep = redisCommand(r, "SCARD ecs:{test}:nodes");
   assert_non_null(rep);
   assert_int_equal(rep->integer, 0);
   freeReplyObject(rep);

@@ -36,7 +36,7 @@ static int upsert1(ecs_client_t *c, const char *key, const void *data, uint64_t 
 }
 
 static long long redis_len(redisContext *r, const char *key) {
-  redisReply *rep = redisCommand(r, "HGET ecs:test:obj:%s len", key);
+  redisReply *rep = redisCommand(r, "HGET ecs:{test}:obj:%s len", key);
   assert_non_null(rep);
   long long v = rep->type == REDIS_REPLY_STRING ? atoll(rep->str) : -1;
   freeReplyObject(rep);

@@ -41,7 +41,8 @@ static void usage(FILE *f) {
           "  --no-mlock                do not pin the pool\n"
           "  --cuda-register           cudaHostRegister the pool when libcudart is present\n"
           "  --redis URL               redis://HOST:PORT[/DB] or HOST:PORT; 'none' to run without\n"
-          "                            (default 127.0.0.1:6379)\n"
+          "                            (default 127.0.0.1:6379); redis-cluster://HOST:PORT; or\n"
+          "                            redis-sentinel://H1:P1,H2:P2/MASTER[/DB] (docs/redis-ha.md)\n"
           "                            a password: in a --config file's URL (redis://USER:PASS@HOST:PORT),\n"
           "                            --redis-password-file or ECSTORE_REDIS_PASSWORD, never on the\n"
           "                            command line (refused there)\n"
@@ -319,6 +320,8 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
   case O_NS:
     if (!*arg || strlen(arg) >= sizeof o->ns)
       return bad("ns", arg, "expected 1..128 bytes");
+    if (strpbrk(arg, "{}") != NULL) /* the namespace is its Redis keys' hash tag */
+      return bad("ns", arg, "no braces: the namespace is a Redis Cluster hash tag (docs/redis-ha.md)");
     snprintf(o->ns, sizeof o->ns, "%s", arg);
     return 0;
   case O_NODE:
@@ -489,7 +492,9 @@ static int settle_redis_password(ecs_server_opts_t *o) {
   ecs__rds_url_t u;
   if (ecs__rds_url_parse(o->redis_url, &u) != ECS_OK) {
     char shown[256];
-    fprintf(stderr, "ecstore-server: --redis '%s': expected redis://[USER:PASS@]HOST:PORT[/DB]\n",
+    fprintf(stderr,
+            "ecstore-server: --redis '%s': expected redis://[USER:PASS@]HOST:PORT[/DB] or "
+            "redis-sentinel://[USER:PASS@]H1:P1,H2:P2/MASTER[/DB]\n",
             ecs__rds_url_redact(o->redis_url, shown, sizeof shown));
     return 2;
   }

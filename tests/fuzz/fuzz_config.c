@@ -96,10 +96,31 @@ static void double_text(const char *s) {
   FUZZ_CHECK(ecs_parse_double(back, 0.0, 1.0, &w) == ECS_OK && w == v);
 }
 
+/* The whole URL (redis://, redis-cluster://, redis-sentinel://) survives
+ * a format and a parse; a Redis Cluster redirection parses to a port and
+ * a NUL-terminated host. */
+static void redis_url_full(const char *s) {
+  char h[64] = "kept";
+  int p = 0;
+  int k = ecs__rds_redirect(s, strlen(s), h, sizeof h, &p);
+  FUZZ_CHECK(k >= 0 && k <= 2);
+  if (k != 0)
+    FUZZ_CHECK(memchr(h, '\0', sizeof h) != NULL && p >= 1 && p <= 65535);
+  static ecs__rds_url_t u, u2;
+  char out[1400];
+  if (ecs__rds_url_parse(s, &u) != ECS_OK || ecs__rds_url_format(&u, 1, out, sizeof out) != ECS_OK)
+    return;
+  FUZZ_CHECK(ecs__rds_url_parse(out, &u2) == ECS_OK);
+  FUZZ_CHECK(!strcmp(u.host, u2.host) && u.port == u2.port && u.db == u2.db && !strcmp(u.user, u2.user) &&
+             !strcmp(u.pass, u2.pass) && !strcmp(u.sentinels, u2.sentinels) && !strcmp(u.master, u2.master) &&
+             u.cluster == u2.cluster);
+}
+
 static void redis_url(const char *s) {
   char host[256];
   int port = -1, db = -1;
   memset(host, 'x', sizeof host);
+  redis_url_full(s);
   if (ecs__rds_parse_url(s, host, sizeof host, &port, &db) != ECS_OK)
     return;
   FUZZ_CHECK(memchr(host, '\0', sizeof host) != NULL && host[0] != '\0');

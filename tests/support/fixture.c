@@ -134,7 +134,7 @@ redisContext *ecs_ts_redis_at(int port) {
 }
 
 long long ecs_ts_redis_exists(redisContext *r, const char *key) {
-  redisReply *rep = redisCommand(r, "EXISTS ecs:test:obj:%s", key);
+  redisReply *rep = redisCommand(r, "EXISTS ecs:{test}:obj:%s", key);
   if (!rep)
     return -1;
   long long v = rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;

@@ -297,41 +297,32 @@ _REDIS_MAX_STRING = 1 << 20  # one string: keys and cursors (ECS_RDS_MAX_STRING_
 _REDIS_MAX_KEYS = 1 << 24  # keys one listing gathers
 
 
-def _redis_scan(url, pattern, timeout):
-    """Every key matching pattern (bytes), with SCAN over a plain socket: no
-    Redis package is needed for this one call.  AUTH as the C link does
-    (store/rds.h): USER:PASS@ or :PASS@ in the URL (%XX-escaped), else the
-    password in ECSTORE_REDIS_PASSWORD."""
-    rest = url.split("://", 1)[1] if "://" in url else url
-    user = password = ""
-    if "@" in rest:
-        userinfo, _, rest = rest.rpartition("@")
-        user, _, password = userinfo.partition(":")
-        user, password = urllib.parse.unquote(user), urllib.parse.unquote(password)
-    password = password or os.environ.get("ECSTORE_REDIS_PASSWORD", "")
-    db = 0
-    if "/" in rest:
-        rest, dbs = rest.split("/", 1)
-        db = int(dbs or 0)
-    host, _, port = rest.rpartition(":")
-    host = host.strip("[]")
-    sock = socket.create_connection((host or "127.0.0.1", int(port or 6379)), timeout=timeout)
-    f = sock.makefile("rb")
+class _Resp:
+    """One Redis connection speaking RESP over a plain socket."""
 
-    def cmd(*args):
+    def __init__(self, host, port, timeout):
+        self.host, self.port = host, port
+        self.sock = socket.create_connection((host or "127.0.0.1", port), timeout=timeout)
+        self.f = self.sock.makefile("rb")
+
+    def close(self):
+        self.f.close()
+        self.sock.close()
+
+    def cmd(self, *args):
         out = b"*%d\r\n" % len(args)
         for a in args:
             a = a if isinstance(a, bytes) else str(a).encode()
             out += b"$%d\r\n%s\r\n" % (len(a), a)
-        sock.sendall(out)
-        return read()
+        self.sock.sendall(out)
+        return self.read()
 
-    def read(depth=0, budget=None):
+    def read(self, depth=0, budget=None):
         # Every length is bounded before it is believed, as the C link
         # does (store/rds.h, "Bounds"): a hostile Redis announcing a 1 GB
         # string or 300M elements is refused at the header.
         budget = budget if budget is not None else [_REDIS_MAX_ELEMENTS]
-        line = f.readline(_REDIS_MAX_STRING + 3)
+        line = self.f.readline(_REDIS_MAX_STRING + 3)
         if not line.endswith(b"\r\n"):
             if len(line) > _REDIS_MAX_STRING:
                 raise ConnectionError("Redis reply too large (a line of more than %d bytes)" % _REDIS_MAX_STRING)
@@ -347,7 +338,7 @@ def _redis_scan(url, pattern, timeout):
                 return None
             if n > _REDIS_MAX_STRING:
                 raise ConnectionError("Redis reply too large (%d-byte string, limit %d)" % (n, _REDIS_MAX_STRING))
-            data = f.read(n + 2)
+            data = self.f.read(n + 2)
             if len(data) != n + 2:
                 raise ConnectionError("Redis closed the connection")
             return data[:-2]
@@ -360,28 +351,93 @@ def _redis_scan(url, pattern, timeout):
             if depth >= 7:
                 raise ConnectionError("Redis reply nested deeper than 7")
             budget[0] -= n
-            return [read(depth + 1, budget) for _ in range(n)]
+            return [self.read(depth + 1, budget) for _ in range(n)]
         raise ConnectionError("unexpected Redis reply %r" % line[:40])
 
-    try:
-        if password:
+
+def _hostport(s):
+    host, _, port = s.rpartition(":")
+    if not host:
+        host, port = s, ""
+    return host.strip("[]"), int(port or 6379)
+
+
+def _sentinel_master(sentinels, name, timeout):
+    """The master's address from the first sentinel that knows it (as
+    store/rds.c: SENTINEL get-master-addr-by-name, in the order listed)."""
+    why = []
+    for hp in sentinels.split(","):
+        host, port = _hostport(hp)
+        try:
+            r = _Resp(host, port, timeout)
             try:
-                cmd("AUTH", *((user, password) if user else (password,)))
-            except ConnectionError as e:  # Redis's words, never the password
-                raise PermissionError("redis %s:%s: authentication failed: %s" % (host, port or 6379, e)) from None
-        if db:
-            cmd("SELECT", db)
-        keys, cursor = [], b"0"
-        while True:
-            reply = cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-            if not isinstance(reply, list) or len(reply) != 2 or not isinstance(reply[1], list):
-                raise ConnectionError("unexpected Redis reply to SCAN")
-            cursor, batch = reply
-            keys.extend(batch)
-            if len(keys) > _REDIS_MAX_KEYS:  # a SCAN that never ends
-                raise ConnectionError("Redis SCAN listed more than %d keys" % _REDIS_MAX_KEYS)
-            if cursor == b"0":
-                return keys
-    finally:
-        f.close()
-        sock.close()
+                rep = r.cmd("SENTINEL", "get-master-addr-by-name", name)
+            finally:
+                r.close()
+            if isinstance(rep, list) and len(rep) == 2 and all(isinstance(x, bytes) for x in rep):
+                return rep[0].decode(), int(rep[1])
+            why.append("%s:%d: unknown master" % (host, port))
+        except (OSError, ValueError) as e:
+            why.append("%s:%d: %s" % (host, port, e))
+    raise ConnectionError("redis-sentinel: no sentinel knows master '%s': %s" % (name, "; ".join(why)))
+
+
+def _redis_scan(url, pattern, timeout):
+    """Every key matching pattern (bytes), with SCAN over a plain socket: no
+    Redis package is needed for this one call.  AUTH as the C link does
+    (store/rds.h): USER:PASS@ or :PASS@ in the URL (%XX-escaped), else the
+    password in ECSTORE_REDIS_PASSWORD.  redis-sentinel:// URLs ask the
+    sentinels for the master; on a Redis Cluster (redis-cluster://, or a
+    MOVED reply) the scan goes to the node of the pattern's hash tag (a
+    namespace's keys share one slot: docs/redis-ha.md)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    user = password = ""
+    if "@" in rest:
+        userinfo, _, rest = rest.rpartition("@")
+        user, _, password = userinfo.partition(":")
+        user, password = urllib.parse.unquote(user), urllib.parse.unquote(password)
+    password = password or os.environ.get("ECSTORE_REDIS_PASSWORD", "")
+    db = 0
+    if scheme == "redis-sentinel":
+        sentinels, _, tail = rest.partition("/")
+        name, _, dbs = tail.partition("/")
+        db = int(dbs or 0)
+        host, port = _sentinel_master(sentinels, name, timeout)
+    else:
+        if "/" in rest:
+            rest, dbs = rest.split("/", 1)
+            db = int(dbs or 0)
+        host, port = _hostport(rest)
+    for _hop in range(4):
+        r = _Resp(host, port, timeout)
+        try:
+            if password:
+                try:
+                    r.cmd("AUTH", *((user, password) if user else (password,)))
+                except ConnectionError as e:  # Redis's words, never the password
+                    raise PermissionError("redis %s:%s: authentication failed: %s" % (host, port, e)) from None
+            if db:
+                r.cmd("SELECT", db)
+            try:  # a key of the pattern's slot: MOVED names the node that scans it
+                r.cmd("EXISTS", pattern)
+            except ConnectionError as e:
+                if not str(e).startswith("MOVED "):
+                    raise
+                host, port = _hostport(str(e).split()[2])
+                continue
+            keys, cursor = [], b"0"
+            while True:
+                reply = r.cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                if not isinstance(reply, list) or len(reply) != 2 or not isinstance(reply[1], list):
+                    raise ConnectionError("unexpected Redis reply to SCAN")
+                cursor, batch = reply
+                keys.extend(batch)
+                if len(keys) > _REDIS_MAX_KEYS:  # a SCAN that never ends
+                    raise ConnectionError("Redis SCAN listed more than %d keys" % _REDIS_MAX_KEYS)
+                if cursor == b"0":
+                    return keys
+        finally:
+            r.close()
+    raise ConnectionError("redis %s:%d: more than 3 cluster redirections" % (host, port))

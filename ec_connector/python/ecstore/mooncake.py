@@ -507,7 +507,7 @@ class MooncakeDistributedStore:
         if not self._redis_url:
             log.error("%s: needs the Redis metadata server to list the objects", what)
             return INVALID_PARAMS
-        prefix = ("ecs:%s:obj:" % self._ns).encode()
+        prefix = ("ecs:{%s}:obj:" % self._ns).encode()
         try:
             names = _redis_scan(self._redis_url, prefix + b"*", self._timeout_s)
         except (OSError, ValueError) as e:
