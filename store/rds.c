@@ -700,6 +700,16 @@ int ecs__rds_connect(ecs__rds_t *r) {
   return ECS_EREDIS;
 }
 
+const size_t *ecs__rds_arglens(int argc, const char **argv, const size_t *lens, size_t tmp[ECS_RDS_MAX_ARGS]) {
+  if (lens != NULL)
+    return lens;
+  if (argc < 0 || argc > ECS_RDS_MAX_ARGS)
+    return NULL;
+  for (int i = 0; i < argc; i++)
+    tmp[i] = strlen(argv[i]);
+  return tmp;
+}
+
 int ecs__rds_append(ecs__rds_t *r, int argc, const char **argv, const size_t *lens) {
   if (r->readonly && r->c != NULL)
     ecs__rds_close(r); /* a demoted master: ask the sentinels again */
@@ -708,14 +718,9 @@ int ecs__rds_append(ecs__rds_t *r, int argc, const char **argv, const size_t *le
   int rc = ecs__rds_connect(r);
   if (rc != ECS_OK)
     return rc;
-  size_t tmp[16];
-  if (lens == NULL) {
-    if (argc > 16)
-      return ECS_EINVAL;
-    for (int i = 0; i < argc; i++)
-      tmp[i] = strlen(argv[i]);
-    lens = tmp;
-  }
+  size_t tmp[ECS_RDS_MAX_ARGS];
+  if ((lens = ecs__rds_arglens(argc, argv, lens, tmp)) == NULL)
+    return ECS_EINVAL;
   if (redisAppendCommandArgv(r->c, argc, argv, lens) != REDIS_OK) {
     ecs__rds_seterr(r, "redis: out of memory");
     ecs__rds_close(r);

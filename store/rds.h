@@ -248,6 +248,13 @@ int ecs__rds_up(const ecs__rds_t *r);
  * (the password is never in a message). */
 int ecs__rds_connect(ecs__rds_t *r);
 
+/* The most arguments a command given without lengths may have. */
+#define ECS_RDS_MAX_ARGS 16
+
+/* lens when given, else argv's strlen()s in tmp; NULL when argc is over
+ * ECS_RDS_MAX_ARGS.  For both links' "lens NULL: NUL-terminated". */
+const size_t *ecs__rds_arglens(int argc, const char **argv, const size_t *lens, size_t tmp[ECS_RDS_MAX_ARGS]);
+
 /* Queues one command (pipelining: replies are read with ecs__rds_reply),
  * connecting first when down.  lens NULL: NUL-terminated arguments. */
 int ecs__rds_append(ecs__rds_t *r, int argc, const char **argv, const size_t *lens);

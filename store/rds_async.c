@@ -259,14 +259,9 @@ static int rdsa_send(ecs__rdsa_t *r, ecs__rdsa_fn fn, void *ctx, int argc, const
                      const size_t *lens) {
   if (r->ac == NULL || r->state == ECS_RDSA_DOWN)
     return ECS_ENOTCONN;
-  size_t tmp[16];
-  if (lens == NULL) {
-    if (argc > 16)
-      return ECS_EINVAL;
-    for (int i = 0; i < argc; i++)
-      tmp[i] = strlen(argv[i]);
-    lens = tmp;
-  }
+  size_t tmp[ECS_RDS_MAX_ARGS];
+  if ((lens = ecs__rds_arglens(argc, argv, lens, tmp)) == NULL)
+    return ECS_EINVAL;
   ecs__rdsa_cmd_t *c = calloc(1, sizeof *c);
   if (c == NULL)
     return ECS_ENOMEM;

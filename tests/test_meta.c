@@ -724,7 +724,7 @@ static void test_stale_epoch(void **state) {
 /* ---- replicas: several holders of one record -------------------------- */
 
 static long long raw_hexists(fx_t *f, const uint8_t *key, uint16_t len, const char *field) {
-  redisReply *r = redisCommand(f->raw, "HEXISTS ecs:" NS ":obj:%b %s", key, (size_t)len, field);
+  redisReply *r = redisCommand(f->raw, "HEXISTS ecs:{" NS "}:obj:%b %s", key, (size_t)len, field);
   assert_non_null(r);
   long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
   freeReplyObject(r);
@@ -774,7 +774,7 @@ static void test_replica_holders(void **state) {
   assert_int_equal(raw_rec_exists(f, ks->ptr[0], ks->len[0]), 0);
   /* node-a dies (its registry entry gone): its entries are dropped on
    * read, node-b's keep the records alive */
-  assert_int_equal(raw_int(f, "DEL", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 1);
+  assert_int_equal(raw_int(f, "DEL", "ecs:{" NS "}:node:node-a", strlen("ecs:{" NS "}:node:node-a")), 1);
   assert_int_equal(ecs_meta_exists_batch(cl, &ks->ptr[1], &ks->len[1], 2, ex), ECS_OK);
   assert_int_equal(ex[0] + ex[1], 2); /* answered by node-b, the last writer: the cheap path */
   assert_int_equal(ecs_meta_lookup_batch(cl, &ks->ptr[1], &ks->len[1], 1, recs, st), ECS_OK);
@@ -790,13 +790,13 @@ static void test_replica_holders(void **state) {
    * record and still says yes */
   put_range(b, ks, 2, 3);
   put_range(a, ks, 2, 3); /* node-a writes last... */
-  assert_int_equal(raw_int(f, "DEL", "ecs:" NS ":node:node-a", strlen("ecs:" NS ":node:node-a")), 0);
+  assert_int_equal(raw_int(f, "DEL", "ecs:{" NS "}:node:node-a", strlen("ecs:{" NS "}:node:node-a")), 0);
   assert_int_equal(ecs_meta_exists_batch(cl, &ks->ptr[2], &ks->len[2], 1, ex), ECS_OK);
   assert_int_equal(ex[0], 1);
   assert_int_equal(raw_hexists(f, ks->ptr[2], ks->len[2], "h:node-a"), 0); /* ...and is dropped */
   /* A record as written before replicas: node and epoch, no holders. */
   redisReply *r = redisCommand(f->raw,
-                               "HSET ecs:" NS ":obj:%b node node-b epoch 200 off 0 len 8 raw_len 8 dtype 3 "
+                               "HSET ecs:{" NS "}:obj:%b node node-b epoch 200 off 0 len 8 raw_len 8 dtype 3 "
                                "shape 4 csum 0123456789abcdef codec 0 t 1",
                                ks->ptr[3], (size_t)ks->len[3]);
   assert_non_null(r);

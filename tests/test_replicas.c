@@ -163,7 +163,7 @@ static int get_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *
 
 /* The holders Redis lists for key (its "h:{node}" fields), into out[]. */
 static int holders(fx_t *f, const char *key, char out[][64], int max) {
-  redisReply *r = redisCommand(f->r, "HKEYS ecs:test:obj:%s", key);
+  redisReply *r = redisCommand(f->r, "HKEYS ecs:{test}:obj:%s", key);
   assert_non_null(r);
   int n = 0;
   for (size_t j = 0; r->type == REDIS_REPLY_ARRAY && j < r->elements; j++)
@@ -316,7 +316,7 @@ static void test_missing_or_corrupt_copy_falls_back(void **state) {
     assert_int_equal(holders(f, key, h, 4), 1); /* h[0]: the copy still there */
     ecs_server_stat_t ss;
     assert_int_equal(ecs_stat(one[i % 2], 0, &ss), ECS_OK);
-    redisReply *rr = redisCommand(f->r, "HGET ecs:test:obj:%s h:%s", key, h[0]);
+    redisReply *rr = redisCommand(f->r, "HGET ecs:{test}:obj:%s h:%s", key, h[0]);
     assert_non_null(rr);
     assert_int_equal(rr->type, REDIS_REPLY_STRING);
     char other_epoch[32];
@@ -328,10 +328,10 @@ static void test_missing_or_corrupt_copy_falls_back(void **state) {
     char h2[4][64];
     for (int tries = 0; tries < 5; tries++) {
       freeReplyObject(redisCommand(f->r, "MULTI"));
-      freeReplyObject(redisCommand(f->r, "HDEL ecs:test:obj:%s h:%s", key, h[0]));
+      freeReplyObject(redisCommand(f->r, "HDEL ecs:{test}:obj:%s h:%s", key, h[0]));
       freeReplyObject(
-          redisCommand(f->r, "HSET ecs:test:obj:%s h:%s %llu", key, node, (unsigned long long)ss.epoch));
-      freeReplyObject(redisCommand(f->r, "HSET ecs:test:obj:%s h:%s %s", key, h[0], other_epoch));
+          redisCommand(f->r, "HSET ecs:{test}:obj:%s h:%s %llu", key, node, (unsigned long long)ss.epoch));
+      freeReplyObject(redisCommand(f->r, "HSET ecs:{test}:obj:%s h:%s %s", key, h[0], other_epoch));
       freeReplyObject(redisCommand(f->r, "EXEC"));
       if (holders(f, key, h2, 4) == 2)
         break;
