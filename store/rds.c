@@ -700,7 +700,8 @@ int ecs__rds_connect(ecs__rds_t *r) {
   return ECS_EREDIS;
 }
 
-const size_t *ecs__rds_arglens(int argc, const char **argv, const size_t *lens, size_t tmp[ECS_RDS_MAX_ARGS]) {
+const size_t *ecs__rds_arglens(int argc, const char **argv, const size_t *lens,
+                               size_t tmp[ECS_RDS_MAX_ARGS]) {
   if (lens != NULL)
     return lens;
   if (argc < 0 || argc > ECS_RDS_MAX_ARGS)

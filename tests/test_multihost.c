@@ -409,7 +409,7 @@ static void test_redis_down(void **state) {
   assert_non_null(c);
   put_all(c, "r", 16, 9);
   ecs_ts_kill9(&f->redis);
-  usleep(300 * 1000); /* past registry_refresh_ms: the next call tries Redis */
+  usleep(300 * 1000);             /* past registry_refresh_ms: the next call tries Redis */
   put_all_ex(c, "r2", 16, 10, 1); /* stored; their records wait for Redis */
   int st[16];
   uint64_t t0 = ecs_now_ms();
