@@ -216,9 +216,9 @@ typedef struct kv_keys {
 } kv_keys_t;
 
 static void make_keys(const ecs_ec_conn_t *c, const char *id, int dp, int tp, kv_keys_t *k) {
-  snprintf(k->inst, sizeof k->inst, "ecs:%s:kv:inst:%s", c->cfg.ns, id);
-  snprintf(k->worker, sizeof k->worker, "ecs:%s:kv:w:%s:%d:%d", c->cfg.ns, id, dp, tp);
-  snprintf(k->workers, sizeof k->workers, "ecs:%s:kv:workers", c->cfg.ns);
+  snprintf(k->inst, sizeof k->inst, "ecs:{%s}:kv:inst:%s", c->cfg.ns, id);
+  snprintf(k->worker, sizeof k->worker, "ecs:{%s}:kv:w:%s:%d:%d", c->cfg.ns, id, dp, tp);
+  snprintf(k->workers, sizeof k->workers, "ecs:{%s}:kv:workers", c->cfg.ns);
   snprintf(k->member, sizeof k->member, "%s:%d:%d", id, dp, tp);
 }
 
@@ -426,7 +426,7 @@ static void block_key(const char *req, size_t i, char *out, size_t cap) {
 
 static int manifest(ecs_ec_conn_t *c, ecs__kv_sess_t *s, const char *req, const char *msg) {
   char key[300], ttl[24];
-  snprintf(key, sizeof key, "ecs:%s:kv:req:%s", c->cfg.ns, req);
+  snprintf(key, sizeof key, "ecs:{%s}:kv:req:%s", c->cfg.ns, req);
   snprintf(ttl, sizeof ttl, "%d", c->cfg.kv_ttl_s);
   const char *argv[] = {"EVAL", manifest_lua, "1", key, msg, ttl};
   redisReply *rep = NULL;
@@ -523,7 +523,7 @@ int ecs_kv_publish(ecs_ec_conn_t *c, const char *request_id, const ecs_tensor_t 
 static int wait_manifest(ecs_ec_conn_t *c, ecs__kv_sess_t *s, const char *req, uint64_t deadline, char *msg,
                          size_t cap) {
   char key[300];
-  snprintf(key, sizeof key, "ecs:%s:kv:req:%s", c->cfg.ns, req);
+  snprintf(key, sizeof key, "ecs:{%s}:kv:req:%s", c->cfg.ns, req);
   int rc = ECS_ETIMEDOUT;
   for (int attempt = 0;; attempt++) {
     uint64_t now = ecs_now_ms();
@@ -642,7 +642,7 @@ int ecs_kv_release(ecs_ec_conn_t *c, const char *request_id, size_t nblocks) {
     rc = c->ops->remove(s->h, &k, 1, &st);
   }
   char key[300];
-  snprintf(key, sizeof key, "ecs:%s:kv:req:%s", c->cfg.ns, request_id);
+  snprintf(key, sizeof key, "ecs:{%s}:kv:req:%s", c->cfg.ns, request_id);
   const char *argv[] = {"DEL", key};
   redisReply *rep = NULL;
   int r2 = kv_cmd(c, s, &rep, 2, argv, NULL);

@@ -34,6 +34,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include "ecstore/ec_connector.h"
 #include "ecstore/ecstore.h"
 #include "store/meta.h"
 #include "store/net.h"
@@ -508,6 +509,45 @@ static void test_cluster(void **state) {
   }
   for (int s = 0; s < 2; s++)
     assert_int_equal(ecs_ts_stop(&srv[s], 5000), 0);
+
+  /* The connector's KV handoff on the cluster: its registry script names
+   * three keys, which must share the namespace's slot (ecs:{NS}:kv:...),
+   * and the handoff's link follows ns[1]'s slot away from the URL's node. */
+  {
+    char js[512], err[512] = "";
+    snprintf(js, sizeof js,
+             "{\"backend\": \"redis\", \"redis_url\": \"%s\", \"namespace\": \"%s\", \"timeout_ms\": 2000,"
+             " \"connect_timeout_ms\": 1000}",
+             curl, ns[1]);
+    ecs_ec_config_t ecfg;
+    ecs_ec_config_init(&ecfg);
+    assert_int_equal(ecs_ec_config_parse_json(&ecfg, js, 0, err, sizeof err), ECS_OK);
+    ecs_ec_conn_t *ec = NULL;
+    int rc = ecs_ec_open(&ecfg, &ec, err, sizeof err);
+    if (rc != ECS_OK)
+      fprintf(stderr, "connector open: %s: %s\n", ecs_strerror(rc), err);
+    assert_int_equal(rc, ECS_OK);
+    ecs_kv_worker_t w, self, got;
+    memset(&w, 0, sizeof w);
+    snprintf(w.instance_id, sizeof w.instance_id, "prefill-a");
+    w.role = ECS_KV_PREFILL;
+    w.tp_size = 1;
+    snprintf(w.address, sizeof w.address, "10.0.0.5:8100");
+    self = w;
+    snprintf(self.instance_id, sizeof self.instance_id, "decode-a");
+    self.role = ECS_KV_DECODE;
+    char why[256] = "";
+    rc = ecs_kv_register(ec, &w, why, sizeof why);
+    if (rc != ECS_OK)
+      fprintf(stderr, "kv register on the cluster: %s: %s\n", ecs_strerror(rc), why);
+    assert_int_equal(rc, ECS_OK);
+    assert_int_equal(ecs_kv_lookup(ec, &self, "prefill-a", 0, 0, &got, why, sizeof why), ECS_OK);
+    assert_string_equal(got.address, "10.0.0.5:8100");
+    char wk[128];
+    snprintf(wk, sizeof wk, "ecs:{%s}:kv:inst:prefill-a", ns[1]);
+    assert_int_equal(cmd_int(node[2].port, "EXISTS %s", wk), 1); /* on the namespace's master */
+    ecs_ec_close(ec);
+  }
 
   /* ASK: ns[0]'s slot migrating from node 1 to node 2; a key node 1 does
    * not hold is answered ASK, and ecs__rds_cmd retries it at node 2 after
