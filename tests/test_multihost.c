@@ -20,10 +20,11 @@
 #include "ecstore/ecstore.h"
 #include "store/net.h"
 #include "support/fixture.h"
+#include "support/objset.h"
 #include "support/raw.h"
 
 #define NOBJ 96
-#define OBJ_BYTES 4096
+#define OBJ_BYTES ECS_OBJSET_BYTES
 #define MAXS 5
 
 typedef struct fx {
@@ -76,45 +77,19 @@ static ecs_client_t *discover_client(fx_t *f, const char *placement) {
 }
 
 static void key_of(char *out, size_t cap, const char *pfx, int i) {
-  snprintf(out, cap, "%s-%04d", pfx, i);
+  ecs_objset_key(out, cap, pfx, i);
 }
 
-/* Object i's bytes: a pattern of its own, so a mix-up is seen. */
-static void fill_obj(uint8_t *p, int i, uint32_t salt) {
-  ecs_ts_fill(p, OBJ_BYTES, (uint32_t)i * 7919u + salt);
-}
-
-/* Puts n objects "pfx-i"; every status must be OK. */
-/* unpublished_ok: with Redis gone, an item stored but whose record Redis
- * did not acknowledge is ECS_EREDIS (docs/redis-schema.md, "Writes"). */
+/* Puts n objects "pfx-i"; every status must be OK, or with
+ * unpublished_ok also ECS_EREDIS: with Redis gone, an item stored but
+ * whose record Redis did not acknowledge (docs/redis-schema.md, "Writes"). */
 static void put_all_ex(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int unpublished_ok) {
-  char(*names)[32] = calloc((size_t)n, 32);
-  uint8_t *data = malloc((size_t)n * OBJ_BYTES);
-  ecs_key_t *keys = calloc((size_t)n, sizeof *keys);
-  ecs_tensor_t *ts = calloc((size_t)n, sizeof *ts);
   int *st = calloc((size_t)n, sizeof *st);
-  assert_true(names && data && keys && ts && st);
-  for (int i = 0; i < n; i++) {
-    key_of(names[i], 32, pfx, i);
-    fill_obj(data + (size_t)i * OBJ_BYTES, i, salt);
-    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
-    ts[i].data = data + (size_t)i * OBJ_BYTES;
-    ts[i].nbytes = OBJ_BYTES;
-    ts[i].desc.dtype = ECS_DTYPE_U8;
-    ts[i].desc.ndim = 1;
-    ts[i].desc.shape[0] = OBJ_BYTES;
-  }
-  int rc = ecs_put_batch(c, keys, ts, (size_t)n, st);
-  if (rc != ECS_OK)
-    fprintf(stderr, "put: %s: %s\n", ecs_strerror(rc), ecs_client_errmsg(c));
-  assert_int_equal(rc, ECS_OK);
+  assert_non_null(st);
+  assert_int_equal(ecs_objset_put(c, pfx, n, salt, st, 0), ECS_OK);
   for (int i = 0; i < n; i++)
     if (!(unpublished_ok && st[i] == ECS_EREDIS))
       assert_int_equal(st[i], ECS_OK);
-  free(names);
-  free(data);
-  free(keys);
-  free(ts);
   free(st);
 }
 
@@ -125,33 +100,7 @@ static void put_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt) {
 /* Gets n objects "pfx-i" in one batch; statuses into st; every OK one's
  * bytes are checked against its pattern (nothing wrong is ever returned). */
 static int get_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *st) {
-  char(*names)[32] = calloc((size_t)n, 32);
-  uint8_t *data = malloc((size_t)n * OBJ_BYTES);
-  uint8_t *want = malloc(OBJ_BYTES);
-  ecs_key_t *keys = calloc((size_t)n, sizeof *keys);
-  ecs_get_buf_t *b = calloc((size_t)n, sizeof *b);
-  assert_true(names && data && want && keys && b);
-  for (int i = 0; i < n; i++) {
-    key_of(names[i], 32, pfx, i);
-    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
-    b[i].data = data + (size_t)i * OBJ_BYTES;
-    b[i].capacity = OBJ_BYTES;
-  }
-  int rc = ecs_get_batch(c, keys, b, (size_t)n);
-  for (int i = 0; i < n; i++) {
-    st[i] = b[i].status;
-    if (b[i].status == ECS_OK) {
-      fill_obj(want, i, salt);
-      assert_int_equal(b[i].nbytes, OBJ_BYTES);
-      assert_memory_equal(b[i].data, want, OBJ_BYTES);
-    }
-  }
-  free(names);
-  free(data);
-  free(want);
-  free(keys);
-  free(b);
-  return rc;
+  return ecs_objset_get(c, pfx, n, salt, st);
 }
 
 /* The node id a key's Redis record names, into out ("" when none). */
@@ -222,7 +171,7 @@ static void test_discovery_and_join(void **state) {
   for (int i = 0; i < NOBJ; i++) {
     assert_int_equal(views[i].status, shm ? ECS_OK : ECS_ENOTSUP);
     if (shm) {
-      fill_obj(want, i, 2);
+      ecs_objset_fill(want, i, 2);
       assert_int_equal(views[i].nbytes, OBJ_BYTES);
       assert_memory_equal(views[i].data, want, OBJ_BYTES);
     }

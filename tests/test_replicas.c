@@ -23,10 +23,11 @@
 #include "store/client_internal.h"
 #include "store/net.h"
 #include "support/fixture.h"
+#include "support/objset.h"
 #include "support/raw.h"
 
 #define NOBJ 48
-#define OBJ_BYTES 4096
+#define OBJ_BYTES ECS_OBJSET_BYTES
 #define MAXS 3
 
 typedef struct fx {
@@ -91,39 +92,13 @@ static ecs_client_t *client(fx_t *f, int replicas) {
 }
 
 static void key_of(char *out, size_t cap, const char *pfx, int i) {
-  snprintf(out, cap, "%s-%04d", pfx, i);
-}
-
-static void fill_obj(uint8_t *p, int i, uint32_t salt) {
-  ecs_ts_fill(p, OBJ_BYTES, (uint32_t)i * 7919u + salt);
+  ecs_objset_key(out, cap, pfx, i);
 }
 
 /* Puts (or upserts) n objects "pfx-i": returns the call's result,
  * statuses into st. */
 static int put_or_upsert(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *st, int upsert) {
-  char(*names)[32] = calloc((size_t)n, 32);
-  uint8_t *data = malloc((size_t)n * OBJ_BYTES);
-  ecs_key_t *keys = calloc((size_t)n, sizeof *keys);
-  ecs_tensor_t *ts = calloc((size_t)n, sizeof *ts);
-  assert_true(names && data && keys && ts);
-  for (int i = 0; i < n; i++) {
-    key_of(names[i], 32, pfx, i);
-    fill_obj(data + (size_t)i * OBJ_BYTES, i, salt);
-    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
-    ts[i].data = data + (size_t)i * OBJ_BYTES;
-    ts[i].nbytes = OBJ_BYTES;
-    ts[i].desc.dtype = ECS_DTYPE_U8;
-    ts[i].desc.ndim = 1;
-    ts[i].desc.shape[0] = OBJ_BYTES;
-  }
-  int rc = (upsert ? ecs_upsert_batch : ecs_put_batch)(c, keys, ts, (size_t)n, st);
-  if (rc != ECS_OK)
-    fprintf(stderr, "put: %s: %s\n", ecs_strerror(rc), ecs_client_errmsg(c));
-  free(names);
-  free(data);
-  free(keys);
-  free(ts);
-  return rc;
+  return ecs_objset_put(c, pfx, n, salt, st, upsert);
 }
 
 static int put_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *st) {
@@ -132,33 +107,7 @@ static int put_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *
 
 /* Gets n objects "pfx-i" in one batch; every OK one's bytes are checked. */
 static int get_all(ecs_client_t *c, const char *pfx, int n, uint32_t salt, int *st) {
-  char(*names)[32] = calloc((size_t)n, 32);
-  uint8_t *data = malloc((size_t)n * OBJ_BYTES);
-  uint8_t *want = malloc(OBJ_BYTES);
-  ecs_key_t *keys = calloc((size_t)n, sizeof *keys);
-  ecs_get_buf_t *b = calloc((size_t)n, sizeof *b);
-  assert_true(names && data && want && keys && b);
-  for (int i = 0; i < n; i++) {
-    key_of(names[i], 32, pfx, i);
-    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
-    b[i].data = data + (size_t)i * OBJ_BYTES;
-    b[i].capacity = OBJ_BYTES;
-  }
-  int rc = ecs_get_batch(c, keys, b, (size_t)n);
-  for (int i = 0; i < n; i++) {
-    st[i] = b[i].status;
-    if (b[i].status == ECS_OK) {
-      fill_obj(want, i, salt);
-      assert_int_equal(b[i].nbytes, OBJ_BYTES);
-      assert_memory_equal(b[i].data, want, OBJ_BYTES);
-    }
-  }
-  free(names);
-  free(data);
-  free(want);
-  free(keys);
-  free(b);
-  return rc;
+  return ecs_objset_get(c, pfx, n, salt, st);
 }
 
 /* The holders Redis lists for key (its "h:{node}" fields), into out[]. */
