@@ -73,6 +73,7 @@ void ecs__conn_close(ecs_server_t *s, conn_t *c) {
   ECS_LOG_D("conn %llu closed", (unsigned long long)c->id);
   free(c->meta);
   free(c->slots);
+  ecs_sum_free(c->sum);
   free(c->wiov);
   free(c->held);
   free(c->pins);
@@ -210,13 +211,52 @@ static ssize_t read_some(ecs_server_t *s, int fd, void *p, size_t n) {
   }
 }
 
-/* DATA: builds iovecs from the current item onward and readv's them. */
+/* Hashes the r bytes a readv of iov[0..cnt) just landed, while they are
+ * still in cache: a stored item's piece goes into its checksum (at[q] is
+ * where in item it[q] piece q starts).  An item read in one piece is
+ * hashed at once; one that spans reads runs through c->sum, which serves
+ * one item at a time since items arrive in order.  Without memory for the
+ * state the item stays unsummed and put_end hashes it whole. */
+static void sum_landed(conn_t *c, const struct iovec *iov, const size_t *it, const uint64_t *at, int cnt,
+                       size_t r) {
+  for (int q = 0; q < cnt && r > 0; q++) {
+    size_t got = iov[q].iov_len < r ? iov[q].iov_len : r;
+    r -= got;
+    put_slot_t *sl = &c->slots[it[q]];
+    if (!sl->obj)
+      continue; /* discarded bytes */
+    int first = at[q] == 0, last = at[q] + got == sl->item.nbytes;
+    if (first && last) {
+      sl->sum = ecs_checksum(iov[q].iov_base, got);
+      sl->summed = 1;
+      continue;
+    }
+    if (first && !c->sum)
+      c->sum = ecs_sum_new(); /* kept until the connection closes */
+    if (!c->sum)
+      continue; /* NULL since this item's first piece: put_end hashes it */
+    if (first)
+      ecs_sum_reset(c->sum);
+    ecs_sum_update(c->sum, iov[q].iov_base, got);
+    if (last) {
+      sl->sum = ecs_sum_digest(c->sum);
+      sl->summed = 1;
+    }
+  }
+}
+
+/* DATA: builds iovecs from the current item onward and readv's them: at
+ * most ECS_SUM_SLICE bytes bound for stored items per call, so that
+ * sum_landed reads them back from cache rather than from memory. */
 static ssize_t read_data(ecs_server_t *s, conn_t *c) {
   struct iovec iov[IOV_BATCH];
+  size_t it[IOV_BATCH];   /* the item of each iovec */
+  uint64_t at[IOV_BATCH]; /* and where in it the iovec starts */
   int cnt = 0;
   size_t item = c->data_item;
   uint64_t off = c->data_off;
-  while (cnt < IOV_BATCH && item < c->nslots) {
+  size_t budget = ECS_SUM_SLICE; /* stored bytes left for this readv */
+  while (cnt < IOV_BATCH && item < c->nslots && budget > 0) {
     put_slot_t *sl = &c->slots[item];
     uint64_t left = sl->item.nbytes - off;
     if (left == 0) {
@@ -226,25 +266,30 @@ static ssize_t read_data(ecs_server_t *s, conn_t *c) {
     }
     if (sl->obj) {
       iov[cnt].iov_base = (uint8_t *)ecs_objstore_data(s->os, sl->obj) + off;
-      iov[cnt].iov_len = left > SSIZE_MAX ? SSIZE_MAX : (size_t)left;
+      iov[cnt].iov_len = left > budget ? budget : (size_t)left;
+      budget -= iov[cnt].iov_len;
     } else { /* refused item: its bytes go to the scratch buffer */
       iov[cnt].iov_base = c->loop->scratch;
       iov[cnt].iov_len = left > SCRATCH_SIZE ? SCRATCH_SIZE : (size_t)left;
     }
+    it[cnt] = item;
+    at[cnt] = off;
     off += iov[cnt].iov_len;
     cnt++;
   }
   if (cnt == 0)
     return 0;
-  /* The payload moves without the server lock: the reserved objects are
-   * PENDING with our reference, which only this connection can drop, and
-   * the scratch buffer is this loop's. */
+  /* The payload moves, and is hashed, without the server lock: the
+   * reserved objects are PENDING with our reference, which only this
+   * connection can drop, and the scratch buffer is this loop's. */
   ssize_t r;
   ecs__unlock(s);
   do {
     r = readv(c->fd, iov, cnt);
   } while (r < 0 && errno == EINTR);
   int e = errno;
+  if (r > 0)
+    sum_landed(c, iov, it, at, cnt, (size_t)r);
   ecs__lock(s);
   errno = e;
   if (r == 0)

@@ -36,6 +36,7 @@
 
 #include "ecstore/pool.h"
 #include "store/meta.h"
+#include "store/checksum.h"
 #include "store/metrics.h"
 #include "store/objstore.h"
 #include "store/proto.h"
@@ -95,7 +96,8 @@ typedef struct put_slot {
   ecs_put_item_t item; /* decoded record (key points into conn->meta) */
   ecs_obj_t *obj;      /* reserved object, or NULL when the payload is discarded */
   int status;          /* per-item status so far */
-  uint64_t sum;        /* the payload's checksum, once it is in (put_end) */
+  uint64_t sum;        /* the payload's checksum, once it is all in */
+  int summed;          /* sum is set: hashed as the bytes landed (read_data) */
 } put_slot_t;
 
 /* A pin: an object a client holds through a lease (a committed object it
@@ -155,6 +157,7 @@ struct conn {
   size_t slots_cap;                    /* allocated slots */
   size_t data_item;                    /* DATA: item being read */
   uint64_t data_off;                   /* DATA: bytes of that item already read */
+  ecs_sum_t *sum;                      /* DATA: running hash of an item that spans reads */
   uint8_t out_hdr[ECS_PROTO_HDR_SIZE]; /* reply header */
   ecs_wbuf_t out;                      /* reply records */
   struct iovec *wiov;                  /* reply iovecs: header, records, blocks */

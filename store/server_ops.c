@@ -360,15 +360,22 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
 
 /* PUT, step 3: verify checksums, commit, publish, reply. */
 void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
-  /* Hashing reads every payload byte: done without the server lock (the
-   * objects are PENDING and only this connection holds them), and before
-   * the wait below exists, which Redis acknowledgements may touch. */
-  ecs__unlock(s);
+  /* read_data hashed the payloads as they landed; what it did not (empty
+   * items, no memory for a running state) is hashed here, also without the
+   * server lock (the objects are PENDING and only this connection holds
+   * them), and before the wait below exists, which Redis acknowledgements
+   * may touch. */
+  int unsummed = 0;
   for (size_t i = 0; i < c->nslots; i++)
-    if (c->slots[i].obj)
-      c->slots[i].sum =
-          ecs_checksum(ecs_objstore_data(s->os, c->slots[i].obj), (size_t)c->slots[i].obj->nbytes);
-  ecs__lock(s);
+    unsummed |= c->slots[i].obj && !c->slots[i].summed;
+  if (unsummed) {
+    ecs__unlock(s);
+    for (size_t i = 0; i < c->nslots; i++)
+      if (c->slots[i].obj && !c->slots[i].summed)
+        c->slots[i].sum =
+            ecs_checksum(ecs_objstore_data(s->os, c->slots[i].obj), (size_t)c->slots[i].obj->nbytes);
+    ecs__lock(s);
+  }
   uint64_t now = ecs_wall_ms();
   pub_wait_t *w = ecs__pub_begin(s, c, (uint32_t)c->nslots);
   for (size_t i = 0; i < c->nslots; i++) {
