@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds ecstore twice (release with -Werror, then ASan+UBSan) and runs
-# every test in both, then runs the libFuzzer targets for a bounded time
-# (tests/fuzz/run.sh, a third build with clang).  This is the README's test
-# command and what CI runs.
-#   scripts/test.sh            both builds and the fuzz targets
+# every test in both, then the threaded tests under ThreadSanitizer (a
+# third build), then the libFuzzer targets for a bounded time
+# (tests/fuzz/run.sh, a fourth build, with clang).  This is the README's
+# test command and what CI runs.
+#   scripts/test.sh            all of it
 #   scripts/test.sh --fast     release build only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,9 +57,25 @@ run_fuzz() {
   fi
 }
 
+# ThreadSanitizer over the tests where threads meet: the server's event
+# loops (every server started with --threads 4), leases, Redis freezes,
+# and the client's parallel per-server shares (multihost, replicas).
+tsan_tests='store_|lease|frozen|many_conns|multihost|replicas|authz|redis_auth|shm_attack|examples_1e1'
+run_tsan() {
+  echo "== tsan: configure and build"
+  cmake --preset tsan -DECS_PYTHON="$pyenv/bin/python" >/dev/null
+  cmake --build --preset tsan -j "$jobs"
+  echo "== tsan: test (servers with --threads 4)"
+  ECS_TEST_SERVER_THREADS=4 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+    ctest --test-dir build-tsan -j "$jobs" --output-on-failure -LE 'bench|python' -R "$tsan_tests" 2>&1 |
+    tee "$skips_dir/tsan.out"
+  report_skips tsan
+}
+
 run_preset ci
 if [ "${1:-}" != "--fast" ]; then
   run_preset asan
+  run_tsan
   run_fuzz
 fi
 echo "== skipped tests"

@@ -477,9 +477,12 @@ static int run_batch_until(ecs_client_t *c, size_t n, const batch_kind_t *kind, 
     used += m;
   }
   int par = kind->parallel && nj > 1 && !c->rdma;
+  /* Every copy is made before the first thread starts: a copy reads the
+   * whole of c, srv[] included, which a running share writes to. */
+  for (size_t k = 1; par && k < nj; k++)
+    jobs[k].c = worker_of(c);
   for (size_t k = 1; par && k < nj; k++) {
     share_job_t *j = &jobs[k];
-    j->c = worker_of(c);
     if (j->c && pthread_create(&j->tid, NULL, share_thread, j) == 0) {
       j->threaded = 1;
       continue;
