@@ -30,33 +30,10 @@
 #define OBJ_BYTES ECS_OBJSET_BYTES
 #define MAXS 3
 
-typedef struct fx {
-  ecs_ts_proc_t redis;
-  ecs_ts_proc_t srv[MAXS];
-  redisContext *r;
-} fx_t;
-
-static int fx_setup(void **state) {
-  fx_t *f = calloc(1, sizeof *f);
-  if (!f || ecs_ts_redis_start(&f->redis) != 0)
-    return -1;
-  f->r = ecs_ts_redis_at(f->redis.port);
-  *state = f;
-  return f->r ? 0 : -1;
-}
-
-static int fx_teardown(void **state) {
-  fx_t *f = *state;
-  int bad = 0;
-  for (int i = 0; i < MAXS; i++)
-    if (f->srv[i].pid > 0 && ecs_ts_stop(&f->srv[i], 5000) != 0)
-      bad = 1; /* a crash or a sanitizer report in a server */
-  if (f->r)
-    redisFree(f->r);
-  ecs_ts_stop(&f->redis, 5000);
-  free(f);
-  return bad ? -1 : 0;
-}
+typedef ecs_mfx_t fx_t;
+_Static_assert(MAXS <= ECS_MFX_MAX_SERVERS, "the shared fixture's servers");
+#define fx_setup ecs_mfx_setup
+#define fx_teardown ecs_mfx_teardown
 
 /* Servers with a short registry TTL (a killed one leaves within the test)
  * and debug ops (corrupting one copy). */

@@ -7,9 +7,35 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 
+#include "support/fixture.h"
 #include "support/raw.h"
 #include "support/ts.h"
+
+int ecs_mfx_setup(void **state) {
+  ecs_mfx_t *f = calloc(1, sizeof *f);
+  if (!f || ecs_ts_redis_start(&f->redis) != 0) {
+    free(f);
+    return -1;
+  }
+  f->r = ecs_ts_redis_at(f->redis.port);
+  *state = f;
+  return f->r ? 0 : -1;
+}
+
+int ecs_mfx_teardown(void **state) {
+  ecs_mfx_t *f = *state;
+  int bad = 0;
+  for (int i = 0; i < ECS_MFX_MAX_SERVERS; i++)
+    if (f->srv[i].pid > 0 && ecs_ts_stop(&f->srv[i], 5000) != 0)
+      bad = 1; /* a crash or a sanitizer report in a server */
+  if (f->r)
+    redisFree(f->r);
+  ecs_ts_stop(&f->redis, 5000);
+  free(f);
+  return bad ? -1 : 0;
+}
 
 void ecs_objset_key(char *out, size_t cap, const char *pfx, int i) {
   snprintf(out, cap, "%s-%04d", pfx, i);

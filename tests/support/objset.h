@@ -1,5 +1,7 @@
 /*
- * Sets of small test objects, "PFX-NNNN" of ECS_OBJSET_BYTES each, every
+ * A Redis and up to ECS_MFX_MAX_SERVERS ecstore-servers for the tests
+ * that spread objects over several servers (test_multihost,
+ * test_replicas), and sets of small test objects, "PFX-NNNN" of ECS_OBJSET_BYTES each, every
  * one with a byte pattern of its own (index and salt), so a mix-up
  * between objects, servers or copies is seen.  For the tests that put and
  * get whole batches across several servers (test_multihost,
@@ -12,6 +14,24 @@
 #include <stdint.h>
 
 #include "ecstore/ecstore.h"
+#include "support/ts.h"
+
+struct redisContext;
+
+#define ECS_MFX_MAX_SERVERS 5
+
+/* The fixture: one Redis, servers started by the test into srv[]. */
+typedef struct ecs_mfx {
+  ecs_ts_proc_t redis;                    /* its Redis */
+  ecs_ts_proc_t srv[ECS_MFX_MAX_SERVERS]; /* servers the test starts (pid 0: none) */
+  struct redisContext *r;                 /* a link to that Redis, for looking at records */
+} ecs_mfx_t;
+
+/* cmocka setup/teardown: Redis started (and a link to it); at the end
+ * every server started is stopped, a failed stop (a crash or a sanitizer
+ * report) failing the test, then Redis. */
+int ecs_mfx_setup(void **state);
+int ecs_mfx_teardown(void **state);
 
 #define ECS_OBJSET_BYTES 4096
 
