@@ -78,20 +78,6 @@ static int remove1(ecs_client_t *c, const char *key) {
   return rc ? rc : st;
 }
 
-/* Lines of the server's log that contain needle. */
-static int log_lines_with(const char *path, const char *needle) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return -1;
-  char line[1024];
-  int k = 0;
-  while (fgets(line, sizeof line, f))
-    if (strstr(line, needle))
-      k++;
-  fclose(f);
-  return k;
-}
-
 /* A token allowed only in namespace "other" cannot say HELLO to the
  * server of "test" (before: any token holder read every namespace). */
 static void test_other_namespace_token_refused(void **state) {
@@ -142,7 +128,7 @@ static void test_read_only_token(void **state) {
   ecs_client_close(r);
   ecs_client_close(w);
   /* counted and logged (rate-limited: at least one line) */
-  assert_true(log_lines_with(e->server.log, "refused: its token's rights are read") >= 1);
+  assert_true(ecs_ts_file_lines_with(e->server.log, "refused: its token's rights are read") >= 1);
 }
 
 /* Write without remove: puts work, removes are refused. */

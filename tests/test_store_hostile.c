@@ -26,20 +26,6 @@
 
 #define NSILENT 8
 
-/* Lines of the file at path that contain needle. */
-static int log_lines_with(const char *path, const char *needle) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return -1;
-  char line[1024];
-  int k = 0;
-  while (fgets(line, sizeof line, f))
-    if (strstr(line, needle))
-      k++;
-  fclose(f);
-  return k;
-}
-
 /* --max-conns silent sockets no longer lock everyone out: a client that
  * says HELLO gets in at once (the oldest silent one makes room), and the
  * silent ones are closed at the HELLO deadline. */
@@ -129,7 +115,7 @@ static void test_token_guessing_throttled(void **state) {
   /* after the delay it is accepted */
   assert_int_equal(ecs_ts_raw_hello(e.server.port, "test", "s3cret-token", &fd), ECS_OK);
   close(fd);
-  int lines = log_lines_with(e.server.log, "failed HELLOs since");
+  int lines = ecs_ts_file_lines_with(e.server.log, "failed HELLOs since");
   assert_true(lines >= 1 && lines <= 3);
   assert_int_equal(ecs_ts_env_stop(&e), 0);
   unlink(path);

@@ -555,3 +555,16 @@ const char *ecs_ts_bin(const char *name) {
   snprintf(buf, sizeof buf, "%s/%s", dir, name);
   return buf;
 }
+
+int ecs_ts_file_lines_with(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  char line[1024];
+  int k = 0;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, needle))
+      k++;
+  fclose(f);
+  return k;
+}

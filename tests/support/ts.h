@@ -50,6 +50,10 @@ int ecs_ts_stop(ecs_ts_proc_t *p, int timeout_ms);
 /* SIGKILL and reap, leaving the directory (for restart tests). */
 void ecs_ts_kill9(ecs_ts_proc_t *p);
 
+/* How many lines of the file at path (a server's log) contain needle;
+ * -1 when it cannot be read. */
+int ecs_ts_file_lines_with(const char *path, const char *needle);
+
 /* Path of a binary in ECS_BIN_DIR (static buffer). */
 const char *ecs_ts_bin(const char *name);
 
