@@ -374,7 +374,7 @@ int ecs_ts_server_start(ecs_ts_proc_t *p, int redis_port, const char *const extr
   size_t nextra = 0;
   while (extra != NULL && extra[nextra] != NULL)
     nextra++;
-  char **argv = calloc(nextra + 16, sizeof *argv);
+  char **argv = calloc(nextra + 20, sizeof *argv);
   if (argv == NULL)
     return -1;
   /* The shm socket goes in the server's own directory, which stop removes:
@@ -408,6 +408,12 @@ int ecs_ts_server_start(ecs_ts_proc_t *p, int redis_port, const char *const extr
     argv[k++] = "test";
     argv[k++] = "--shm-socket";
     argv[k++] = shm;
+    /* Redis replies may pass the server's 500 ms default on a loaded CI
+     * host (sanitizers, --threads 4, parallel suites), turning puts into
+     * ECS_EREDIS (stored, not yet published) where a test expects ECS_OK.
+     * Tests of slow or frozen Redis set their own, later on the line. */
+    argv[k++] = "--redis-timeout-ms";
+    argv[k++] = "2000";
     /* ECS_TEST_SERVER_THREADS=N runs every suite's server with --threads N
      * (a test's own --threads, later on the line, wins). */
     const char *threads = getenv("ECS_TEST_SERVER_THREADS");
