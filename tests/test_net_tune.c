@@ -15,6 +15,7 @@
  * with any other default (bbr, cubic) it fails without it.
  */
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -73,6 +74,71 @@ static void test_helper_sets_reno_on_loopback(void **state) {
   assert_string_equal(cc, "reno");
   close(a);
   close(b);
+}
+
+/* A pair over ::1, when this host has IPv6 loopback (else skipped). */
+static void test_helper_sets_reno_on_ipv6_loopback(void **state) {
+  (void)state;
+  int l;
+  if (ecs_net_listen("::1", 0, 4, &l) != ECS_OK) {
+    skip();
+    return;
+  }
+  int a, b = -1;
+  assert_int_equal(ecs_net_connect("::1", ecs_net_local_port(l), 2000, &a), ECS_OK);
+  for (int i = 0; i < 200 && b < 0; i++) {
+    b = accept(l, NULL, NULL);
+    if (b < 0)
+      usleep(10000);
+  }
+  assert_true(b >= 0);
+  assert_int_equal(ecs_net_tune_local(a), 1);
+  assert_int_equal(ecs_net_tune_local(b), 1);
+  char cc[32];
+  assert_int_equal(cc_of(b, cc, sizeof cc), 0);
+  assert_string_equal(cc, "reno");
+  close(a);
+  close(b);
+  close(l);
+}
+
+/* A connection to one of this host's own non-loopback addresses goes
+ * through lo too: tuned (skipped when the host has no such address). */
+static void test_helper_sets_reno_to_own_address(void **state) {
+  (void)state;
+  struct ifaddrs *ifs = NULL;
+  char host[INET_ADDRSTRLEN] = "";
+  if (getifaddrs(&ifs) == 0) {
+    for (struct ifaddrs *i = ifs; i && !host[0]; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+        continue;
+      const struct in_addr *in = &((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr;
+      if ((ntohl(in->s_addr) >> 24) != 127)
+        inet_ntop(AF_INET, in, host, sizeof host);
+    }
+    freeifaddrs(ifs);
+  }
+  int l;
+  if (!host[0] || ecs_net_listen(host, 0, 4, &l) != ECS_OK) {
+    skip();
+    return;
+  }
+  int a, b = -1;
+  assert_int_equal(ecs_net_connect(host, ecs_net_local_port(l), 2000, &a), ECS_OK);
+  for (int i = 0; i < 200 && b < 0; i++) {
+    b = accept(l, NULL, NULL);
+    if (b < 0)
+      usleep(10000);
+  }
+  assert_true(b >= 0);
+  assert_int_equal(ecs_net_tune_local(a), 1);
+  assert_int_equal(ecs_net_tune_local(b), 1);
+  char cc[32];
+  assert_int_equal(cc_of(a, cc, sizeof cc), 0);
+  assert_string_equal(cc, "reno");
+  close(a);
+  close(b);
+  close(l);
 }
 
 static void test_helper_leaves_unix_sockets(void **state) {
@@ -199,6 +265,8 @@ static void test_both_ends_of_a_real_connection(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_helper_sets_reno_on_loopback),
+      cmocka_unit_test(test_helper_sets_reno_on_ipv6_loopback),
+      cmocka_unit_test(test_helper_sets_reno_to_own_address),
       cmocka_unit_test(test_helper_leaves_unix_sockets),
       cmocka_unit_test(test_both_ends_of_a_real_connection),
   };
