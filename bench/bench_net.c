@@ -205,6 +205,18 @@ static int tcp_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
   printf("# ecstore over loopback TCP vs a raw TCP stream and Redis (pipelined), same run;\n"
          "# GB/s = 1e9 payload bytes/s, median of %d x %.2fs; latency per batch call; checksums %s\n",
          cfg->reps, cfg->seconds, cfg->no_verify ? "off" : "verified");
+  /* ecstore's connections within the host, and the raw stream's, use reno
+   * (store/net.h); Redis's sockets keep the system's, said here */
+  char sys_cc[32] = "?";
+  FILE *ccf = fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r");
+  if (ccf) {
+    if (fscanf(ccf, "%31s", sys_cc) != 1)
+      snprintf(sys_cc, sizeof sys_cc, "?");
+    fclose(ccf);
+  }
+  printf(
+      "# congestion control: reno for ecstore and the raw stream (loopback), the system's (%s) for Redis\n",
+      sys_cc);
   printf("%-4s %6s %5s %5s | %8s %9s %9s | %8s %7s | %8s %7s\n", "op", "size", "batch", "conns", "ecs GB/s",
          "p50 us", "p99 us", "raw GB/s", "ecs/raw", "rds GB/s", "ecs/rds");
   for (int op = 0; op < 2; op++) {

@@ -330,6 +330,7 @@ static void *raw_accept(void *p) {
       break;
     }
     ecs_net_set_nonblock(fd);
+    ecs_net_tune_local(fd); /* as ecstore's own connections, so it stays the path's limit */
     intptr_t *args = malloc(2 * sizeof *args);
     pthread_t th;
     if (!args) {
@@ -404,6 +405,7 @@ static void run_raw(worker_t *w) {
     w->err = 1;
     return;
   }
+  ecs_net_tune_local(fd);
   struct iovec *iov = calloc((size_t)b + 1, sizeof *iov), *tmp = calloc((size_t)b + 1, sizeof *tmp);
   uint8_t **obj = bufs_new(b, j->size, 0x3c);
   if (!iov || !tmp || !obj) {

@@ -82,6 +82,7 @@ static int ensure(ecs_client_t *c, srv_t *s, uint64_t deadline) {
     connect_err(c, s, rc, to);
     return rc;
   }
+  ecs_net_tune_local(s->fd); /* a server on this host: no pacing of puts (net.h) */
   rc = ecs__cli_hello(c, s, deadline);
   if (rc) {
     if (!c->errmsg[0])

@@ -362,15 +362,20 @@ static int addr16(const struct sockaddr *sa, uint8_t out[16]) {
   return 0;
 }
 
+/* 1 for 127.0.0.0/8 (IPv4 mapped) and ::1. */
+static int is_loopback16(const uint8_t a[16]) {
+  static const uint8_t v6_loop[16] = {[15] = 1};
+  static const uint8_t v4_mapped[12] = {[10] = 0xff, [11] = 0xff};
+  return !memcmp(a, v6_loop, 16) || (!memcmp(a, v4_mapped, 12) && a[12] == 127);
+}
+
 int ecs_net_peer_is_local(int fd) {
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
   uint8_t peer[16], mine[16];
   if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0 || !addr16((struct sockaddr *)&ss, peer))
     return 0;
-  static const uint8_t v6_loop[16] = {[15] = 1};
-  static const uint8_t v4_mapped[12] = {[10] = 0xff, [11] = 0xff};
-  if (!memcmp(peer, v6_loop, 16) || (!memcmp(peer, v4_mapped, 12) && peer[12] == 127))
+  if (is_loopback16(peer))
     return 1;
   struct ifaddrs *ifs = NULL;
   if (getifaddrs(&ifs) != 0)
@@ -380,6 +385,20 @@ int ecs_net_peer_is_local(int fd) {
     local = i->ifa_addr && addr16(i->ifa_addr, mine) && !memcmp(peer, mine, 16);
   freeifaddrs(ifs);
   return local;
+}
+
+int ecs_net_tune_local(int fd) {
+  struct sockaddr_storage me, peer;
+  socklen_t ml = sizeof me, pl = sizeof peer;
+  uint8_t a[16], b[16];
+  if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
+      getpeername(fd, (struct sockaddr *)&peer, &pl) != 0 || !addr16((struct sockaddr *)&me, a) ||
+      !addr16((struct sockaddr *)&peer, b))
+    return 0; /* not TCP over IP (a Unix socket has no congestion control) */
+  if (!is_loopback16(b) && memcmp(a, b, 16) != 0)
+    return 0;
+  static const char cc[] = "reno";
+  return setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, sizeof cc - 1) == 0;
 }
 
 int ecs_net_read_all(int fd, void *buf, size_t n, uint64_t deadline_ms) {

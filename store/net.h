@@ -65,6 +65,19 @@ int ecs_net_peer_uid(int fd, unsigned *uid);
  * address, or an address of one of its interfaces), else 0. */
 int ecs_net_peer_is_local(int fd);
 
+/* For a TCP connection within this host (the peer's address is a
+ * loopback one, or the socket's own: the kernel routes both through the
+ * loopback device), sets the "reno" congestion control on fd.  A
+ * congestion controller has nothing to model on loopback, and the
+ * system's may cost a lot there: BBR (a common default) paces its sends
+ * with hrtimers and tasklets, which on loopback, where the receiver's TCP
+ * runs on the sender's CPU, took 35-40% more CPU per 2 MiB get reply
+ * (docs/bench-results/2026-11-25-issue12-get.md).  Reno is always
+ * built in and any user may choose it.  A connection to another host keeps
+ * the system's choice.  Returns 1 when set, 0 when left as it was (not
+ * local, or refused). */
+int ecs_net_tune_local(int fd);
+
 /* readv_all of one buffer. */
 int ecs_net_read_all(int fd, void *buf, size_t n, uint64_t deadline_ms);
 

@@ -620,6 +620,7 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
     if (!local) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      ecs_net_tune_local(fd); /* a client on this host: no pacing (net.h) */
     }
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
     c->events = EPOLLIN;
