@@ -183,32 +183,13 @@ static long long redis_calls(redisContext *r, const char *cmd) {
   return n;
 }
 
-/* Puts n objects of 1 MiB named "{pfx}-{i}" in one batch; all must be ok. */
-static void put_mib_batch(ecs_client_t *c, const char *pfx, int n) {
-  uint8_t *obj = calloc((size_t)n, MIB);
-  char(*names)[24] = calloc((size_t)n, sizeof *names);
-  ecs_key_t *keys = calloc((size_t)n, sizeof *keys);
-  ecs_tensor_t *ts = calloc((size_t)n, sizeof *ts);
-  int *st = calloc((size_t)n, sizeof *st);
-  assert_true(obj && names && keys && ts && st);
-  for (int i = 0; i < n; i++) {
-    snprintf(names[i], sizeof names[i], "%s-%d", pfx, i);
-    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
-    ecs_ts_fill(obj + (size_t)i * MIB, MIB, 77 + (uint32_t)i);
-    ts[i].data = obj + (size_t)i * MIB;
-    ts[i].nbytes = MIB;
-    ts[i].desc.dtype = ECS_DTYPE_U8;
-    ts[i].desc.ndim = 1;
-    ts[i].desc.shape[0] = MIB;
-  }
-  assert_int_equal(ecs_put_batch(c, keys, ts, (size_t)n, st), ECS_OK);
-  for (int i = 0; i < n; i++)
-    assert_int_equal(st[i], ECS_OK);
-  free(obj);
-  free(names);
-  free(keys);
-  free(ts);
-  free(st);
+/* Puts one object of n bytes (one request, one item). */
+static void put_big(ecs_client_t *c, const char *key, size_t n) {
+  uint8_t *a = malloc(n);
+  assert_non_null(a);
+  ecs_ts_fill(a, n, 77);
+  assert_int_equal(ecs_ts_put1(c, key, a, n, ECS_DTYPE_U8), ECS_OK);
+  free(a);
 }
 
 /* Polls Redis (at most ~5 s) until key's record is there (want 1) or not. */
@@ -217,6 +198,15 @@ static long long record_settles(redisContext *r, const char *key, long long want
   for (int i = 0; i < 100 && (got = ecs_ts_redis_exists(r, key)) != want; i++)
     usleep(50000);
   return got;
+}
+
+/* The records of the first n "old-{i}" objects are gone from Redis. */
+static void old_records_gone(redisContext *r, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) {
+    char k[16];
+    snprintf(k, sizeof k, "old-%d", (int)i);
+    assert_int_equal(record_settles(r, k, 0), 0);
+  }
 }
 
 /* The records of everything one put evicts are deleted by one script call
@@ -231,47 +221,41 @@ static void test_eviction_deletes_batched(void **state) {
   assert_int_equal(ecs_ts_env_open(&e, extra, 10000), 0);
   redisContext *r = ecs_ts_redis_at(e.redis.port);
   assert_non_null(r);
-  for (int i = 0; i < 16; i++) { /* fills the pool, one put each */
+  for (int i = 0; i < 32; i++) { /* fills the pool, one put each */
     char k[16];
     snprintf(k, sizeof k, "old-%d", i);
-    uint8_t *a = calloc(1, MIB);
-    assert_int_equal(ecs_ts_put1(e.c, k, a, MIB, ECS_DTYPE_U8), ECS_OK);
-    free(a);
+    put_big(e.c, k, 512 * 1024);
   }
   uint64_t ev0 = ecs_ts_stat0(e.c).evictions;
   freeReplyObject(redisCommand(r, "CONFIG RESETSTAT"));
-  put_mib_batch(e.c, "new", 8); /* evicts old-0..old-7 in one request */
+  put_big(e.c, "big-0", 4 * MIB); /* one request: evicts at least 8 old ones */
   uint64_t evicted = ecs_ts_stat0(e.c).evictions - ev0;
-  assert_true(evicted >= 2);
-  for (uint64_t i = 0; i < evicted; i++) {
-    char k[16];
-    snprintf(k, sizeof k, "old-%d", (int)i);
-    assert_int_equal(record_settles(r, k, 0), 0);
-  }
-  assert_int_equal(ecs_ts_redis_exists(r, "old-15"), 1); /* not evicted: its record stays */
+  assert_true(evicted >= 8 && evicted < 32);
+  old_records_gone(r, evicted);
+  assert_int_equal(ecs_ts_redis_exists(r, "old-31"), 1); /* not evicted: its record stays */
   long long sha_calls = redis_calls(r, "evalsha"), eval_calls = redis_calls(r, "eval");
-  if (sha_calls != 1 || eval_calls != 0)
+  if (sha_calls != 1 || eval_calls > 1)
     fprintf(stderr, "%llu evictions: %lld EVALSHA and %lld EVAL calls (want 1 and 0)\n",
             (unsigned long long)evicted, sha_calls, eval_calls);
   assert_int_equal(sha_calls, 1);
-  assert_int_equal(eval_calls, 0);
+  /* (the start-up re-sync sweep's check script may run meanwhile: one EVAL) */
+  assert_true(eval_calls <= 1);
 
   /* Redis forgets the script: the next evictions' deletes still land */
   freeReplyObject(redisCommand(r, "SCRIPT FLUSH"));
-  ev0 = ecs_ts_stat0(e.c).evictions;
-  put_mib_batch(e.c, "newer", 4);
-  evicted = ecs_ts_stat0(e.c).evictions - ev0;
-  assert_true(evicted >= 1);
-  assert_int_equal(record_settles(r, "old-8", 0), 0);
+  put_big(e.c, "big-1", 4 * MIB);
+  uint64_t evicted2 = ecs_ts_stat0(e.c).evictions - ev0;
+  assert_true(evicted2 > evicted && evicted2 < 32);
+  old_records_gone(r, evicted2);
   /* ...and so does a REMOVE's, answered once it is acknowledged */
   freeReplyObject(redisCommand(r, "SCRIPT FLUSH"));
-  ecs_key_t k = {"new-7", 5};
+  ecs_key_t k = {"old-31", 6};
   int st = -1, ex = -1;
   assert_int_equal(ecs_remove_batch(e.c, &k, 1, &st), ECS_OK);
   assert_int_equal(st, ECS_OK);
   assert_int_equal(ecs_exists_batch(e.cr, &k, 1, &ex), ECS_OK);
   assert_int_equal(ex, 0);
-  assert_int_equal(ecs_ts_redis_exists(r, "new-6"), 1);
+  assert_int_equal(ecs_ts_redis_exists(r, "old-30"), 1);
   redisFree(r);
   assert_int_equal(ecs_ts_env_close(&e), 0);
 }
