@@ -102,13 +102,9 @@ static int recv_reply(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t re
   return ecs_net_read_all(s->fd, c->rmeta, h->meta_len, deadline);
 }
 
-int ecs__cli_call(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t count, const struct iovec *data,
-                  int ndata, uint64_t data_len, unsigned check, const char *what, ecs_hdr_t *h,
-                  uint64_t deadline) {
-  uint32_t id;
-  int rc = ecs__cli_send(c, s, op, 0, count, data, ndata, data_len, &id, deadline);
-  if (rc == ECS_OK)
-    rc = recv_reply(c, s, op, id, h, deadline);
+int ecs__cli_reply(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t id, uint32_t count, unsigned check,
+                   const char *what, ecs_hdr_t *h, uint64_t deadline) {
+  int rc = recv_reply(c, s, op, id, h, deadline);
   if (rc) {
     h->status = ECS_OK; /* not the reply's word: it may not have come */
     return rc;
@@ -120,6 +116,18 @@ int ecs__cli_call(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t count,
   if (rc && what)
     ecs__cli_err(c, "%s: %s refused: %s", s->addr, what, ecs_strerror(rc));
   return rc;
+}
+
+int ecs__cli_call(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t count, const struct iovec *data,
+                  int ndata, uint64_t data_len, unsigned check, const char *what, ecs_hdr_t *h,
+                  uint64_t deadline) {
+  uint32_t id;
+  int rc = ecs__cli_send(c, s, op, 0, count, data, ndata, data_len, &id, deadline);
+  if (rc) {
+    h->status = ECS_OK;
+    return rc;
+  }
+  return ecs__cli_reply(c, s, op, id, count, check, what, h, deadline);
 }
 
 int ecs__cli_read_statuses(ecs_client_t *c, const ecs_hdr_t *h, const size_t *idx, size_t m, int *out) {

@@ -227,6 +227,10 @@ int ecs__cli_send(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint16_t flags,
 int ecs__cli_call(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t count, const struct iovec *data,
                   int ndata, uint64_t data_len, unsigned check, const char *what, ecs_hdr_t *h,
                   uint64_t deadline);
+/* The second half of ecs__cli_call, for a request sent with ecs__cli_send
+ * as id (a pipelined one): reads and checks its reply, as above. */
+int ecs__cli_reply(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t id, uint32_t count, unsigned check,
+                   const char *what, ecs_hdr_t *h, uint64_t deadline);
 /* Reads a reply's m status records (in c->rmeta) into out[idx[j]].
  * ECS_OK, or ECS_EPROTO when the records are short or malformed. */
 int ecs__cli_read_statuses(ecs_client_t *c, const ecs_hdr_t *h, const size_t *idx, size_t m, int *out);

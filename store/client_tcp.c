@@ -3,8 +3,11 @@
  * reply themselves.  Used over TCP, and for the puts of a read-only shm
  * mapping over its Unix socket.
  *
- * put:  one PUT request per run of items that fits the server's max_data,
- *       each item compressed first when the handle asks for a codec.
+ * put:  one PUT request per run of items of about PUT_PIPE_BYTES (never
+ *       over the server's max_data), each item compressed first when the
+ *       handle asks for a codec; up to PUT_PIPE_DEPTH requests in flight
+ *       before the oldest reply is read, so that the server's wait for its
+ *       Redis records overlaps the sending of the next requests.
  * get:  the header and the item records first, then the payload with one
  *       readv whose iovecs point straight into the caller's buffers, so no
  *       payload byte is copied in user space; raw items are checksummed
@@ -20,6 +23,17 @@
 
 /* ------------------------------------------------------------------ */
 /* put                                                                  */
+
+/* A put batch is cut into requests of about this many payload bytes... */
+#define PUT_PIPE_BYTES (512u << 10)
+/* ...and this many are sent before the oldest reply is read.  A server
+ * answers a PUT once Redis acknowledged its records; it reads and runs the
+ * requests behind it meanwhile (at most 8 parked per connection) and
+ * replies in order, so the round trips overlap.  The replies are a few
+ * bytes each: the socket buffers hold them while we send, so sending
+ * ahead cannot deadlock (an older server, which reads one request at a
+ * time, simply leaves the next ones in the socket buffer). */
+#define PUT_PIPE_DEPTH 4
 
 /* Compresses one tensor for the wire with the handle's codec.  Returns a
  * malloc'd buffer of *len bytes and sets *codec, or NULL when the bytes go
@@ -50,12 +64,13 @@ static void *compress_item(int codec, const ecs_tensor_t *t, size_t *len, uint8_
   return buf;
 }
 
-/* One PUT request over the socket for items idx[0..m), whose payload the
- * caller keeps within s->max_data unless m is 1: a single item that is
- * still over it after compression gets ECS_ETOOBIG alone, unsent. */
-static int put_request(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
-                       const size_t *idx, size_t m, int *status, uint64_t deadline) {
-  int rc;
+/* Sends one PUT request for items idx[0..m), whose payload the caller
+ * keeps within s->max_data unless m is 1: a single item that is still
+ * over it after compression gets ECS_ETOOBIG alone, unsent (*sent 0).
+ * *id is the request's id, for put_recv. */
+static int put_send(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                    const size_t *idx, size_t m, int *status, uint32_t *id, int *sent, uint64_t deadline) {
+  *sent = 0;
   /* calloc: gcc, once it inlines ecs__cli_send (as hidden visibility
    * lets it), cannot see that only the nd entries written are read */
   struct iovec *data = calloc(m ? m : 1, sizeof *data);
@@ -93,46 +108,78 @@ static int put_request(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys,
     }
     total += slen;
   }
+  int rc = ECS_OK;
   if (total > s->max_data) { /* m is 1 here (ecs__tcp_put) */
-    for (size_t j = 0; j < m; j++) {
-      free(zbuf[j]);
+    for (size_t j = 0; j < m; j++)
       status[idx[j]] = ECS_ETOOBIG;
-    }
-    free(data);
-    free(zbuf);
-    return ECS_OK;
+  } else {
+    rc = ecs__cli_send(c, s, ECS_OP_PUT, 0, (uint32_t)m, data, nd, total, id, deadline);
+    *sent = rc == ECS_OK;
   }
-  ecs_hdr_t h;
-  rc = ecs__cli_call(c, s, ECS_OP_PUT, (uint32_t)m, data, nd, total, ECS_CALL_COUNT, "put", &h, deadline);
   free(data);
   for (size_t j = 0; j < m; j++)
     free(zbuf[j]);
   free(zbuf);
-  if (rc)
-    return ecs__cli_fail(c, s, rc);
-  rc = ecs__cli_read_statuses(c, &h, idx, m, status);
-  return rc ? ecs__cli_fail(c, s, rc) : ECS_OK;
+  return rc;
 }
+
+/* Reads the reply of the PUT sent as id for items idx[0..m). */
+static int put_recv(ecs_client_t *c, ecs_cli_srv_t *s, const size_t *idx, size_t m, int *status, uint32_t id,
+                    uint64_t deadline) {
+  ecs_hdr_t h;
+  int rc = ecs__cli_reply(c, s, ECS_OP_PUT, id, (uint32_t)m, ECS_CALL_COUNT, "put", &h, deadline);
+  if (rc == ECS_OK)
+    rc = ecs__cli_read_statuses(c, &h, idx, m, status);
+  return rc;
+}
+
+/* A PUT in flight: its items idx[lo..hi) and its request id. */
+typedef struct put_flight {
+  size_t lo, hi;
+  uint32_t id;
+} put_flight_t;
 
 /* Over the socket a request carries at most the server's max_data payload
  * bytes, so the items are sent in runs that fit (a compressed item is never
  * larger than its raw bytes): an item too big for any request fails alone
- * with ECS_ETOOBIG and never takes its neighbours with it. */
+ * with ECS_ETOOBIG and never takes its neighbours with it.  The runs are
+ * pipelined (PUT_PIPE_DEPTH in flight); a failure drops the connection,
+ * whose stream position is then unknown, as for any call. */
 int ecs__tcp_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
                  const size_t *idx, size_t m, int *status, uint64_t deadline) {
-  for (size_t lo = 0; lo < m;) {
-    size_t hi = lo + 1;
-    uint64_t sum = ts[idx[lo]].nbytes;
-    while (sum <= s->max_data && hi < m && ts[idx[hi]].nbytes <= s->max_data - sum) {
-      sum += ts[idx[hi]].nbytes;
-      hi++;
+  put_flight_t fl[PUT_PIPE_DEPTH];
+  unsigned head = 0, nfl = 0;
+  uint64_t run = s->max_data < PUT_PIPE_BYTES ? s->max_data : PUT_PIPE_BYTES;
+  int rc = ECS_OK;
+  for (size_t lo = 0; lo < m || nfl > 0;) {
+    if (lo < m && nfl < PUT_PIPE_DEPTH) {
+      size_t hi = lo + 1;
+      uint64_t sum = ts[idx[lo]].nbytes;
+      while (sum < run && hi < m && ts[idx[hi]].nbytes <= s->max_data - sum) {
+        sum += ts[idx[hi]].nbytes;
+        hi++;
+      }
+      put_flight_t *f = &fl[(head + nfl) % PUT_PIPE_DEPTH];
+      int sent = 0;
+      rc = put_send(c, s, keys, ts, idx + lo, hi - lo, status, &f->id, &sent, deadline);
+      if (rc)
+        break;
+      if (sent) {
+        f->lo = lo;
+        f->hi = hi;
+        nfl++;
+      }
+      lo = hi;
+      continue;
     }
-    int rc = put_request(c, s, keys, ts, idx + lo, hi - lo, status, deadline);
+    put_flight_t *f = &fl[head];
+    rc = put_recv(c, s, idx + f->lo, f->hi - f->lo, status, f->id, deadline);
     if (rc)
-      return rc;
-    lo = hi;
+      break;
+    head = (head + 1) % PUT_PIPE_DEPTH;
+    nfl--;
   }
-  return ECS_OK;
+  return rc ? ecs__cli_fail(c, s, rc) : ECS_OK;
 }
 
 /* ------------------------------------------------------------------ */

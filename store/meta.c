@@ -127,19 +127,34 @@ static const char meta_check_lua[] =
     "for i = 1, #KEYS do out[i] = check(KEYS[i]) end\n"
     "return out\n";
 
-/* A record delete on behalf of one holder: drops its "h:" field, and the
- * whole record only when no other holder is listed (a record without
- * holder fields, written before replicas, goes only if "node" still names
- * this node).  Another node may hold a copy, or have published the same
- * content key since: its entry must stay. */
-static const char meta_del_lua[] = "local had = redis.call('HDEL', KEYS[1], 'h:' .. ARGV[1])\n"
-                                   "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do\n"
-                                   "  if string.sub(f, 1, 2) == 'h:' then return 0 end\n"
-                                   "end\n"
-                                   "if had == 1 or redis.call('HGET', KEYS[1], 'node') == ARGV[1] then\n"
-                                   "  return redis.call('DEL', KEYS[1])\n"
-                                   "end\n"
-                                   "return 0\n";
+/* Record deletes on behalf of one holder, for every key of KEYS (a flush's
+ * worth of evictions goes in one call; a namespace's keys share the {ns}
+ * hash tag, so they are one Redis Cluster slot).  Per key: drops its "h:"
+ * field, and the whole record only when no other holder is listed (a
+ * record without holder fields, written before replicas, goes only if
+ * "node" still names this node).  Another node may hold a copy, or have
+ * published the same content key since: its entry must stay.  A key of
+ * another type (someone else's garbage) is left alone, as the check
+ * script leaves it, so that it cannot fail the keys after it.  Returns
+ * the number of records deleted. */
+static const char meta_del_lua[] =
+    "local n, me = 0, 'h:' .. ARGV[1]\n"
+    "for _, k in ipairs(KEYS) do\n"
+    "  local had = redis.pcall('HDEL', k, me)\n"
+    "  if type(had) == 'number' then\n"
+    "    local other = false\n"
+    "    for _, f in ipairs(redis.call('HKEYS', k)) do\n"
+    "      if string.sub(f, 1, 2) == 'h:' then\n"
+    "        other = true\n"
+    "        break\n"
+    "      end\n"
+    "    end\n"
+    "    if not other and (had == 1 or redis.call('HGET', k, 'node') == ARGV[1]) then\n"
+    "      n = n + redis.call('DEL', k)\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "return n\n";
 
 /* A queued command: argv and lengths point into the same allocation. */
 typedef struct meta_cmd {
@@ -190,13 +205,16 @@ struct ecs_meta {
   /* Server, asynchronous mode (ecs_meta_attach_loop): every command goes
    * over alink and nothing waits; the sync link above is used only before
    * the attach (open, the first register) and at shutdown (unregister). */
-  int async;            /* attached to a loop: alink carries the traffic */
-  ecs__rdsa_t alink;    /* the asynchronous link (store/rds.h) */
-  ecs_meta_resync_t rs; /* the server's re-sync callbacks (copied in tick) */
-  int hb_inflight;      /* a heartbeat's replies are awaited */
-  int hb_expire_ok;     /* its EXPIRE found the entry */
-  int hb_epoch_ok;      /* its HGET found our epoch */
-  int sweep_busy;       /* a sweep step's replies are awaited */
+  int async;                /* attached to a loop: alink carries the traffic */
+  ecs__rdsa_t alink;        /* the asynchronous link (store/rds.h) */
+  ecs_meta_resync_t rs;     /* the server's re-sync callbacks (copied in tick) */
+  int hb_inflight;          /* a heartbeat's replies are awaited */
+  int hb_expire_ok;         /* its EXPIRE found the entry */
+  int hb_epoch_ok;          /* its HGET found our epoch */
+  int sweep_busy;           /* a sweep step's replies are awaited */
+  char del_sha[41];         /* SHA1 of meta_del_lua once SCRIPT LOAD answered ("": send the body) */
+  struct meta_del_call *dq; /* eviction deletes not sent yet (one script call at the next flush) */
+  size_t dq_cap;            /* bytes allocated for dq's keys */
 };
 
 __attribute__((format(printf, 2, 3))) static void meta_seterr(ecs_meta_t *m, const char *fmt, ...) {
@@ -477,6 +495,7 @@ void ecs_meta_close(ecs_meta_t *m) {
   ecs__rds_close(&m->link);
   meta_queue_clear(m);
   free(m->q);
+  free(m->dq);
   free(m);
 }
 
@@ -695,6 +714,7 @@ static int meta_rec_format(const ecs_meta_t *m, const ecs_meta_rec_t *rec, meta_
 }
 
 static void meta_async_write(ecs_meta_t *m, int argc, const char **argv, const size_t *lens);
+static void meta_dq_flush(ecs_meta_t *m);
 
 void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
   if (m == NULL || !m->server || rec == NULL)
@@ -716,14 +736,15 @@ void ecs_meta_queue_put(ecs_meta_t *m, const ecs_meta_rec_t *rec) {
 static int meta_send_awaited(ecs_meta_t *m, int argc, const char **argv, const size_t *lens,
                              ecs_meta_done_fn done, void *ctx);
 
+static int meta_del_now(ecs_meta_t *m, const char *k, size_t klen, ecs_meta_done_fn done, void *ctx);
+static void meta_dq_add(ecs_meta_t *m, const char *k, size_t klen);
+
 int ecs_meta_del_async(ecs_meta_t *m, const void *key, uint16_t key_len, ecs_meta_done_fn done, void *ctx) {
   if (m == NULL || !m->async || key == NULL || key_len == 0 || key_len > ECS_MAX_KEY || done == NULL)
     return ECS_EINVAL;
   char k[META_KEY_MAX];
   size_t klen = meta_obj_key(m, k, key, key_len);
-  const char *argv[] = {"EVAL", meta_del_lua, "1", k, m->node_id};
-  size_t lens[] = {4, sizeof meta_del_lua - 1, 1, klen, strlen(m->node_id)};
-  return meta_send_awaited(m, 5, argv, lens, done, ctx);
+  return meta_del_now(m, k, klen, done, ctx);
 }
 
 void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len) {
@@ -732,12 +753,12 @@ void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len) {
     return;
   char k[META_KEY_MAX];
   size_t klen = meta_obj_key(m, k, key, key_len);
-  const char *argv[] = {"EVAL", meta_del_lua, "1", k, m->node_id};
-  size_t lens[] = {4, sizeof meta_del_lua - 1, 1, klen, strlen(m->node_id)};
-  if (m->async) {
-    meta_async_write(m, 5, argv, lens);
+  if (m->async) { /* sent with the next flush, one script call for all */
+    meta_dq_add(m, k, klen);
     return;
   }
+  const char *argv[] = {"EVAL", meta_del_lua, "1", k, m->node_id};
+  size_t lens[] = {4, sizeof meta_del_lua - 1, 1, klen, strlen(m->node_id)};
   meta_enqueue(m, 5, argv, lens);
   meta_maybe_autoflush(m);
 }
@@ -745,8 +766,10 @@ void ecs_meta_queue_del(ecs_meta_t *m, const void *key, uint16_t key_len) {
 int ecs_meta_flush(ecs_meta_t *m) {
   if (m == NULL || !m->server)
     return ECS_EINVAL;
-  if (m->async) /* commands leave with the loop's next write event */
+  if (m->async) { /* commands leave with the loop's next write event */
+    meta_dq_flush(m);
     return ecs__rdsa_up(&m->alink) ? ECS_OK : meta_not_connected(m);
+  }
   if (!ecs__rds_up(&m->link)) {
     meta_queue_clear(m);
     return meta_not_connected(m);
@@ -1313,6 +1336,16 @@ static int meta_resync(ecs_meta_t *m, const ecs_meta_resync_t *rs) {
  * waits (nobody) and how a deadline is noticed (ecs_meta_poll()).
  */
 
+/* Every command of the asynchronous mode goes through here: queued
+ * eviction deletes leave first, so that no later command overtakes them
+ * (a put of a key evicted just before must find its delete done, not
+ * have its fresh record deleted after it). */
+static int meta_acmd(ecs_meta_t *m, ecs__rdsa_fn fn, void *ctx, int argc, const char **argv,
+                     const size_t *lens) {
+  meta_dq_flush(m);
+  return ecs__rdsa_command(&m->alink, fn, ctx, argc, argv, lens);
+}
+
 /* A write whose reply only matters when it failed: an error reply (OOM,
  * WRONGTYPE) means Redis may now miss a record, so a re-sync is owed; a
  * dropped link owes one anyway (meta_async_down). */
@@ -1327,7 +1360,7 @@ static void meta_write_done(void *ctx, int rc, redisReply *reply) {
 
 /* Sends a write; when it cannot be sent, the re-sync will cover it. */
 static void meta_async_write(ecs_meta_t *m, int argc, const char **argv, const size_t *lens) {
-  if (ecs__rdsa_command(&m->alink, meta_write_done, m, argc, argv, lens) != ECS_OK)
+  if (meta_acmd(m, meta_write_done, m, argc, argv, lens) != ECS_OK)
     m->resync_owed = 1;
 }
 
@@ -1360,7 +1393,7 @@ static int meta_send_awaited(ecs_meta_t *m, int argc, const char **argv, const s
   if (w == NULL)
     return ECS_ENOMEM;
   *w = (meta_put_wait_t){m, done, ctx};
-  int rc = ecs__rdsa_command(&m->alink, meta_put_done, w, argc, argv, lens);
+  int rc = meta_acmd(m, meta_put_done, w, argc, argv, lens);
   if (rc != ECS_OK) {
     free(w);
     m->resync_owed = 1;
@@ -1369,6 +1402,187 @@ static int meta_send_awaited(ecs_meta_t *m, int argc, const char **argv, const s
     return ECS_ENOTCONN;
   }
   return ECS_OK;
+}
+
+/* ---- record deletes: one script call per flush -------------------------- */
+
+/*
+ * A script call deleting the records of n keys (meta_del_lua).  Eviction
+ * deletes queue up in m->dq until the next flush, or until any other
+ * command leaves (meta_acmd), and go as one call: Redis runs the script
+ * once for all of them instead of once per key.  A REMOVE's delete goes
+ * at once, alone, and is awaited (done).
+ */
+typedef struct meta_del_call {
+  ecs_meta_t *m;         /* the handle */
+  ecs_meta_done_fn done; /* awaited (a REMOVE): the caller's callback, else NULL */
+  void *ctx;             /* its argument */
+  int retried;           /* sent again with the script's body after NOSCRIPT */
+  size_t n;              /* keys */
+  size_t len;            /* bytes of keys[] used */
+  uint8_t keys[];        /* n times: a 2-byte length, then that Redis key */
+} meta_del_call_t;
+
+static void meta_del_done(void *ctx, int rc, redisReply *reply);
+
+/* Sends call as one EVALSHA (EVAL with the body when eval is set or the
+ * script's SHA is not known yet). */
+static int meta_del_send(ecs_meta_t *m, meta_del_call_t *call, int eval) {
+  size_t argc = call->n + 4;
+  const char **argv = malloc(argc * sizeof *argv);
+  size_t *lens = malloc(argc * sizeof *lens);
+  if (argv == NULL || lens == NULL) {
+    free(argv);
+    free(lens);
+    return ECS_ENOMEM;
+  }
+  char nk[24];
+  snprintf(nk, sizeof nk, "%zu", call->n);
+  eval |= m->del_sha[0] == '\0';
+  argv[0] = eval ? "EVAL" : "EVALSHA";
+  lens[0] = strlen(argv[0]);
+  argv[1] = eval ? meta_del_lua : m->del_sha;
+  lens[1] = eval ? sizeof meta_del_lua - 1 : strlen(m->del_sha);
+  argv[2] = nk;
+  lens[2] = strlen(nk);
+  const uint8_t *p = call->keys;
+  for (size_t i = 0; i < call->n; i++) {
+    uint16_t kl;
+    memcpy(&kl, p, sizeof kl);
+    argv[3 + i] = (const char *)p + sizeof kl;
+    lens[3 + i] = kl;
+    p += sizeof kl + kl;
+  }
+  argv[argc - 1] = m->node_id;
+  lens[argc - 1] = strlen(m->node_id);
+  int rc = ecs__rdsa_command(&m->alink, meta_del_done, call, (int)argc, argv, lens);
+  free(argv);
+  free(lens);
+  return rc;
+}
+
+/* Keeps in call only the keys this server does not hold (again): the
+ * deletes still owed after a NOSCRIPT.  0, or -1 when it cannot tell. */
+static int meta_del_filter(ecs_meta_t *m, meta_del_call_t *call) {
+  if (m->rs.has_key == NULL)
+    return -1;
+  uint8_t *rd = call->keys, *wr = call->keys;
+  size_t kept = 0;
+  for (size_t i = 0; i < call->n; i++) {
+    uint16_t kl;
+    memcpy(&kl, rd, sizeof kl);
+    size_t sz = sizeof kl + kl;
+    const uint8_t *key = rd + sizeof kl + m->obj_pfx_len;
+    if (!m->rs.has_key(m->rs.ctx, key, (uint16_t)(kl - m->obj_pfx_len))) {
+      memmove(wr, rd, sz);
+      wr += sz;
+      kept++;
+    }
+    rd += sz;
+  }
+  call->n = kept;
+  call->len = (size_t)(wr - call->keys);
+  return 0;
+}
+
+/*
+ * A delete call's reply.  NOSCRIPT: Redis forgot the script (SCRIPT
+ * FLUSH, a restart, a failover to a node that never loaded it).  The
+ * commands sent after this one have run meanwhile, so a key put here
+ * again since must keep its new record: only the keys this server still
+ * does not hold are sent again, with the body, which caches the script
+ * again under the same SHA.  Any other failure owes a re-sync, as for
+ * every write.
+ */
+static void meta_del_done(void *ctx, int rc, redisReply *reply) {
+  meta_del_call_t *call = ctx;
+  ecs_meta_t *m = call->m;
+  if (rc == ECS_EREDIS && reply != NULL && meta_is_noscript(reply) && !call->retried) {
+    call->retried = 1;
+    if (meta_del_filter(m, call) != 0) {
+      m->resync_owed = 1; /* the sweep deletes what we no longer hold */
+    } else if (call->n == 0) {
+      rc = ECS_OK;
+    } else if (meta_del_send(m, call, 1) == ECS_OK) {
+      return; /* answered by the retry */
+    } else {
+      m->resync_owed = 1;
+      rc = ECS_ENOTCONN;
+    }
+  } else {
+    meta_write_done(m, rc, reply);
+  }
+  if (call->done != NULL)
+    call->done(call->ctx, rc);
+  free(call);
+}
+
+/* Queues the delete of Redis key k (klen bytes) for the next flush. */
+static void meta_dq_add(ecs_meta_t *m, const char *k, size_t klen) {
+  size_t need = sizeof(uint16_t) + klen, used = m->dq ? m->dq->len : 0;
+  if (m->dq == NULL || used + need > m->dq_cap) {
+    size_t cap = m->dq_cap ? m->dq_cap * 2 : 4096;
+    while (cap < used + need)
+      cap *= 2;
+    meta_del_call_t *q = realloc(m->dq, sizeof *q + cap);
+    if (q == NULL) {
+      m->resync_owed = 1; /* the delete is lost: the sweep makes up for it */
+      return;
+    }
+    if (m->dq == NULL)
+      *q = (meta_del_call_t){.m = m};
+    m->dq = q;
+    m->dq_cap = cap;
+  }
+  uint16_t kl = (uint16_t)klen;
+  memcpy(m->dq->keys + used, &kl, sizeof kl);
+  memcpy(m->dq->keys + used + sizeof kl, k, klen);
+  m->dq->len = used + need;
+  if (++m->dq->n >= META_CHUNK)
+    meta_dq_flush(m);
+}
+
+/* Sends the queued deletes as one script call; the call's record goes
+ * with it (a new queue starts at the next delete). */
+static void meta_dq_flush(ecs_meta_t *m) {
+  meta_del_call_t *call = m->dq;
+  if (call == NULL || call->n == 0)
+    return;
+  m->dq = NULL;
+  m->dq_cap = 0;
+  if (meta_del_send(m, call, 0) != ECS_OK) {
+    free(call);
+    m->resync_owed = 1; /* not sent: the re-sync covers it */
+  }
+}
+
+/* A REMOVE's delete: alone, at once (after the queued ones), awaited. */
+static int meta_del_now(ecs_meta_t *m, const char *k, size_t klen, ecs_meta_done_fn done, void *ctx) {
+  meta_dq_flush(m);
+  meta_del_call_t *call = malloc(sizeof *call + sizeof(uint16_t) + klen);
+  if (call == NULL)
+    return ECS_ENOMEM;
+  *call = (meta_del_call_t){.m = m, .done = done, .ctx = ctx, .n = 1, .len = sizeof(uint16_t) + klen};
+  uint16_t kl = (uint16_t)klen;
+  memcpy(call->keys, &kl, sizeof kl);
+  memcpy(call->keys + sizeof kl, k, klen);
+  if (meta_del_send(m, call, 0) != ECS_OK) {
+    free(call);
+    m->resync_owed = 1;
+    if (m->errstr[0] == '\0')
+      meta_seterr(m, "%s", ecs__rdsa_errmsg(&m->alink)[0] ? ecs__rdsa_errmsg(&m->alink) : "not connected");
+    return ECS_ENOTCONN;
+  }
+  return ECS_OK;
+}
+
+/* SCRIPT LOAD's reply: from now on deletes go as EVALSHA. */
+static void meta_del_loaded(void *ctx, int rc, redisReply *reply) {
+  ecs_meta_t *m = ctx;
+  if (rc == ECS_OK && reply->type == REDIS_REPLY_STRING && reply->len == 40) {
+    memcpy(m->del_sha, reply->str, 40);
+    m->del_sha[40] = '\0';
+  }
 }
 
 /* Registry entry: HSET + EXPIRE + SADD, as ecs_meta_register. */
@@ -1439,9 +1653,9 @@ static void meta_heartbeat_async(ecs_meta_t *m) {
   const char *hset[] = {"HSET", m->node_key, "free", fb};
   m->hb_expire_ok = m->hb_epoch_ok = 0;
   meta_async_write(m, 4, hset, NULL);
-  if (ecs__rdsa_command(&m->alink, meta_hb_expire_done, m, 3, expire, NULL) != ECS_OK ||
-      ecs__rdsa_command(&m->alink, meta_hb_epoch_done, m, 3, hget, NULL) != ECS_OK ||
-      ecs__rdsa_command(&m->alink, meta_hb_done, m, 3, sadd, NULL) != ECS_OK)
+  if (meta_acmd(m, meta_hb_expire_done, m, 3, expire, NULL) != ECS_OK ||
+      meta_acmd(m, meta_hb_epoch_done, m, 3, hget, NULL) != ECS_OK ||
+      meta_acmd(m, meta_hb_done, m, 3, sadd, NULL) != ECS_OK)
     return; /* the link is going down: nothing in flight to wait for */
   m->hb_inflight = 1;
 }
@@ -1518,6 +1732,7 @@ static void meta_sweep_check_done(void *ctx, int rc, redisReply *r) {
   }
   if (--st->pending > 0)
     return;
+  meta_dq_flush(m);
   if (st->failed || !ecs__rdsa_up(&m->alink))
     meta_sweep_fail(m);
   else
@@ -1555,7 +1770,7 @@ static int meta_sweep_check(ecs_meta_t *m, meta_sweep_step_t *st) {
     ch->lo = ci * META_CHUNK;
     ch->hi = ch->lo + META_CHUNK < st->nk ? ch->lo + META_CHUNK : st->nk;
     int argc = meta_chunk_argv(m, &b, ci, 1);
-    rc = ecs__rdsa_command(&m->alink, meta_sweep_check_done, ch, argc, argv, argl);
+    rc = meta_acmd(m, meta_sweep_check_done, ch, argc, argv, argl);
     if (rc != ECS_OK)
       break;
     st->pending++;
@@ -1618,7 +1833,7 @@ fail:
 
 static void meta_sweep_scan(ecs_meta_t *m) {
   const char *argv[] = {"SCAN", m->cursor, "MATCH", m->match, "COUNT", META_SCAN_COUNT};
-  if (ecs__rdsa_command(&m->alink, meta_sweep_scan_done, m, 6, argv, NULL) != ECS_OK) {
+  if (meta_acmd(m, meta_sweep_scan_done, m, 6, argv, NULL) != ECS_OK) {
     meta_sweep_fail(m);
     return;
   }
@@ -1639,6 +1854,9 @@ static void meta_async_up(void *ctx) {
   m->errstr[0] = '\0';
   m->resync_owed = 1;
   m->sweeping = 0;
+  const char *load[] = {"SCRIPT", "LOAD", meta_del_lua};
+  m->del_sha[0] = '\0'; /* EVAL until this answers (a new node may not know the script) */
+  (void)meta_acmd(m, meta_del_loaded, m, 3, load, NULL);
   if (m->want_reg)
     meta_register_async(m);
   m->hb_valid = 0; /* the next tick sends a heartbeat */
@@ -1649,6 +1867,9 @@ static void meta_async_down(void *ctx, int rc) {
   ecs_meta_t *m = ctx;
   (void)rc;
   meta_seterr(m, "%s", ecs__rdsa_errmsg(&m->alink));
+  free(m->dq); /* lost with the link: the re-sync covers them */
+  m->dq = NULL;
+  m->dq_cap = 0;
   m->resync_owed = 1;
   m->sweeping = 0;
   m->sweep_busy = 0;
@@ -1697,6 +1918,7 @@ void ecs_meta_event(ecs_meta_t *m, uint32_t events) {
 int ecs_meta_poll(ecs_meta_t *m, uint64_t now_ms) {
   if (m == NULL || !m->async)
     return -1;
+  meta_dq_flush(m); /* deletes queued outside a flush (a corrupt object dropped) */
   return ecs__rdsa_poll(&m->alink, now_ms);
 }
 

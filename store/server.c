@@ -144,9 +144,10 @@ void ecs__server_meta_flush(ecs_server_t *s) {
 /*
  * A put is answered once Redis acknowledged its records, so that exists()
  * after an OK is true.  The records go out on the asynchronous link with
- * everyone else's of the same loop iteration (group commit); the
- * connection parks until its own records are answered, and no other
- * connection waits for them.  A record Redis does not acknowledge within
+ * everyone else's of the same loop iteration (group commit); the request
+ * parks in its connection's reply queue until its own records are answered
+ * (the connection reads and runs its next requests meanwhile, and replies
+ * in request order), and no other connection waits for them.  A record Redis does not acknowledge within
  * the Redis timeout (or that cannot be sent: the link is down) makes its
  * item ECS_EREDIS: stored here, not published; the re-sync publishes it
  * (docs/redis-schema.md, "Writes").
@@ -182,15 +183,34 @@ static void pub_free(pub_wait_t *w) {
   free(w);
 }
 
-/* The reply of a parked request, once its last record is answered. */
+/* Builds the reply of a parked request, once its last record is answered
+ * (or at once, when it was parked only to keep its place in line): its
+ * slot becomes ready, and the owner sends it after the older ones. */
 static void pub_reply(pub_wait_t *w) {
-  conn_t *c = w->c;
-  c->pub = NULL;
-  ecs__reply_begin(c);
+  parked_t *pk = w->pk;
+  ecs_server_t *s = w->s;
+  pk->w = NULL;
+  w->pk = NULL;
+  ecs_wbuf_reset(&pk->body);
   for (uint32_t i = 0; i < w->n; i++)
-    ecs_proto_status_write(&c->out, w->status[i]);
-  ecs__reply_finish(w->s, c, ECS_OK, w->n, 0);
-  ecs__conn_unpark(w->s, c);
+    ecs_proto_status_write(&pk->body, w->status[i]);
+  int oom = pk->body.err != ECS_OK;
+  if (oom)
+    ecs_wbuf_reset(&pk->body);
+  ecs_hdr_t h = {.magic = ECS_PROTO_MAGIC,
+                 .version = ECS_PROTO_VERSION,
+                 .opcode = pk->opcode,
+                 .flags = ECS_FLAG_REPLY,
+                 .req_id = pk->req_id,
+                 .status = oom ? ECS_ENOMEM : ECS_OK,
+                 .count = oom ? 0 : w->n,
+                 .meta_len = (uint32_t)pk->body.len,
+                 .data_len = 0};
+  ecs_proto_hdr_encode(&h, pk->hdr);
+  pk->ready = 1;
+  if (pk->t0_ns && pk->opcode < sizeof s->latency / sizeof s->latency[0])
+    ecs_hist_observe(&s->latency[pk->opcode], ecs__now_ns() - pk->t0_ns);
+  ecs__conn_unpark(s, w->c);
 }
 
 static void pub_done(void *ctx, int rc) {
@@ -202,7 +222,7 @@ static void pub_done(void *ctx, int rc) {
   }
   if (--w->pending > 0)
     return;
-  if (w->c != NULL && w->c->st == C_WAIT)
+  if (w->c != NULL && w->pk != NULL)
     pub_reply(w);
   pub_free(w);
 }
@@ -225,12 +245,18 @@ int ecs__pub_record(ecs_server_t *s, pub_wait_t *w, uint32_t idx, const ecs_obj_
 int ecs__pub_end(ecs_server_t *s, conn_t *c, pub_wait_t *w) {
   if (w == NULL)
     return 0;
-  if (w->pending == 0) {
+  if (w->pending == 0 && c->rq_n == 0) {
     pub_free(w);
     return 0;
   }
-  c->pub = w;
-  ecs__conn_park(s, c);
+  /* Parked: c reads its next requests meanwhile, and this reply keeps its
+   * place in line (even when already answered, behind older ones). */
+  w->pk = ecs__conn_park(s, c);
+  w->pk->w = w;
+  if (w->pending == 0) {
+    pub_reply(w);
+    pub_free(w);
+  }
   return 1;
 }
 
@@ -249,8 +275,9 @@ int ecs__pub_remove(ecs_server_t *s, pub_wait_t *w, uint32_t idx, const uint8_t 
 void ecs__pub_abandon(pub_wait_t *w) {
   if (w == NULL)
     return;
-  if (w->c != NULL)
-    w->c->pub = NULL;
+  if (w->pk != NULL)
+    w->pk->w = NULL;
+  w->pk = NULL;
   w->c = NULL;
   if (w->pending == 0)
     pub_free(w);

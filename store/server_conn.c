@@ -10,7 +10,19 @@
  *   WRITE-> sendmsg the reply header, records and (GET) pool blocks
  *
  * Exactly the bytes of one request are read before its reply is written,
- * so a payload byte is never read into an intermediate buffer.  References
+ * so a payload byte is never read into an intermediate buffer.
+ *
+ * Pipelining: a request whose reply waits for Redis (a PUT, COMMIT or
+ * REMOVE whose records are in flight) does not hold the connection.  It is
+ * parked in a small reply queue (rq[], at most RQ_MAX) and the connection
+ * reads and runs its next requests meanwhile, so a client that sends
+ * several requests overlaps their Redis round trips with its own sending
+ * and the server's receiving.  Replies leave strictly in request order:
+ * parked replies as they are answered, oldest first; a reply built while
+ * older ones are still parked (a GET behind a PUT) waits in WRITE, and the
+ * connection reads nothing more until it is out.  A full queue also stops
+ * the reading.  So a connection holds at most RQ_MAX parked replies and
+ * one built reply.  References
  * taken for a GET are held until the last byte of the reply left, so
  * eviction can never free a block under a reader.  A connection that dies
  * mid-PUT aborts its reservations: no block leaks.
@@ -55,7 +67,10 @@ void ecs__conn_close(ecs_server_t *s, conn_t *c) {
     s->ndoomed--; /* counted out of npreauth when it was doomed */
   else if (!c->authed)
     s->npreauth--;
-  ecs__pub_abandon(c->pub); /* its records are answered to nobody */
+  for (unsigned i = 0; i < RQ_MAX; i++) { /* its records are answered to nobody */
+    ecs__pub_abandon(c->rq[i].w);
+    ecs_wbuf_free(&c->rq[i].body);
+  }
   conn_release_refs(s, c);
   conn_abort_slots(s, c);
   ecs__pins_expire(s, c, UINT64_MAX); /* a client that goes away leaves nothing pinned */
@@ -93,18 +108,24 @@ static int conn_set_events(ecs_server_t *s, conn_t *c, uint32_t ev) {
   return 0;
 }
 
-void ecs__conn_park(ecs_server_t *s, conn_t *c) {
-  c->st = C_WAIT;
-  if (conn_set_events(s, c, 0) != 0)
-    c->close_after_write = 1;
+parked_t *ecs__conn_park(ecs_server_t *s, conn_t *c) {
+  (void)s;
+  parked_t *pk = &c->rq[(c->rq_head + c->rq_n++) % RQ_MAX];
+  pk->ready = 0;
+  pk->opcode = c->hdr.opcode;
+  pk->req_id = c->hdr.req_id;
+  pk->t0_ns = c->req_t0_ns;
+  c->req_t0_ns = 0;
+  c->st = C_HDR; /* on to the next request */
+  return pk;
 }
 
 void ecs__conn_unpark(ecs_server_t *s, conn_t *c) {
-  /* Called from a Redis reply in the middle of the loop's event batch:
-   * only arm the socket; the loop's next pass writes (closing c here could
-   * free a conn_t still named further down the batch). */
-  if (conn_set_events(s, c, EPOLLOUT) != 0)
-    c->close_after_write = 1;
+  /* Called from a Redis reply, perhaps on another loop and in the middle
+   * of an event batch: only arm the socket; the owner's next pass writes
+   * (closing c here could free a conn_t still named further down the
+   * batch).  A failure to arm is seen by the owner's next pass. */
+  (void)conn_set_events(s, c, c->events | EPOLLOUT);
 }
 
 void ecs__conn_authed(ecs_server_t *s, conn_t *c) {
@@ -324,6 +345,8 @@ static int data_done(conn_t *c) {
 static int conn_on_readable(ecs_server_t *s, conn_t *c) {
   for (;;) {
     ssize_t r;
+    if (c->st == C_HDR && c->rq_n >= RQ_MAX)
+      return 0; /* the queue is full: read on once the oldest is answered */
     if (c->st == C_HDR) {
       r = read_some(s, c->fd, c->hdrbuf + c->hdr_got, ECS_PROTO_HDR_SIZE - c->hdr_got);
       if (r <= 0)
@@ -377,8 +400,8 @@ static int conn_on_readable(ecs_server_t *s, conn_t *c) {
       ecs__server_dispatch(s, c);
       if (c->st == C_WRITE)
         return 1;
-      if (c->st == C_WAIT)
-        return 0;
+      if (c->st == C_HDR)
+        continue; /* parked: read the next request */
     }
     if (c->st == C_DATA) {
       if (!data_done(c)) {
@@ -390,7 +413,9 @@ static int conn_on_readable(ecs_server_t *s, conn_t *c) {
           continue;
       }
       ecs__server_put_end(s, c);
-      return c->st == C_WAIT ? 0 : 1;
+      if (c->st == C_WRITE)
+        return 1;
+      continue; /* parked: read the next request */
     }
     if (c->st == C_WRITE)
       return 1;
@@ -453,48 +478,101 @@ static int conn_flush(ecs_server_t *s, conn_t *c) {
   return r;
 }
 
-/* Returns -1 to close the connection. */
-static int conn_on_writable(ecs_server_t *s, conn_t *c) {
-  int r = conn_flush(s, c);
-  if (r < 0)
-    return -1;
-  if (r == 0) {
+/* Sends, in request order, the parked replies that are answered, and
+ * once none is parked any more the built reply (WRITE).  1: all that may
+ * leave now has left; 0: the socket is full; -1: error.  The bytes of an
+ * answered parked reply are not touched again by anyone until it has
+ * left, so they are sent without the lock, like the reply's. */
+static int conn_send_ready(ecs_server_t *s, conn_t *c) {
+  while (c->rq_n > 0 && c->rq[c->rq_head].ready) {
+    struct iovec iov[2 * RQ_MAX], *v = iov;
+    int cnt = 0;
+    unsigned k = 0;
+    for (; k < c->rq_n; k++) {
+      parked_t *pk = &c->rq[(c->rq_head + k) % RQ_MAX];
+      if (!pk->ready)
+        break;
+      iov[cnt++] = (struct iovec){pk->hdr, ECS_PROTO_HDR_SIZE};
+      iov[cnt++] = (struct iovec){pk->body.p, pk->body.len};
+    }
+    ecs_iov_advance(&v, &cnt, c->rq_sent);
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = v;
+    mh.msg_iovlen = (size_t)cnt;
+    ecs__unlock(s);
+    ssize_t n;
+    do {
+      n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    int e = errno;
+    ecs__lock(s);
+    if (n < 0)
+      return (e == EAGAIN || e == EWOULDBLOCK) ? 0 : -1;
     c->last_ms = ecs_now_ms();
-    return conn_set_events(s, c, EPOLLOUT) == 0 ? 0 : -1;
+    size_t left = c->rq_sent + (size_t)n;
+    c->rq_sent = 0;
+    for (unsigned i = 0; i < k; i++) {
+      parked_t *pk = &c->rq[c->rq_head];
+      size_t sz = ECS_PROTO_HDR_SIZE + pk->body.len;
+      if (left < sz) {
+        c->rq_sent = left;
+        break;
+      }
+      left -= sz;
+      pk->ready = 0;
+      c->rq_head = (c->rq_head + 1) % RQ_MAX;
+      c->rq_n--;
+    }
   }
-  conn_release_refs(s, c);
-  if (c->close_after_write)
-    return -1;
-  c->st = C_HDR;
-  c->last_ms = ecs_now_ms();
-  return conn_set_events(s, c, EPOLLIN) == 0 ? 0 : -1;
+  if (c->rq_n > 0 || c->st != C_WRITE)
+    return 1; /* nothing more may leave before the oldest parked one */
+  return conn_flush(s, c);
+}
+
+/*
+ * Runs c as far as its socket and its queue allow: sends what may leave,
+ * reads and runs requests while nothing blocks the reading, and arms epoll
+ * for what it waits for.  Returns -1 to close the connection.
+ */
+static int conn_run(ecs_server_t *s, conn_t *c) {
+  for (;;) {
+    int w = conn_send_ready(s, c);
+    if (w < 0)
+      return -1;
+    if (w == 1 && c->st == C_WRITE && c->rq_n == 0) { /* the built reply has left */
+      conn_release_refs(s, c);
+      if (c->close_after_write)
+        return -1;
+      c->st = C_HDR;
+      c->last_ms = ecs_now_ms();
+    }
+    if (c->st == C_WRITE || (c->st == C_HDR && c->rq_n >= RQ_MAX))
+      break; /* a reply waits (for older ones, or the socket): read nothing more */
+    int r = conn_on_readable(s, c);
+    if (r < 0)
+      return -1;
+    if (r == 0)
+      break; /* read all there was (or the queue is full) */
+  }
+  /* Answered replies that may leave: write as soon as the socket takes
+   * them (such a reply may have been answered while we read unlocked). */
+  int out = (c->rq_n > 0 && c->rq[c->rq_head].ready) || (c->rq_n == 0 && c->st == C_WRITE);
+  int in = c->st != C_WRITE && !(c->st == C_HDR && c->rq_n >= RQ_MAX);
+  return conn_set_events(s, c, (in ? EPOLLIN : 0) | (out ? EPOLLOUT : 0)) == 0 ? 0 : -1;
 }
 
 void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev) {
-  int r = 0;
   if (c->doomed) { /* evicted by loop 0 at an accept */
     ecs__conn_close(s, c);
     return;
   }
-  if (c->st == C_WAIT) { /* only errors and hang-ups are watched */
-    if (ev & (EPOLLERR | EPOLLHUP))
-      ecs__conn_close(s, c);
+  /* an error, or a hang-up with nothing left to read: nobody to answer */
+  if ((ev & EPOLLERR) || ((ev & EPOLLHUP) && !(ev & EPOLLIN))) {
+    ecs__conn_close(s, c);
     return;
   }
-  if (c->st == C_WRITE) {
-    if (ev & (EPOLLERR | EPOLLHUP)) {
-      ecs__conn_close(s, c);
-      return;
-    }
-    r = conn_on_writable(s, c);
-  } else {
-    r = conn_on_readable(s, c);
-    if (r > 0 && c->st == C_WRITE)
-      r = conn_on_writable(s, c);
-    else if (r == 0 && (ev & (EPOLLERR | EPOLLHUP)) && !(ev & EPOLLIN))
-      r = -1;
-  }
-  if (r < 0)
+  if (conn_run(s, c) < 0)
     ecs__conn_close(s, c);
 }
 
@@ -617,6 +695,8 @@ void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
     c->last_ms = c->accept_ms = ecs_now_ms();
     c->src = local ? 0 : peer_source(fd);
     ecs_wbuf_init(&c->out);
+    for (unsigned i = 0; i < RQ_MAX; i++)
+      ecs_wbuf_init(&c->rq[i].body);
     if (!local) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

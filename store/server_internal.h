@@ -21,9 +21,10 @@
  * pool blocks, conn_flush's sendmsg out of referenced blocks): a pending
  * object is freed only by its reserver and a referenced one never, so the
  * bytes under those syscalls stay allocated without the lock.  Another
- * thread touches a connection only under the lock and only in states in
- * which its owner never drops the lock with it (C_WAIT for a Redis
- * acknowledgement; `doomed` for an eviction at accept).
+ * thread touches a connection only under the lock, and only what its owner
+ * never uses without the lock: a parked reply not yet answered (rq[], by
+ * the Redis acknowledgement that answers it) and the epoll arming; or a
+ * connection it dooms at accept.
  */
 #ifndef ECS_SERVER_INTERNAL_H
 #define ECS_SERVER_INTERNAL_H
@@ -58,9 +59,16 @@ _Static_assert(ECS_UPGRADE_SECRET_SIZE == 32 && ECS_UPGRADE_NONCE_SIZE == 32, "c
 /* Internal per-item status for a key that appears twice in one PUT batch. */
 #define SLOT_DUP_PENDING 1
 
-/* C_WAIT: a PUT or COMMIT whose reply waits for Redis to acknowledge its
- * records (pub_wait_t); the connection reads nothing meanwhile. */
-typedef enum conn_state { C_HDR, C_META, C_DATA, C_WRITE, C_WAIT } conn_state_t;
+/* The state of the request being read (HDR, META, DATA) or of the reply
+ * being written (WRITE).  A request whose reply waits for Redis (a PUT,
+ * COMMIT or REMOVE: pub_wait_t) is parked in the connection's reply queue
+ * (rq[]) and the connection goes on reading; see server_conn.c. */
+typedef enum conn_state { C_HDR, C_META, C_DATA, C_WRITE } conn_state_t;
+
+/* Requests a connection may have parked (waiting for Redis) at once: past
+ * that it stops reading until the oldest is answered, so what one client
+ * can make the server hold stays bounded. */
+#define RQ_MAX 8
 
 typedef struct conn conn_t;
 
@@ -80,16 +88,32 @@ typedef struct ecs_loop {
  * request; each record in flight points at its item.  The connection may
  * close meanwhile (c becomes NULL); the last acknowledgement frees it. */
 typedef struct pub_wait {
-  ecs_server_t *s;  /* the server */
-  conn_t *c;        /* the waiting connection, or NULL once it closed */
-  uint32_t n;       /* items in the reply */
-  uint32_t pending; /* records not yet acknowledged (or failed) */
+  ecs_server_t *s;   /* the server */
+  conn_t *c;         /* the waiting connection, or NULL once it closed */
+  struct parked *pk; /* its parked reply (once parked), or NULL */
+  uint32_t n;        /* items in the reply */
+  uint32_t pending;  /* records not yet acknowledged (or failed) */
   struct pub_item {
     struct pub_wait *w; /* back to the wait */
     uint32_t idx;       /* the item */
   } * items;            /* one per item */
   int *status;          /* the reply's per-item statuses */
 } pub_wait_t;
+
+/* A parked reply: the reply of a request that waits for Redis (w), in the
+ * connection's queue in request order.  The acknowledgement that answers
+ * it builds hdr and body (on the loop that owns the Redis link, under the
+ * lock) and sets ready; only then does the owner send it, and only after
+ * every older reply. */
+typedef struct parked {
+  pub_wait_t *w;                   /* the acknowledgements awaited; NULL once answered */
+  int ready;                       /* hdr and body are built: it may be sent */
+  uint8_t opcode;                  /* the request's opcode... */
+  uint32_t req_id;                 /* ...and id, echoed in the reply */
+  uint64_t t0_ns;                  /* when the request was dispatched (latency) */
+  uint8_t hdr[ECS_PROTO_HDR_SIZE]; /* the reply header */
+  ecs_wbuf_t body;                 /* the reply records (per-item statuses) */
+} parked_t;
 
 /* One item of a PUT in flight. */
 typedef struct put_slot {
@@ -167,7 +191,10 @@ struct conn {
   ecs_obj_t **held;                    /* references to release after the reply */
   size_t nheld, held_cap;              /* count and capacity of held */
   uint64_t req_t0_ns;                  /* when the request being served was dispatched */
-  pub_wait_t *pub;                     /* C_WAIT: the acknowledgements awaited */
+  parked_t rq[RQ_MAX];                 /* parked replies, a ring in request order */
+  unsigned rq_head;                    /* the oldest */
+  unsigned rq_n;                       /* how many */
+  size_t rq_sent;                      /* bytes of the oldest already sent */
 };
 
 struct ecs_server {
@@ -242,10 +269,11 @@ pub_wait_t *ecs__pub_begin(ecs_server_t *s, conn_t *c, uint32_t n);
  * ECS_OK, or ECS_EREDIS when it could not be sent (the link is down: the
  * re-sync publishes it). */
 int ecs__pub_record(ecs_server_t *s, pub_wait_t *w, uint32_t idx, const ecs_obj_t *obj);
-/* The request's items are settled: replies now when nothing is pending
- * (returns 0), else parks c in C_WAIT until the last acknowledgement,
- * which sends the reply with w->status (returns 1).  Frees w or hands it
- * to c. */
+/* The request's items are settled: returns 0 when the caller replies now
+ * (nothing pending, nothing parked before it), else parks the request in
+ * c's reply queue, answered with w->status once the last acknowledgement
+ * came and sent after every older reply (returns 1; c reads on meanwhile).
+ * Frees w or hands it to the queue. */
 int ecs__pub_end(ecs_server_t *s, conn_t *c, pub_wait_t *w);
 /* REMOVE of one key as item idx of w (NULL: not awaited): the local
  * status, or ECS_EREDIS when removed here but the record's delete could
@@ -265,10 +293,12 @@ void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev);
 void ecs__conn_close(ecs_server_t *s, conn_t *c);
 /* Marks c authenticated (it no longer counts against --max-preauth-conns). */
 void ecs__conn_authed(ecs_server_t *s, conn_t *c);
-/* C_WAIT: reads nothing, watches only for errors and hang-ups. */
-void ecs__conn_park(ecs_server_t *s, conn_t *c);
-/* The parked reply is built (C_WRITE): sends it when the socket is
- * writable. */
+/* Parks the request being served in c's reply queue (the caller checked
+ * that there is room: c reads only while there is) and returns its slot;
+ * c goes on reading its next request. */
+parked_t *ecs__conn_park(ecs_server_t *s, conn_t *c);
+/* A parked reply of c was answered: sends it when the socket is writable
+ * (and every older one is out). */
 void ecs__conn_unpark(ecs_server_t *s, conn_t *c);
 /* Keeps a reference to release once the reply has left. */
 int ecs__conn_hold(conn_t *c, ecs_obj_t *obj);

@@ -166,11 +166,106 @@ static void test_background_eviction(void **state) {
   assert_int_equal(ecs_ts_env_close(&e), 0);
 }
 
+/* Calls Redis counted for command cmd since the last CONFIG RESETSTAT
+ * (INFO commandstats), 0 when it has none, -1 on error. */
+static long long redis_calls(redisContext *r, const char *cmd) {
+  redisReply *rep = redisCommand(r, "INFO commandstats");
+  if (rep == NULL || rep->type != REDIS_REPLY_STRING) {
+    if (rep)
+      freeReplyObject(rep);
+    return -1;
+  }
+  char pat[64];
+  snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+  const char *p = strstr(rep->str, pat);
+  long long n = p ? atoll(p + strlen(pat)) : 0;
+  freeReplyObject(rep);
+  return n;
+}
+
+/* Puts one object of n bytes (one request, one item). */
+static void put_big(ecs_client_t *c, const char *key, size_t n) {
+  uint8_t *a = malloc(n);
+  assert_non_null(a);
+  ecs_ts_fill(a, n, 77);
+  assert_int_equal(ecs_ts_put1(c, key, a, n, ECS_DTYPE_U8), ECS_OK);
+  free(a);
+}
+
+/* Polls Redis (at most ~5 s) until key's record is there (want 1) or not. */
+static long long record_settles(redisContext *r, const char *key, long long want) {
+  long long got = -1;
+  for (int i = 0; i < 100 && (got = ecs_ts_redis_exists(r, key)) != want; i++)
+    usleep(50000);
+  return got;
+}
+
+/* The records of the first n "old-{i}" objects are gone from Redis. */
+static void old_records_gone(redisContext *r, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) {
+    char k[16];
+    snprintf(k, sizeof k, "old-%d", (int)i);
+    assert_int_equal(record_settles(r, k, 0), 0);
+  }
+}
+
+/* The records of everything one put evicts are deleted by one script call
+ * (EVALSHA of the delete script over all the keys), not one EVAL per key;
+ * and after SCRIPT FLUSH (NOSCRIPT) the deletes still happen. */
+static void test_eviction_deletes_batched(void **state) {
+  (void)state;
+  ecs_ts_env_t e;
+  /* no background eviction: only the put's own reservations evict */
+  static const char *const extra[] = {"--pool-size", "16M", "--high-watermark", "1", "--low-watermark",
+                                      "1",           NULL};
+  assert_int_equal(ecs_ts_env_open(&e, extra, 10000), 0);
+  redisContext *r = ecs_ts_redis_at(e.redis.port);
+  assert_non_null(r);
+  for (int i = 0; i < 32; i++) { /* fills the pool, one put each */
+    char k[16];
+    snprintf(k, sizeof k, "old-%d", i);
+    put_big(e.c, k, 512 * 1024);
+  }
+  uint64_t ev0 = ecs_ts_stat0(e.c).evictions;
+  freeReplyObject(redisCommand(r, "CONFIG RESETSTAT"));
+  put_big(e.c, "big-0", 4 * MIB); /* one request: evicts at least 8 old ones */
+  uint64_t evicted = ecs_ts_stat0(e.c).evictions - ev0;
+  assert_true(evicted >= 8 && evicted < 32);
+  old_records_gone(r, evicted);
+  assert_int_equal(ecs_ts_redis_exists(r, "old-31"), 1); /* not evicted: its record stays */
+  long long sha_calls = redis_calls(r, "evalsha"), eval_calls = redis_calls(r, "eval");
+  if (sha_calls != 1 || eval_calls > 1)
+    fprintf(stderr, "%llu evictions: %lld EVALSHA and %lld EVAL calls (want 1 and 0)\n",
+            (unsigned long long)evicted, sha_calls, eval_calls);
+  assert_int_equal(sha_calls, 1);
+  /* (the start-up re-sync sweep's check script may run meanwhile: one EVAL) */
+  assert_true(eval_calls <= 1);
+
+  /* Redis forgets the script: the next evictions' deletes still land */
+  freeReplyObject(redisCommand(r, "SCRIPT FLUSH"));
+  put_big(e.c, "big-1", 4 * MIB);
+  uint64_t evicted2 = ecs_ts_stat0(e.c).evictions - ev0;
+  assert_true(evicted2 > evicted && evicted2 < 32);
+  old_records_gone(r, evicted2);
+  /* ...and so does a REMOVE's, answered once it is acknowledged */
+  freeReplyObject(redisCommand(r, "SCRIPT FLUSH"));
+  ecs_key_t k = {"old-31", 6};
+  int st = -1, ex = -1;
+  assert_int_equal(ecs_remove_batch(e.c, &k, 1, &st), ECS_OK);
+  assert_int_equal(st, ECS_OK);
+  assert_int_equal(ecs_exists_batch(e.cr, &k, 1, &ex), ECS_OK);
+  assert_int_equal(ex, 0);
+  assert_int_equal(ecs_ts_redis_exists(r, "old-30"), 1);
+  redisFree(r);
+  assert_int_equal(ecs_ts_env_close(&e), 0);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fifo_eviction),
       cmocka_unit_test(test_background_eviction),
+      cmocka_unit_test(test_eviction_deletes_batched),
   };
   return cmocka_run_group_tests_name("store_eviction", tests, NULL, NULL) ? 1 : 0;
 }
