@@ -124,35 +124,6 @@ static void test_fifo_eviction(void **state) {
   assert_int_equal(ecs_ts_env_close(&e), 0);
 }
 
-/* Puts n objects of sz bytes, "pfx-i", in one batch; every item stored. */
-static void put_n(ecs_client_t *c, const char *pfx, int n, size_t sz) {
-  uint8_t *obj = calloc((size_t)n, sz);
-  char(*names)[16] = calloc((size_t)n, sizeof *names);
-  ecs_key_t *keys = calloc((size_t)n, sizeof *keys);
-  ecs_tensor_t *ts = calloc((size_t)n, sizeof *ts);
-  int *st = calloc((size_t)n, sizeof *st);
-  assert_true(obj && names && keys && ts && st);
-  for (int i = 0; i < n; i++) {
-    snprintf(names[i], sizeof names[i], "%s-%d", pfx, i);
-    keys[i].data = names[i];
-    keys[i].len = strlen(names[i]);
-    obj[(size_t)i * sz] = (uint8_t)i;
-    ts[i].data = obj + (size_t)i * sz;
-    ts[i].nbytes = sz;
-    ts[i].desc.dtype = ECS_DTYPE_U8;
-    ts[i].desc.ndim = 1;
-    ts[i].desc.shape[0] = sz;
-  }
-  assert_int_equal(ecs_put_batch(c, keys, ts, (size_t)n, st), ECS_OK);
-  for (int i = 0; i < n; i++)
-    assert_int_equal(st[i], ECS_OK);
-  free(st);
-  free(ts);
-  free(keys);
-  free(names);
-  free(obj);
-}
-
 static void test_background_eviction(void **state) {
   (void)state;
   ecs_ts_env_t e;
@@ -160,14 +131,21 @@ static void test_background_eviction(void **state) {
                                       "0.25",        NULL};
   assert_int_equal(ecs_ts_env_open(&e, extra, 5000), 0);
   /* 7 MiB, under the high watermark (8 MiB): nothing is evicted */
-  put_n(e.c, "bg", 7, MIB);
+  uint8_t *obj = calloc(5, MIB);
+  assert_non_null(obj);
+  for (int i = 0; i < 7; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "bg-%d", i);
+    assert_int_equal(ecs_ts_put1(e.c, key, obj, MIB, ECS_DTYPE_U8), ECS_OK);
+  }
   ecs_server_stat_t st = ecs_ts_stat0(e.c);
   assert_int_equal(st.evictions, 0);
   /* then one 5 MiB object, one request (the client splits a batch into
    * requests, but never an item): the fill jumps above the high watermark
    * in one commit and the loop must bring it to the low one (4 MiB),
    * evicting FIFO: the seven, then the big one */
-  put_n(e.c, "big", 1, 5 * MIB);
+  assert_int_equal(ecs_ts_put1(e.c, "big", obj, 5 * MIB, ECS_DTYPE_U8), ECS_OK);
+  free(obj);
   for (int i = 0; i < 250; i++) { /* the loop evicts within a tick or two */
     st = ecs_ts_stat0(e.c);
     if (st.bytes_in_use <= 4 * MIB)
