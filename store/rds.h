@@ -48,7 +48,15 @@ typedef struct ecs__rds_url {
    * then name the first sentinel, until ecs__rds_sentinel_resolve. */
   char sentinels[512];
   char master[128];
+  /* redis-sentinel://: the sentinels' own AUTH (docs/redis-ha.md): the
+   * URL's "?sentinel_user=U&sentinel_password=P", else the environment's
+   * ECSTORE_SENTINEL_PASSWORD; "" for none (the master's is not tried) */
+  char suser[128];
+  char spass[256];
   int cluster; /* redis-cluster://HOST:PORT: a Redis Cluster (its slots probed from the first connect) */
+  /* redis-cluster://H1:P1,H2:P2,...: the seed nodes ("" for one node);
+   * host and port then name the first seed */
+  char seeds[512];
 } ecs__rds_url_t;
 
 typedef struct ecs__rds {
@@ -63,6 +71,9 @@ typedef struct ecs__rds {
   int used;               /* a reply arrived since the connect (a later EOF may be a stale link) */
   char sentinels[512];    /* redis-sentinel://: the sentinels ("" for a plain URL) */
   char master[128];       /* ...and the master's name: host and port are re-resolved at each connect */
+  char suser[128];        /* the sentinels' AUTH user ("": the default user) */
+  char spass[256];        /* the sentinels' AUTH password ("": none); never logged */
+  char seeds[512];        /* redis-cluster:// with several nodes: tried in order when a connect fails */
   int readonly;           /* a READONLY reply (a demoted master): the next append reconnects */
   char route[200];        /* Redis Cluster: a key of the slot this link serves ("": none) */
   int cluster;            /* a redis-cluster:// URL, or a MOVED seen: connects probe the route key */
@@ -91,6 +102,8 @@ typedef struct ecs__rds {
 int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u);
 
 #define ECS_RDS_MAX_SENTINELS 8
+/* The most seed nodes of a redis-cluster:// URL. */
+#define ECS_RDS_MAX_SEEDS 8
 
 /* Redis Sentinel's client protocol, the discovery half: asks the sentinels
  * of u in turn (SENTINEL get-master-addr-by-name) for the address of u's
@@ -338,6 +351,13 @@ typedef struct ecs__rdsa {
   char pass[256];                     /* AUTH password ("": no AUTH); never logged */
   char sentinels[512];                /* redis-sentinel://: the sentinels ("" for a plain URL) */
   char master[128];                   /* ...and the master's name, resolved at each connect */
+  char suser[128];                    /* the sentinels' AUTH user ("": the default user) */
+  char spass[256];                    /* the sentinels' AUTH password ("": none); never logged */
+  char seeds[ECS_RDS_MAX_SEEDS][64];  /* redis-cluster:// seeds, as addresses resolved by init */
+  int seed_port[ECS_RDS_MAX_SEEDS];   /* ...their ports */
+  int nseeds;                         /* how many (0: one node, no seed list) */
+  int seed_next;                      /* the seed the next failed connect moves to */
+  int seed_tries;                     /* failed connects in a row (a full round waits for the caller) */
   char route[200];                    /* Redis Cluster: a key of the slot served (ecs__rdsa_set_route) */
   int cluster;                        /* a redis-cluster:// URL, or a MOVED seen: the handshake probes */
   int redirected;                     /* dropped for a MOVED: reconnect at once (to the node named) */
