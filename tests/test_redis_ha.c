@@ -553,6 +553,24 @@ static void test_sentinel_auth(void **state) {
     assert_int_equal(ecs_kv_lookup(ec, &self, "prefill-s", 0, 0, &got, why, sizeof why), ECS_OK);
     assert_string_equal(got.address, "10.0.0.7:8100");
     ecs_ec_close(ec);
+    /* a wrong sentinel password in the file: the connector refuses to
+     * open, naming the sentinel */
+    char wpwf[300];
+    snprintf(wpwf, sizeof wpwf, "%s/wrong-pw", dir);
+    write_secret(wpwf, "wrong-pw-77ab");
+    snprintf(
+        js, sizeof js,
+        "{\"backend\": \"redis\", \"redis_url\": \"%s\", \"namespace\": \"sauth\", \"timeout_ms\": 2000,"
+        " \"connect_timeout_ms\": 1000, \"redis_password_file\": \"%s\", \"sentinel_password_file\": \"%s\"}",
+        url, mpwf, wpwf);
+    ecs_ec_config_init(&ecfg);
+    assert_int_equal(ecs_ec_config_parse_json(&ecfg, js, 0, err, sizeof err), ECS_OK);
+    assert_int_equal(ecs_ec_open(&ecfg, &ec, err, sizeof err), ECS_EAUTH);
+    printf("connector, wrong sentinel password: %s\n", err);
+    snprintf(named, sizeof named, "sentinel 127.0.0.1:%d: authentication failed", sent[0].port);
+    assert_non_null(strstr(err, named));
+    assert_null(strstr(err, "wrong-pw-77ab"));
+    unlink(wpwf);
   }
 
   /* The failover, followed by the server and the client. */
