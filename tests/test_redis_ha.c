@@ -679,15 +679,11 @@ static void test_cluster(void **state) {
   for (int i = 0; i < 3; i++) {
     char bus[16]; /* the bus port defaults to port + 10000, which may not exist */
     snprintf(bus, sizeof bus, "%d", ecs_ts_free_port());
-    const char *cextra[] = {"--cluster-enabled",
-                            "yes",
-                            "--cluster-config-file",
-                            "nodes.conf",
-                            "--cluster-node-timeout",
-                            "5000",
-                            "--cluster-port",
-                            bus,
-                            NULL};
+    const char *cextra[] = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                            "--cluster-node-timeout", "5000", "--cluster-port", bus,
+                            /* the first seed is killed at the end: the
+                             * others keep serving their own slots */
+                            "--cluster-require-full-coverage", "no", NULL};
     node[i].port = ecs_ts_free_port();
     assert_int_equal(redis_spawn(&node[i], cextra), 0);
   }
@@ -930,6 +926,49 @@ static void test_cluster(void **state) {
   ecs__rds_close(&r);
   redisFree(n1);
   redisFree(n2);
+
+  /* The first seed killed: a server and a client given all three seeds
+   * start and work through the others (ns[1] lives on node 2). */
+  ecs_ts_kill9(&node[0]);
+  {
+    char kurl[200];
+    snprintf(kurl, sizeof kurl, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", node[0].port,
+             node[1].port, node[2].port);
+    ecs_ts_proc_t ks = {0};
+    const char *sx[] = {"--redis", kurl, "--ns", ns[1], NULL};
+    assert_int_equal(ecs_ts_server_start(&ks, node[0].port, sx), 0);
+    char servers[64];
+    snprintf(servers, sizeof servers, "127.0.0.1:%d", ks.port);
+    ecs_client_config_t cfg;
+    ecs_ts_client_config(&cfg, servers, "tcp");
+    cfg.ns = ns[1];
+    cfg.redis_url = kurl;
+    ecs_client_t *c = ecs_ts_connect(&cfg);
+    assert_non_null(c);
+    int rc0 = ECS_EREDIS;
+    t_end = ecs_now_ms() + 20000;
+    for (int w = 3000; (rc0 = put_one(c, w)) != ECS_OK && ecs_now_ms() < t_end; w++)
+      usleep(50 * 1000);
+    assert_int_equal(rc0, ECS_OK);
+    assert_int_equal(put_one(c, 300), ECS_OK);
+    char name[32];
+    key_of(name, sizeof name, 300);
+    ecs_key_t key = {name, strlen(name)};
+    int ex = 0;
+    t_end = ecs_now_ms() + 20000;
+    while (ex != 1 && ecs_now_ms() < t_end) {
+      if (ecs_exists_batch(c, &key, 1, &ex) != ECS_OK || ex != 1)
+        usleep(100 * 1000);
+    }
+    assert_int_equal(ex, 1);
+    assert_int_equal(get_one(c, 300), ECS_OK);
+    char rk[160];
+    snprintf(rk, sizeof rk, "ecs:{%s}:obj:%s", ns[1], name);
+    assert_int_equal(cmd_int(node[2].port, "EXISTS %s", rk), 1);
+    printf("cluster: first seed killed: server and client through the other seeds\n");
+    ecs_client_close(c);
+    assert_int_equal(ecs_ts_stop(&ks, 5000), 0);
+  }
   for (int i = 0; i < 3; i++)
     ecs_ts_stop(&node[i], 3000);
 }
