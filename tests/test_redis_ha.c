@@ -1117,6 +1117,47 @@ static void test_namespace_braces(void **state) {
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
 }
 
+/* The sentinels' password is kept off the server's command line as the
+ * master's is: a URL holding one is refused there (without echoing it);
+ * --sentinel-password-file needs a redis-sentinel:// URL and a file no
+ * one else may read. */
+static void test_sentinel_password_argv(void **state) {
+  (void)state;
+  char dir[256], pwf[300], out[300], cmd[1400];
+  assert_int_equal(ecs_ts_mkdtemp(dir, sizeof dir), 0);
+  snprintf(out, sizeof out, "%s/out", dir);
+  snprintf(cmd, sizeof cmd,
+           "timeout 20 '%s' --listen 127.0.0.1:0 --redis "
+           "'redis-sentinel://127.0.0.1:1/m?sentinel_password=argv-pw-3c'"
+           " >'%s' 2>&1",
+           ecs_ts_bin("ecstore-server"), out);
+  int st = system(cmd);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+  assert_int_equal(file_holds(out, "argv-pw-3c"), 0);
+  assert_int_equal(file_holds(out, "password on the command line"), 1);
+  snprintf(pwf, sizeof pwf, "%s/spw", dir);
+  write_secret(pwf, "file-pw");
+  snprintf(
+      cmd, sizeof cmd,
+      "timeout 20 '%s' --listen 127.0.0.1:0 --redis 127.0.0.1:1 --sentinel-password-file '%s' >'%s' 2>&1",
+      ecs_ts_bin("ecstore-server"), pwf, out);
+  st = system(cmd);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+  assert_int_equal(file_holds(out, "needs a redis-sentinel://"), 1);
+  assert_int_equal(chmod(pwf, 0644), 0);
+  snprintf(cmd, sizeof cmd,
+           "timeout 20 '%s' --listen 127.0.0.1:0 --redis redis-sentinel://127.0.0.1:1/m "
+           "--sentinel-password-file '%s' >'%s' 2>&1",
+           ecs_ts_bin("ecstore-server"), pwf, out);
+  st = system(cmd);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+  assert_int_equal(file_holds(out, "chmod 600"), 1);
+  assert_int_equal(file_holds(out, "file-pw"), 0);
+  unlink(pwf);
+  unlink(out);
+  rmdir(dir);
+}
+
 /* Whether this redis-server runs as a sentinel. */
 static int have_sentinel(void) {
   char cmd[700];
@@ -1135,9 +1176,10 @@ int main(void) {
     return 77;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_namespace_braces),     cmocka_unit_test(test_sentinel_url),
-      cmocka_unit_test(test_sentinel_unreachable), cmocka_unit_test(test_sentinel_failover),
-      cmocka_unit_test(test_sentinel_auth),        cmocka_unit_test(test_cluster),
+      cmocka_unit_test(test_namespace_braces),       cmocka_unit_test(test_sentinel_url),
+      cmocka_unit_test(test_sentinel_unreachable),   cmocka_unit_test(test_sentinel_failover),
+      cmocka_unit_test(test_sentinel_auth),          cmocka_unit_test(test_cluster),
+      cmocka_unit_test(test_sentinel_password_argv),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
