@@ -63,6 +63,7 @@ static const key_def_t keys[] = {
     {"lookup_retries", K_INT, F(lookup_retries), 0, 0, 100, NULL},
     {"retry_backoff_ms", K_INT, F(retry_backoff_ms), 0, 1, 60000, NULL},
     {"redis_password_file", K_STR, F(redis_password_file), CAP(redis_password_file), 0, 0, NULL},
+    {"sentinel_password_file", K_STR, F(sentinel_password_file), CAP(sentinel_password_file), 0, 0, NULL},
     {"placement", K_CHOICE, F(placement), CAP(placement), 0, 0, "hash|local|least-loaded"},
     {"replicas", K_INT, F(replicas), 0, 1, ECS_MAX_REPLICAS, NULL},
 };
@@ -321,7 +322,8 @@ int ecs__ec_config_check(const ecs_ec_config_t *cfg, char *err, size_t errlen) {
 }
 
 int ecs__ec_config_secrets(ecs_ec_config_t *cfg, char *err, size_t errlen) {
-  if (cfg->redis_password_file[0] == '\0' || cfg->redis_url[0] == '\0')
+  if ((cfg->redis_password_file[0] == '\0' && cfg->sentinel_password_file[0] == '\0') ||
+      cfg->redis_url[0] == '\0')
     return ECS_OK;
   ecs__rds_url_t u;
   char why[600];
@@ -330,11 +332,21 @@ int ecs__ec_config_secrets(ecs_ec_config_t *cfg, char *err, size_t errlen) {
     char shown[256];
     snprintf(err, errlen, "key \"redis_url\": bad URL '%s'",
              ecs__rds_url_redact(cfg->redis_url, shown, sizeof shown));
-  } else if ((rc = ecs__rds_read_secret(cfg->redis_password_file, u.pass, sizeof u.pass, why, sizeof why)) !=
-             ECS_OK) {
+  } else if (cfg->redis_password_file[0] &&
+             (rc = ecs__rds_read_secret(cfg->redis_password_file, u.pass, sizeof u.pass, why, sizeof why)) !=
+                 ECS_OK) {
     snprintf(err, errlen, "key \"redis_password_file\": %s", why);
+  } else if (cfg->sentinel_password_file[0] && !u.master[0]) {
+    snprintf(err, errlen, "key \"sentinel_password_file\": needs a redis-sentinel:// redis_url");
+    rc = ECS_EINVAL;
+  } else if (cfg->sentinel_password_file[0] &&
+             (rc = ecs__rds_read_secret(cfg->sentinel_password_file, u.spass, sizeof u.spass, why,
+                                        sizeof why)) != ECS_OK) {
+    snprintf(err, errlen, "key \"sentinel_password_file\": %s", why);
   } else if ((rc = ecs__rds_url_format(&u, 1, cfg->redis_url, sizeof cfg->redis_url)) != ECS_OK) {
-    snprintf(err, errlen, "key \"redis_password_file\": the password does not fit in a redis_url");
+    snprintf(err, errlen,
+             "key \"redis_password_file\"/\"sentinel_password_file\": the passwords do not fit "
+             "in a redis_url");
   }
   memset(&u, 0, sizeof u);
   return rc;

@@ -255,7 +255,8 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     if (rc) {
       char shown[256]; /* never the password */
       snprintf(errbuf, errlen,
-               "bad Redis URL '%s' (a user needs a password, in the URL or ECSTORE_REDIS_PASSWORD)",
+               "bad Redis URL '%s' (a user needs a password, in the URL or ECSTORE_REDIS_PASSWORD; "
+               "a sentinel_user in the URL or ECSTORE_SENTINEL_PASSWORD)",
                ecs__rds_url_redact(c->redis_s, shown, sizeof shown));
       goto fail;
     }

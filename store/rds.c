@@ -125,28 +125,68 @@ static int parse_db(const char *s, int *db) {
   return 0;
 }
 
+/* A list of "HOST[:PORT]" separated by commas, len bytes at s, at most
+ * max of them (no empty one); the first into host (cap bytes) and port.
+ * The count, or -1. */
+static int parse_hostlist(const char *s, size_t len, int max, char *host, size_t cap, int *port) {
+  int n = 0;
+  const char *end = s + len;
+  for (const char *p = s; p < end;) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    const char *e = comma ? comma : end;
+    char h[256];
+    int hp;
+    if (++n > max || parse_hostport(p, (size_t)(e - p), h, sizeof h, &hp) != 0)
+      return -1;
+    if (n == 1) {
+      if (strlen(h) >= cap)
+        return -1;
+      snprintf(host, cap, "%s", h);
+      *port = hp;
+    }
+    p = comma ? comma + 1 : end;
+    if (comma != NULL && p == end)
+      return -1; /* a trailing comma */
+  }
+  return n;
+}
+
+/* The query of a redis-sentinel:// URL (after its last '?'):
+ * "sentinel_user=U&sentinel_password=P", either or both, %XX-escaped.
+ * 0, or -1 when it is anything else (then it is no query). */
+static int parse_query(const char *q, ecs__rds_url_t *u) {
+  char user[sizeof u->suser] = "", pass[sizeof u->spass] = "";
+  int rc = 0;
+  while (rc == 0 && *q) {
+    const char *amp = strchr(q, '&'), *end = amp ? amp : q + strlen(q);
+    const char *eq = memchr(q, '=', (size_t)(end - q));
+    if (eq == NULL || eq + 1 == end)
+      rc = -1;
+    else if ((size_t)(eq - q) == 13 && memcmp(q, "sentinel_user", 13) == 0)
+      rc = pct_decode(eq + 1, (size_t)(end - eq - 1), user, sizeof user);
+    else if ((size_t)(eq - q) == 17 && memcmp(q, "sentinel_password", 17) == 0)
+      rc = pct_decode(eq + 1, (size_t)(end - eq - 1), pass, sizeof pass);
+    else
+      rc = -1;
+    q = amp ? amp + 1 : end;
+    if (amp != NULL && *q == '\0')
+      rc = -1;
+  }
+  if (rc == 0) {
+    memcpy(u->suser, user, sizeof user);
+    memcpy(u->spass, pass, sizeof pass);
+  }
+  memset(pass, 0, sizeof pass);
+  return rc;
+}
+
 /* The sentinel part of a redis-sentinel:// URL, "H1:P1,H2:P2/NAME[/DB]". */
 static int parse_sentinel(const char *url, ecs__rds_url_t *u) {
   const char *slash = strchr(url, '/');
   if (slash == NULL || (size_t)(slash - url) >= sizeof u->sentinels)
     return ECS_EINVAL;
-  int n = 0;
-  for (const char *p = url; p < slash;) {
-    const char *comma = memchr(p, ',', (size_t)(slash - p));
-    const char *end = comma ? comma : slash;
-    char host[256];
-    int port;
-    if (++n > ECS_RDS_MAX_SENTINELS || parse_hostport(p, (size_t)(end - p), host, sizeof host, &port) != 0)
-      return ECS_EINVAL;
-    if (n == 1) {
-      snprintf(u->host, sizeof u->host, "%s", host);
-      u->port = port;
-    }
-    p = comma ? comma + 1 : slash;
-    if (comma != NULL && p == slash)
-      return ECS_EINVAL; /* a trailing comma */
-  }
-  if (n == 0)
+  if (parse_hostlist(url, (size_t)(slash - url), ECS_RDS_MAX_SENTINELS, u->host, sizeof u->host, &u->port) <
+      1)
     return ECS_EINVAL;
   memcpy(u->sentinels, url, (size_t)(slash - url));
   u->sentinels[slash - url] = '\0';
@@ -169,6 +209,9 @@ int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u) {
   if (url == NULL || u == NULL)
     return ECS_EINVAL;
   memset(u, 0, sizeof *u);
+  char copy[2048]; /* the URL, its query cut off */
+  if (strlen(url) >= sizeof copy)
+    return ECS_EINVAL;
   int sentinel = 0, cluster = 0;
   if (strncmp(url, "redis://", 8) == 0) {
     url += 8;
@@ -181,6 +224,11 @@ int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u) {
   } else if (strstr(url, "://") != NULL) {
     return ECS_EINVAL;
   }
+  snprintf(copy, sizeof copy, "%s", url);
+  url = copy;
+  char *q = sentinel ? strrchr(copy, '?') : NULL;
+  if (q != NULL && parse_query(q + 1, u) == 0)
+    *q = '\0';
   /* userinfo: up to the last '@' (a password may hold one, escaped or not) */
   const char *at = strrchr(url, '@');
   if (at != NULL) {
@@ -197,29 +245,72 @@ int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u) {
   if (sentinel) {
     if (parse_sentinel(url, u) != ECS_OK)
       goto bad;
+    memset(copy, 0, sizeof copy);
     return ECS_OK;
   }
   const char *slash = strchr(url, '/');
   size_t hp_len = slash ? (size_t)(slash - url) : strlen(url);
-  if (parse_db(slash, &u->db) != 0 || parse_hostport(url, hp_len, u->host, sizeof u->host, &u->port) != 0)
+  if (parse_db(slash, &u->db) != 0)
     goto bad;
+  if (cluster && memchr(url, ',', hp_len) != NULL) { /* a seed list */
+    if (hp_len >= sizeof u->seeds ||
+        parse_hostlist(url, hp_len, ECS_RDS_MAX_SEEDS, u->host, sizeof u->host, &u->port) < 2)
+      goto bad;
+    memcpy(u->seeds, url, hp_len);
+    u->seeds[hp_len] = '\0';
+  } else if (parse_hostport(url, hp_len, u->host, sizeof u->host, &u->port) != 0) {
+    goto bad;
+  }
   u->cluster = cluster;
+  memset(copy, 0, sizeof copy);
   return ECS_OK;
 bad:
+  memset(copy, 0, sizeof copy);
   memset(u, 0, sizeof *u);
   return ECS_EINVAL;
+}
+
+/* AUTH to a sentinel on c when u has a sentinel password.  0, or -1 with
+ * the reason in why (*auth_failed set when the sentinel refused it). */
+static int sentinel_auth(redisContext *c, const ecs__rds_url_t *u, char *why, size_t cap, int *auth_failed) {
+  if (u->spass[0] == '\0')
+    return 0;
+  const char *argv[3] = {"AUTH"};
+  size_t lens[3] = {4};
+  int n = 1;
+  if (u->suser[0])
+    argv[n] = u->suser, lens[n] = strlen(u->suser), n++;
+  argv[n] = u->spass, lens[n] = strlen(u->spass), n++;
+  redisReply *rep = redisCommandArgv(c, n, argv, lens);
+  int rc = 0;
+  if (rep == NULL) {
+    snprintf(why, cap, "%s", c->errstr[0] ? c->errstr : "no reply to AUTH");
+    rc = -1;
+  } else if (rep->type == REDIS_REPLY_ERROR) {
+    /* the sentinel's words (WRONGPASS ..., "AUTH ... without any password
+     * configured") hold no secret */
+    snprintf(why, cap, "authentication failed%s%.60s: %.100s", u->suser[0] ? " as user " : "", u->suser,
+             rep->str);
+    *auth_failed = 1;
+    rc = -1;
+  }
+  if (rep != NULL)
+    freeReplyObject(rep);
+  return rc;
 }
 
 int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, size_t hostcap, int *port,
                               char *err, size_t errlen) {
   size_t k = 0;
+  int auth_failed = 0;
   err[0] = '\0';
   k += (size_t)snprintf(err, errlen, "redis-sentinel: no sentinel knows master '%s':", u->master);
+  size_t head = k; /* rewritten below when a sentinel refused our AUTH */
   struct timeval tv = {.tv_sec = per_ms / 1000, .tv_usec = (per_ms % 1000) * 1000};
   for (const char *p = u->sentinels; *p;) {
     const char *comma = strchr(p, ',');
     size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    char sh[256], why[160];
+    char sh[256], why[320];
     int sp;
     const char *entry = p;
     p = comma ? comma + 1 : p + len;
@@ -231,11 +322,19 @@ int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, s
       ecs__rds_bound_reader(c->reader, 1); /* a sentinel's reply is small: bounded as any */
     if (c == NULL || c->err != 0) {
       snprintf(why, sizeof why, "%s", c ? c->errstr : "out of memory");
-    } else if (redisSetTimeout(c, tv) != REDIS_OK ||
-               (rep = redisCommand(c, "SENTINEL get-master-addr-by-name %s", u->master)) == NULL) {
+    } else if (redisSetTimeout(c, tv) != REDIS_OK) {
+      snprintf(why, sizeof why, "%s", c->errstr[0] ? c->errstr : "setsockopt failed");
+    } else if (sentinel_auth(c, u, why, sizeof why, &auth_failed) != 0) {
+      /* why says it */
+    } else if ((rep = redisCommand(c, "SENTINEL get-master-addr-by-name %s", u->master)) == NULL) {
       snprintf(why, sizeof why, "%s", c->errstr[0] ? c->errstr : "no reply");
     } else if (rep->type == REDIS_REPLY_ERROR) {
-      snprintf(why, sizeof why, "%.150s", rep->str);
+      int noauth = rep->len >= 6 && memcmp(rep->str, "NOAUTH", 6) == 0;
+      auth_failed |= noauth;
+      snprintf(why, sizeof why, "%.100s%s", rep->str,
+               noauth ? " (this sentinel requires a password: --sentinel-password-file, "
+                        "ECSTORE_SENTINEL_PASSWORD or sentinel_password_file)"
+                      : "");
     } else if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
                rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_STRING) {
       snprintf(why, sizeof why, "%s", rep->type == REDIS_REPLY_NIL ? "unknown master" : "unexpected reply");
@@ -260,7 +359,14 @@ int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, s
     if (c != NULL)
       redisFree(c);
     if (k < errlen)
-      k += (size_t)snprintf(err + k, errlen - k, " %s:%d: %s;", sh, sp, why);
+      k += (size_t)snprintf(err + k, errlen - k, " sentinel %s:%d: %s;", sh, sp, why);
+  }
+  if (auth_failed && head < errlen) {
+    char list[1024];
+    snprintf(list, sizeof list, "%s", err + head);
+    snprintf(err, errlen, "redis-sentinel: authentication to the sentinels failed (master '%s'):%s",
+             u->master, list);
+    return ECS_EAUTH;
   }
   return ECS_ECONN;
 }
@@ -328,10 +434,25 @@ int ecs__rds_parse_url(const char *url, char *host, size_t hostcap, int *port, i
 
 int ecs__rds_url_has_password(const char *url) {
   ecs__rds_url_t u;
-  int has = ecs__rds_url_parse(url, &u) == ECS_OK && u.pass[0] != '\0';
-  memset(u.pass, 0, sizeof u.pass);
+  int has = ecs__rds_url_parse(url, &u) == ECS_OK && (u.pass[0] != '\0' || u.spass[0] != '\0');
+  memset(&u, 0, sizeof u);
   /* one that does not parse may still hold one: "user:pw@" then junk */
   return has || (url != NULL && strchr(url, '@') != NULL && ecs__rds_url_parse(url, &u) != ECS_OK);
+}
+
+/* url with the value of its "sentinel_password=" (up to the next '&')
+ * replaced by "***" into out. */
+static const char *redact_query(const char *url, char *out, size_t cap) {
+  const char *q = strrchr(url, '?');
+  const char *k = q && strncmp(q + 1, "sentinel_", 9) == 0 ? strstr(q, "sentinel_password=") : NULL;
+  if (k == NULL) {
+    snprintf(out, cap, "%s", url);
+    return out;
+  }
+  k += 18;
+  const char *amp = strchr(k, '&');
+  snprintf(out, cap, "%.*s***%s", (int)(k - url), url, amp ? amp : "");
+  return out;
 }
 
 const char *ecs__rds_url_redact(const char *url, char *out, size_t cap) {
@@ -339,19 +460,34 @@ const char *ecs__rds_url_redact(const char *url, char *out, size_t cap) {
     snprintf(out, cap, "(none)");
     return out;
   }
+  char tmp[2048];
+  if (strncmp(url, "redis-sentinel://", 17) == 0 && strlen(url) < sizeof tmp)
+    url = redact_query(url, tmp, sizeof tmp);
+  const char *q = strrchr(url, '?');
   const char *at = strrchr(url, '@');
+  if (at != NULL && q != NULL && at > q && strncmp(q + 1, "sentinel_", 9) == 0 &&
+      strncmp(url, "redis-sentinel://", 17) == 0) {
+    /* an '@' after the query's start: the userinfo ends before it */
+    const char *at2 = NULL;
+    for (const char *p = url; p < q; p++)
+      if (*p == '@')
+        at2 = p;
+    at = at2;
+  }
   if (at == NULL) {
     snprintf(out, cap, "%s", url);
     return out;
   }
   const char *base = strncmp(url, "redis://", 8) == 0             ? url + 8
                      : strncmp(url, "redis-sentinel://", 17) == 0 ? url + 17
+                     : strncmp(url, "redis-cluster://", 16) == 0  ? url + 16
                                                                   : url;
   const char *colon = base < at ? memchr(base, ':', (size_t)(at - base)) : NULL;
   if (colon == NULL) /* a user alone: nothing secret */
     snprintf(out, cap, "%s", url);
   else
     snprintf(out, cap, "%.*s:***%s", (int)(colon - url), url, at);
+  memset(tmp, 0, sizeof tmp);
   return out;
 }
 
@@ -398,6 +534,32 @@ int ecs__rds_url_format(const ecs__rds_url_t *u, int with_pass, char *out, size_
   if (u->master[0]) {
     n = snprintf(out + k, cap - k, "%s%s/%s/%d", (u->user[0] || pass) ? "@" : "", u->sentinels, u->master,
                  u->db);
+    if (n < 0 || (size_t)n >= cap - k)
+      return ECS_EINVAL;
+    k += (size_t)n;
+    int spass = with_pass && u->spass[0];
+    const char *sep = "?";
+    if (u->suser[0]) {
+      n = snprintf(out + k, cap - k, "?sentinel_user=");
+      if (n < 0 || (size_t)n >= cap - k)
+        return ECS_EINVAL;
+      k += (size_t)n;
+      if (pct_encode(u->suser, out, cap, &k) != 0)
+        return ECS_EINVAL;
+      sep = "&";
+    }
+    if (spass) {
+      n = snprintf(out + k, cap - k, "%ssentinel_password=", sep);
+      if (n < 0 || (size_t)n >= cap - k)
+        return ECS_EINVAL;
+      k += (size_t)n;
+      if (pct_encode(u->spass, out, cap, &k) != 0)
+        return ECS_EINVAL;
+    }
+    return ECS_OK;
+  }
+  if (u->seeds[0]) {
+    n = snprintf(out + k, cap - k, "%s%s/%d", (u->user[0] || pass) ? "@" : "", u->seeds, u->db);
     return n < 0 || (size_t)n >= cap - k ? ECS_EINVAL : ECS_OK;
   }
   int v6 = strchr(u->host, ':') != NULL;
@@ -487,6 +649,24 @@ int ecs__rds_url_resolve(const char *url, ecs__rds_url_t *u, char *err, size_t e
     memset(u, 0, sizeof *u);
     return ECS_EINVAL;
   }
+  /* the sentinels' own password: never the master's (docs/redis-ha.md) */
+  const char *senv = getenv("ECSTORE_SENTINEL_PASSWORD");
+  if (u->master[0] && !u->spass[0] && senv != NULL && senv[0]) {
+    if (strlen(senv) >= sizeof u->spass) {
+      snprintf(err, errlen, "ECSTORE_SENTINEL_PASSWORD longer than %zu bytes", sizeof u->spass - 1);
+      memset(u, 0, sizeof *u);
+      return ECS_EINVAL;
+    }
+    snprintf(u->spass, sizeof u->spass, "%s", senv);
+  }
+  if (u->suser[0] && !u->spass[0]) {
+    snprintf(err, errlen,
+             "redis_url names sentinel_user '%.100s' but no sentinel password: put it in the URL of a "
+             "config file, in a sentinel password file or in ECSTORE_SENTINEL_PASSWORD",
+             u->suser);
+    memset(u, 0, sizeof *u);
+    return ECS_EINVAL;
+  }
   return ECS_OK;
 }
 
@@ -504,6 +684,9 @@ int ecs__rds_init(ecs__rds_t *r, const char *url, int connect_timeout_ms, int ti
   snprintf(r->user, sizeof r->user, "%s", u.user);
   snprintf(r->sentinels, sizeof r->sentinels, "%s", u.sentinels);
   snprintf(r->master, sizeof r->master, "%s", u.master);
+  memcpy(r->suser, u.suser, sizeof r->suser);
+  memcpy(r->spass, u.spass, sizeof r->spass);
+  memcpy(r->seeds, u.seeds, sizeof r->seeds);
   r->cluster = u.cluster;
   if (strlen(url) < sizeof r->url)
     snprintf(r->url, sizeof r->url, "%s", url);
@@ -569,11 +752,15 @@ static int rds_connect_once(ecs__rds_t *r) {
     memset(&su, 0, sizeof su);
     snprintf(su.sentinels, sizeof su.sentinels, "%s", r->sentinels);
     snprintf(su.master, sizeof su.master, "%s", r->master);
+    memcpy(su.suser, r->suser, sizeof su.suser);
+    memcpy(su.spass, r->spass, sizeof su.spass);
     char why[sizeof r->err];
-    if (ecs__rds_sentinel_resolve(&su, r->connect_timeout_ms, r->host, sizeof r->host, &r->port, why,
-                                  sizeof why) != ECS_OK) {
+    int rc = ecs__rds_sentinel_resolve(&su, r->connect_timeout_ms, r->host, sizeof r->host, &r->port, why,
+                                       sizeof why);
+    memset(&su, 0, sizeof su);
+    if (rc != ECS_OK) {
       ecs__rds_seterr(r, "%s", why);
-      return ECS_ECONN;
+      return rc;
     }
   }
   struct timeval tv;
@@ -665,13 +852,47 @@ static void rds_take_move(ecs__rds_t *r) {
   r->port = r->mport;
 }
 
+/* rds_connect_once, and with a redis-cluster:// seed list, when the node
+ * in use does not answer (refused, unreachable, timed out), the seeds in
+ * the order listed until one does (the route probe then follows MOVED
+ * from there).  Only connection failures move on: a refused AUTH is the
+ * same on every node. */
+static int rds_connect_seeds(ecs__rds_t *r) {
+  int rc = rds_connect_once(r);
+  if (!r->seeds[0] || (rc != ECS_ECONN && rc != ECS_ETIMEDOUT))
+    return rc;
+  char tried[256], why[sizeof r->err];
+  int tport = r->port;
+  snprintf(tried, sizeof tried, "%s", r->host);
+  size_t k = (size_t)snprintf(why, sizeof why, "redis-cluster: no seed node answered: %s;", r->err);
+  for (const char *p = r->seeds; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char h[256];
+    int port;
+    int ok = parse_hostport(p, len, h, sizeof h, &port) == 0; /* checked by the parse */
+    p = comma ? comma + 1 : p + len;
+    if (!ok || (port == tport && strcmp(h, tried) == 0))
+      continue;
+    snprintf(r->host, sizeof r->host, "%s", h);
+    r->port = port;
+    rc = rds_connect_once(r);
+    if (rc != ECS_ECONN && rc != ECS_ETIMEDOUT)
+      return rc;
+    if (k < sizeof why)
+      k += (size_t)snprintf(why + k, sizeof why - k, " %s;", r->err);
+  }
+  ecs__rds_seterr(r, "%s", why);
+  return rc;
+}
+
 int ecs__rds_connect(ecs__rds_t *r) {
   if (r->c != NULL)
     return ECS_OK;
   rds_take_move(r);
   /* Redis Cluster: up to 3 redirections to the route key's master */
   for (int hop = 0; hop < 3; hop++) {
-    int rc = rds_connect_once(r);
+    int rc = hop == 0 ? rds_connect_seeds(r) : rds_connect_once(r);
     if (rc != ECS_OK || r->route[0] == '\0' || r->master[0] || !r->cluster)
       return rc;
     const char *argv[] = {"EXISTS", r->route};
@@ -806,6 +1027,7 @@ static int rds_ask(ecs__rds_t *r, redisReply **out, int argc, const char **argv,
   memcpy(t, r, sizeof *t);
   t->c = NULL;
   t->route[0] = '\0';
+  t->seeds[0] = '\0'; /* the node ASK named, or nothing */
   t->moved = t->ask = t->readonly = 0;
   snprintf(t->host, sizeof t->host, "%s", r->ahost);
   t->port = r->aport;

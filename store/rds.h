@@ -48,7 +48,15 @@ typedef struct ecs__rds_url {
    * then name the first sentinel, until ecs__rds_sentinel_resolve. */
   char sentinels[512];
   char master[128];
+  /* redis-sentinel://: the sentinels' own AUTH (docs/redis-ha.md): the
+   * URL's "?sentinel_user=U&sentinel_password=P", else the environment's
+   * ECSTORE_SENTINEL_PASSWORD; "" for none (the master's is not tried) */
+  char suser[128];
+  char spass[256];
   int cluster; /* redis-cluster://HOST:PORT: a Redis Cluster (its slots probed from the first connect) */
+  /* redis-cluster://H1:P1,H2:P2,...: the seed nodes ("" for one node);
+   * host and port then name the first seed */
+  char seeds[512];
 } ecs__rds_url_t;
 
 typedef struct ecs__rds {
@@ -63,6 +71,9 @@ typedef struct ecs__rds {
   int used;               /* a reply arrived since the connect (a later EOF may be a stale link) */
   char sentinels[512];    /* redis-sentinel://: the sentinels ("" for a plain URL) */
   char master[128];       /* ...and the master's name: host and port are re-resolved at each connect */
+  char suser[128];        /* the sentinels' AUTH user ("": the default user) */
+  char spass[256];        /* the sentinels' AUTH password ("": none); never logged */
+  char seeds[512];        /* redis-cluster:// with several nodes: tried in order when a connect fails */
   int readonly;           /* a READONLY reply (a demoted master): the next append reconnects */
   char route[200];        /* Redis Cluster: a key of the slot this link serves ("": none) */
   int cluster;            /* a redis-cluster:// URL, or a MOVED seen: connects probe the route key */
@@ -81,24 +92,33 @@ typedef struct ecs__rds {
  * is "USER:PASS", ":PASS" (the default user) or "USER" (the password comes
  * from elsewhere), %XX-escaped where it holds ':', '@' or '/' (the last
  * '@' ends it).  "redis-cluster://" instead of "redis://" names one node
- * of a Redis Cluster (docs/redis-ha.md).  Or Redis Sentinel:
- * "redis-sentinel://[USERINFO@]H1:P1[,H2:P2...]/MASTERNAME[/DB]", at most
- * ECS_RDS_MAX_SENTINELS sentinels, MASTERNAME of letters, digits, '.', '_'
- * and '-'; USERINFO is the master's AUTH (the
- * sentinels are asked without one).  Returns ECS_OK or ECS_EINVAL.  The
+ * of a Redis Cluster, or up to ECS_RDS_MAX_SEEDS seed nodes,
+ * "redis-cluster://[USERINFO@]H1:P1,H2:P2[,...][/DB]" (docs/redis-ha.md).
+ * Or Redis Sentinel:
+ * "redis-sentinel://[USERINFO@]H1:P1[,H2:P2...]/MASTERNAME[/DB][?QUERY]", at
+ * most ECS_RDS_MAX_SENTINELS sentinels, MASTERNAME of letters, digits,
+ * '.', '_' and '-'; USERINFO is the master's AUTH; QUERY, after the last
+ * '?', is "sentinel_user=U&sentinel_password=P" (either or both,
+ * %XX-escaped): the sentinels' own AUTH (a '?' followed by anything else
+ * is no query).  Returns ECS_OK or ECS_EINVAL.  The
  * reusable half of the link, for any Redis client of the project (the
  * async link included). */
 int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u);
 
 #define ECS_RDS_MAX_SENTINELS 8
+/* The most seed nodes of a redis-cluster:// URL. */
+#define ECS_RDS_MAX_SEEDS 8
 
 /* Redis Sentinel's client protocol, the discovery half: asks the sentinels
  * of u in turn (SENTINEL get-master-addr-by-name) for the address of u's
  * master, each with a connect and a reply deadline of per_ms; the first
- * answer wins.  Blocks at most 2 * per_ms per sentinel.  ECS_OK with
- * host/port, or ECS_ECONN (no sentinel answered, or none knows the
- * master) with the reasons in err.  The caller then verifies the role
- * (ROLE says "master") after its handshake. */
+ * answer wins.  With u->spass, each sentinel is sent AUTH [suser] spass
+ * first.  Blocks at most 2 * per_ms per sentinel (3 with AUTH).  ECS_OK
+ * with host/port; ECS_EAUTH when a sentinel refused the AUTH or answered
+ * NOAUTH (no password given) and none answered; else ECS_ECONN (no
+ * sentinel answered, or none knows the master); the reasons in err, one
+ * per sentinel, naming it (never a password).  The caller then verifies
+ * the role (ROLE says "master") after its handshake. */
 int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, size_t hostcap, int *port,
                               char *err, size_t errlen);
 
@@ -245,7 +265,10 @@ int ecs__rds_up(const ecs__rds_t *r);
  * master demoted under us) drops the link at the next call, so that it
  * re-resolves.  A
  * refused AUTH is ECS_EAUTH, "redis HOST:PORT: authentication failed"
- * (the password is never in a message). */
+ * (the password is never in a message); so is one the sentinels refused.
+ * With a redis-cluster:// seed list, a node in use that does not answer
+ * (ECS_ECONN, ECS_ETIMEDOUT) makes the link try the seeds in the order
+ * listed until one does, each within connect_timeout_ms. */
 int ecs__rds_connect(ecs__rds_t *r);
 
 /* The most arguments a command given without lengths may have. */
@@ -303,7 +326,8 @@ const char *ecs__rds_errmsg(const ecs__rds_t *r);
  * Through Sentinel (a redis-sentinel:// URL), ecs__rdsa_connect asks the
  * sentinels for the master's address first, synchronously, with a
  * deadline of min(timeout_ms, 200) ms for each connect and each reply:
- * the loop waits at most 400 ms per sentinel listed, and only at a
+ * the loop waits at most 400 ms per sentinel listed (600 ms with the
+ * sentinels' AUTH, one more reply), and only at a
  * (re)connect, at most once per reconnect interval of the caller.  The
  * handshake then checks ROLE (a replica the sentinels still name is
  * dropped, ECS_ECONN), and an error reply starting READONLY (a master
@@ -338,9 +362,16 @@ typedef struct ecs__rdsa {
   char pass[256];                     /* AUTH password ("": no AUTH); never logged */
   char sentinels[512];                /* redis-sentinel://: the sentinels ("" for a plain URL) */
   char master[128];                   /* ...and the master's name, resolved at each connect */
+  char suser[128];                    /* the sentinels' AUTH user ("": the default user) */
+  char spass[256];                    /* the sentinels' AUTH password ("": none); never logged */
+  char seeds[ECS_RDS_MAX_SEEDS][64];  /* redis-cluster:// seeds, as addresses resolved by init */
+  int seed_port[ECS_RDS_MAX_SEEDS];   /* ...their ports */
+  int nseeds;                         /* how many (0: one node, no seed list) */
+  int seed_next;                      /* the seed the next failed connect moves to */
+  int seed_tries;                     /* failed connects in a row (a full round waits for the caller) */
   char route[200];                    /* Redis Cluster: a key of the slot served (ecs__rdsa_set_route) */
   int cluster;                        /* a redis-cluster:// URL, or a MOVED seen: the handshake probes */
-  int redirected;                     /* dropped for a MOVED: reconnect at once (to the node named) */
+  int redirected;                     /* dropped for a MOVED, or a seed failed: reconnect at once */
   int timeout_ms;                     /* deadline of the connect and of each reply */
   uint64_t connect_t0_ms;             /* when the connect began (monotonic) */
   int fail_rc;                        /* code for callbacks failed by the drop under way */
@@ -376,7 +407,11 @@ void ecs__rdsa_set_auth(ecs__rdsa_t *r, const char *user, const char *pass);
 
 /* Starts a connect and its handshake (AUTH when set, SELECT db) when down; returns at
  * once.  on_up or on_down follows from the loop.  ECS_OK, or ECS_ECONN /
- * ECS_ENOMEM when it could not even start (on_down is not called). */
+ * ECS_ENOMEM (ECS_EAUTH: the sentinels refused our AUTH) when it could not
+ * even start (on_down is not called).  With a redis-cluster:// seed list,
+ * a connect that fails before the link is up (refused, timed out) points
+ * the next one at the next seed and sets redirected (reconnect at once)
+ * until every seed has failed in a row. */
 int ecs__rdsa_connect(ecs__rdsa_t *r);
 
 /* Sends one command while the link is up or connecting (then it follows

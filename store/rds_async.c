@@ -41,6 +41,31 @@ static void rdsa_seterr(ecs__rdsa_t *r, const char *what, const char *why) {
   snprintf(r->err, sizeof r->err, "redis %.100s:%d: %s: %.100s", r->host, r->port, what, why);
 }
 
+/* host's address (IPv4 first, as a Redis bound to 127.0.0.1 is reached as
+ * "localhost") into addr (64 bytes); host itself when it does not
+ * resolve.  A blocking lookup. */
+static void rdsa_resolve(const char *host, char addr[64]) {
+  snprintf(addr, 64, "%.63s", host);
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host, NULL, &hints, &res) == 0 && res != NULL) {
+    const struct addrinfo *pick = res;
+    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+      if (ai->ai_family == AF_INET) {
+        pick = ai;
+        break;
+      }
+    const void *a = pick->ai_family == AF_INET6
+                        ? (const void *)&((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr
+                        : (const void *)&((const struct sockaddr_in *)pick->ai_addr)->sin_addr;
+    if (inet_ntop(pick->ai_family, a, addr, 64) == NULL)
+      snprintf(addr, 64, "%.63s", host);
+  }
+  if (res != NULL)
+    freeaddrinfo(res);
+}
+
 int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, void (*on_up)(void *ctx),
                    void (*on_down)(void *ctx, int rc), void *cb_ctx) {
   memset(r, 0, sizeof *r);
@@ -61,30 +86,26 @@ int ecs__rdsa_init(ecs__rdsa_t *r, const char *url, int timeout_ms, int epfd, vo
   memcpy(r->pass, u.pass, sizeof r->pass);
   memcpy(r->sentinels, u.sentinels, sizeof r->sentinels);
   memcpy(r->master, u.master, sizeof r->master);
+  memcpy(r->suser, u.suser, sizeof r->suser);
+  memcpy(r->spass, u.spass, sizeof r->spass);
   r->cluster = u.cluster;
-  memset(&u, 0, sizeof u);
   /* hiredis's redisAsyncConnect resolves names with a blocking
    * getaddrinfo(): resolve once now, connect by address later. */
-  snprintf(r->addr, sizeof r->addr, "%.63s", r->host);
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(r->host, NULL, &hints, &res) == 0 && res != NULL) {
-    /* IPv4 first, as a Redis bound to 127.0.0.1 is reached as "localhost" */
-    const struct addrinfo *pick = res;
-    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
-      if (ai->ai_family == AF_INET) {
-        pick = ai;
-        break;
-      }
-    const void *a = pick->ai_family == AF_INET6
-                        ? (const void *)&((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr
-                        : (const void *)&((const struct sockaddr_in *)pick->ai_addr)->sin_addr;
-    if (inet_ntop(pick->ai_family, a, r->addr, sizeof r->addr) == NULL)
-      snprintf(r->addr, sizeof r->addr, "%.63s", r->host);
+  rdsa_resolve(r->host, r->addr);
+  /* a redis-cluster:// seed list: each seed resolved now too */
+  for (const char *p = u.seeds; *p && r->nseeds < ECS_RDS_MAX_SEEDS;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char one[300];
+    ecs__rds_url_t su;
+    snprintf(one, sizeof one, "%.*s", (int)(len < 299 ? len : 299), p);
+    p = comma ? comma + 1 : p + len;
+    if (ecs__rds_url_parse(one, &su) != ECS_OK) /* checked by the parse: cannot fail */
+      continue;
+    rdsa_resolve(su.host, r->seeds[r->nseeds]);
+    r->seed_port[r->nseeds++] = su.port;
   }
-  if (res != NULL)
-    freeaddrinfo(res);
+  memset(&u, 0, sizeof u);
   return ECS_OK;
 }
 
@@ -102,9 +123,31 @@ int ecs__rdsa_owns(const ecs__rdsa_t *r, const void *p) {
 
 /* The link is lost: from now on every callback failed by the drop gets
  * rc.  Runs once per connect (state is DOWN afterwards). */
+/* A redis-cluster:// seed list: the next connect goes to the next seed
+ * (the one that just failed skipped); at once, until every seed has
+ * failed in a row, after which the caller's reconnect interval applies. */
+static void rdsa_next_seed(ecs__rdsa_t *r) {
+  int i = r->seed_next % r->nseeds;
+  if (r->nseeds > 1 && r->seed_port[i] == r->port && strcmp(r->seeds[i], r->addr) == 0)
+    i = (i + 1) % r->nseeds;
+  memcpy(r->addr, r->seeds[i], sizeof r->addr);
+  snprintf(r->host, sizeof r->host, "%s", r->seeds[i]);
+  r->port = r->seed_port[i];
+  r->seed_next = (i + 1) % r->nseeds;
+  if (++r->seed_tries < r->nseeds)
+    r->redirected = 1;
+  else
+    r->seed_tries = 0;
+}
+
 static void rdsa_lost(ecs__rdsa_t *r, int rc) {
   if (r->state == ECS_RDSA_DOWN)
     return;
+  /* a node that never answered (the first connect, or a reconnect after
+   * the node in use went away): the next seed */
+  if (r->state == ECS_RDSA_CONNECTING && r->nseeds > 0 && !r->redirected &&
+      (rc == ECS_ECONN || rc == ECS_ETIMEDOUT))
+    rdsa_next_seed(r);
   r->state = ECS_RDSA_DOWN;
   r->fail_rc = rc;
   if (r->on_down != NULL)
@@ -349,6 +392,7 @@ static void rdsa_hello_done(void *ctx, int rc, redisReply *reply) {
     return;
   }
   r->state = ECS_RDSA_UP;
+  r->seed_tries = 0;
   r->err[0] = '\0';
   if (r->on_up != NULL)
     r->on_up(r->cb_ctx);
@@ -368,23 +412,36 @@ int ecs__rdsa_connect(ecs__rdsa_t *r) {
     memset(&su, 0, sizeof su);
     memcpy(su.sentinels, r->sentinels, sizeof su.sentinels);
     memcpy(su.master, r->master, sizeof su.master);
+    memcpy(su.suser, r->suser, sizeof su.suser);
+    memcpy(su.spass, r->spass, sizeof su.spass);
     char why[sizeof r->err];
-    if (ecs__rds_sentinel_resolve(&su, r->timeout_ms < 200 ? r->timeout_ms : 200, r->addr, sizeof r->addr,
-                                  &r->port, why, sizeof why) != ECS_OK) {
+    int rc = ecs__rds_sentinel_resolve(&su, r->timeout_ms < 200 ? r->timeout_ms : 200, r->addr,
+                                       sizeof r->addr, &r->port, why, sizeof why);
+    memset(&su, 0, sizeof su);
+    if (rc != ECS_OK) {
       snprintf(r->err, sizeof r->err, "%s", why);
-      return ECS_ECONN;
+      return rc;
     }
     snprintf(r->host, sizeof r->host, "%s", r->addr);
   }
-  redisAsyncContext *ac = redisAsyncConnect(r->addr, r->port);
-  if (ac == NULL) {
-    rdsa_seterr(r, "connect", "out of memory");
-    return ECS_ENOMEM;
-  }
-  if (ac->err != 0) {
-    rdsa_seterr(r, "connect", ac->errstr);
-    redisAsyncFree(ac);
-    return ECS_ECONN;
+  redisAsyncContext *ac = NULL;
+  /* a connect refused at once: with a seed list, the next seeds now */
+  for (int tries = 0; ac == NULL; tries++) {
+    ac = redisAsyncConnect(r->addr, r->port);
+    if (ac == NULL) {
+      rdsa_seterr(r, "connect", "out of memory");
+      return ECS_ENOMEM;
+    }
+    if (ac->err != 0) {
+      rdsa_seterr(r, "connect", ac->errstr);
+      redisAsyncFree(ac);
+      ac = NULL;
+      if (r->nseeds == 0 || tries + 1 >= r->nseeds)
+        return ECS_ECONN;
+      r->seed_tries = 0;
+      rdsa_next_seed(r);
+      r->redirected = 0;
+    }
   }
   ecs__rds_bound_reader(ac->c.reader, 1);
   ac->data = r;

@@ -102,6 +102,10 @@ typedef struct ecs_ec_config {
                          "local" | "least-loaded" (hash; ignored with a servers list) */
   int replicas;       /* [replicas] servers from the registry: copies of each save on
                          distinct servers, 1..8 (1; above 1 with a servers list: open fails) */
+  /* [sentinel_password_file] a redis-sentinel:// redis_url: the sentinels'
+   * own AUTH password, first line of this file, chmod 600 ("": the URL's
+   * sentinel_password, else ECSTORE_SENTINEL_PASSWORD) */
+  char sentinel_password_file[512];
 } ecs_ec_config_t;
 
 /* Fills cfg with the defaults above. */

@@ -19,6 +19,7 @@
 static ecs_server_t *g_server;
 static ecs__acl_t *g_acl;         /* --acl-file, loaded once */
 static char g_redis_pw_file[512]; /* --redis-password-file */
+static char g_sent_pw_file[512];  /* --sentinel-password-file */
 
 static void on_signal(int sig) {
   (void)sig;
@@ -41,12 +42,15 @@ static void usage(FILE *f) {
           "  --no-mlock                do not pin the pool\n"
           "  --cuda-register           cudaHostRegister the pool when libcudart is present\n"
           "  --redis URL               redis://HOST:PORT[/DB] or HOST:PORT; 'none' to run without\n"
-          "                            (default 127.0.0.1:6379); redis-cluster://HOST:PORT; or\n"
+          "                            (default 127.0.0.1:6379); redis-cluster://H1:P1[,H2:P2...]; or\n"
           "                            redis-sentinel://H1:P1,H2:P2/MASTER[/DB] (docs/redis-ha.md)\n"
           "                            a password: in a --config file's URL (redis://USER:PASS@HOST:PORT),\n"
           "                            --redis-password-file or ECSTORE_REDIS_PASSWORD, never on the\n"
           "                            command line (refused there)\n"
           "  --redis-password-file FILE  Redis AUTH password, first line of FILE (chmod 600)\n"
+          "  --sentinel-password-file FILE  the sentinels' own AUTH password (redis-sentinel://),\n"
+          "                            first line of FILE (chmod 600); else ECSTORE_SENTINEL_PASSWORD;\n"
+          "                            the master's password is never sent to a sentinel\n"
           "  --ns NAME                 namespace served, e.g. the model name (default 'default')\n"
           "  --node-id ID              node id in Redis (default HOST:PORT)\n"
           "  --auth-token-file FILE    clients must present this token (first line of FILE, which\n"
@@ -146,6 +150,7 @@ enum {
   O_SCRUB,
   O_ACL,
   O_REDISPW,
+  O_SENTPW,
   O_HELP
 };
 
@@ -192,6 +197,7 @@ static const struct option long_opts[] = {
     {"scrub-freed", no_argument, 0, O_SCRUB},
     {"acl-file", required_argument, 0, O_ACL},
     {"redis-password-file", required_argument, 0, O_REDISPW},
+    {"sentinel-password-file", required_argument, 0, O_SENTPW},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -316,6 +322,11 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     if (!*arg || strlen(arg) >= sizeof g_redis_pw_file)
       return bad("redis-password-file", arg, "expected a path");
     snprintf(g_redis_pw_file, sizeof g_redis_pw_file, "%s", arg);
+    return 0;
+  case O_SENTPW:
+    if (!*arg || strlen(arg) >= sizeof g_sent_pw_file)
+      return bad("sentinel-password-file", arg, "expected a path");
+    snprintf(g_sent_pw_file, sizeof g_sent_pw_file, "%s", arg);
     return 0;
   case O_NS:
     if (!*arg || strlen(arg) >= sizeof o->ns)
@@ -485,7 +496,9 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
  * file, --redis-password-file, ECSTORE_REDIS_PASSWORD; the file wins),
  * ends up in this process's ECSTORE_REDIS_PASSWORD, where the Redis link
  * takes it from (store/rds.h), and out of the URL, which the server logs.
- * 0, or an exit status. */
+ * The sentinels' password likewise (the URL's sentinel_password,
+ * --sentinel-password-file, ECSTORE_SENTINEL_PASSWORD; the file wins) ends
+ * up in ECSTORE_SENTINEL_PASSWORD.  0, or an exit status. */
 static int settle_redis_password(ecs_server_opts_t *o) {
   if (!o->redis_url[0] || !strcmp(o->redis_url, "none"))
     return 0;
@@ -506,14 +519,25 @@ static int settle_redis_password(ecs_server_opts_t *o) {
       rc = 2;
     }
   }
-  if (rc == 0 && u.pass[0]) {
-    if (setenv("ECSTORE_REDIS_PASSWORD", u.pass, 1) != 0 ||
-        ecs__rds_url_format(&u, 0, o->redis_url, sizeof o->redis_url) != ECS_OK) {
-      fprintf(stderr, "ecstore-server: --redis: cannot keep the password out of the URL\n");
+  if (rc == 0 && g_sent_pw_file[0]) {
+    char err[600];
+    if (!u.master[0]) {
+      fprintf(stderr, "ecstore-server: --sentinel-password-file needs a redis-sentinel:// --redis URL\n");
+      rc = 2;
+    } else if (ecs__rds_read_secret(g_sent_pw_file, u.spass, sizeof u.spass, err, sizeof err) != ECS_OK) {
+      fprintf(stderr, "ecstore-server: --sentinel-password-file %s\n", err);
       rc = 2;
     }
   }
-  memset(u.pass, 0, sizeof u.pass);
+  if (rc == 0 && (u.pass[0] || u.spass[0])) {
+    if ((u.pass[0] && setenv("ECSTORE_REDIS_PASSWORD", u.pass, 1) != 0) ||
+        (u.spass[0] && setenv("ECSTORE_SENTINEL_PASSWORD", u.spass, 1) != 0) ||
+        ecs__rds_url_format(&u, 0, o->redis_url, sizeof o->redis_url) != ECS_OK) {
+      fprintf(stderr, "ecstore-server: --redis: cannot keep the passwords out of the URL\n");
+      rc = 2;
+    }
+  }
+  memset(&u, 0, sizeof u);
   return rc;
 }
 

@@ -113,7 +113,8 @@ static void redis_url_full(const char *s) {
   FUZZ_CHECK(ecs__rds_url_parse(out, &u2) == ECS_OK);
   FUZZ_CHECK(!strcmp(u.host, u2.host) && u.port == u2.port && u.db == u2.db && !strcmp(u.user, u2.user) &&
              !strcmp(u.pass, u2.pass) && !strcmp(u.sentinels, u2.sentinels) && !strcmp(u.master, u2.master) &&
-             u.cluster == u2.cluster);
+             u.cluster == u2.cluster && !strcmp(u.suser, u2.suser) && !strcmp(u.spass, u2.spass) &&
+             !strcmp(u.seeds, u2.seeds));
 }
 
 static void redis_url(const char *s) {

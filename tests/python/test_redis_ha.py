@@ -48,6 +48,41 @@ def test_scan_through_sentinel(tmp_path):
         master.stop()
 
 
+def test_scan_through_sentinel_with_auth(tmp_path, monkeypatch):
+    """Sentinels with requirepass: the scan authenticates to them with the
+    sentinels' own password (the environment's, or the URL's), never the
+    master's; without it the error names the sentinel."""
+    master = _redis("--requirepass", "m-pw")
+    conf = tmp_path / "sentinel.conf"
+    sport = free_port()
+    conf.write_text("port %d\nbind 127.0.0.1\nrequirepass s-pw\nsentinel monitor pym 127.0.0.1 %d 1\n"
+                    "sentinel auth-pass pym m-pw\n" % (sport, master.port))
+    sentinel = Proc([redis_path(), str(conf), "--sentinel"], "sentinel", sport)
+    try:
+        r = mb._Resp("127.0.0.1", master.port, 5.0)
+        r.cmd("AUTH", "m-pw")
+        r.cmd("SET", "ecs:{pyha}:obj:a", "1")
+        r.close()
+        monkeypatch.setenv("ECSTORE_REDIS_PASSWORD", "m-pw")
+        monkeypatch.delenv("ECSTORE_SENTINEL_PASSWORD", raising=False)
+        url = "redis-sentinel://127.0.0.1:%d/pym" % sport
+        with pytest.raises(PermissionError) as e:
+            mb._redis_scan(url, b"ecs:{pyha}:obj:*", 2.0)
+        assert "sentinel 127.0.0.1:%d: NOAUTH" % sport in str(e.value)
+        monkeypatch.setenv("ECSTORE_SENTINEL_PASSWORD", "wrong")
+        with pytest.raises(PermissionError) as e:
+            mb._redis_scan(url, b"ecs:{pyha}:obj:*", 2.0)
+        assert "sentinel 127.0.0.1:%d: authentication failed" % sport in str(e.value)
+        assert "wrong" not in str(e.value)
+        monkeypatch.setenv("ECSTORE_SENTINEL_PASSWORD", "s-pw")
+        assert mb._redis_scan(url, b"ecs:{pyha}:obj:*", 2.0) == [b"ecs:{pyha}:obj:a"]
+        monkeypatch.delenv("ECSTORE_SENTINEL_PASSWORD")
+        assert mb._redis_scan(url + "?sentinel_password=s-pw", b"ecs:{pyha}:obj:*", 2.0) == [b"ecs:{pyha}:obj:a"]
+    finally:
+        sentinel.stop()
+        master.stop()
+
+
 def test_scan_follows_cluster_slot():
     if shutil.which("redis-cli") is None:
         pytest.skip("no redis-cli (redis-tools) to create a cluster")
@@ -75,7 +110,9 @@ def test_scan_follows_cluster_slot():
             _cmd(home, "SET", "ecs:{%s}:obj:%s" % (ns, k), "1")
         want = [("ecs:{%s}:obj:%s" % (ns, k)).encode() for k in "abc"]
         pattern = ("ecs:{%s}:obj:*" % ns).encode()
-        for url in ("redis-cluster://127.0.0.1:%d" % nodes[0].port, "127.0.0.1:%d" % nodes[0].port):
+        dead = free_port()  # a seed list whose first seed is not there
+        for url in ("redis-cluster://127.0.0.1:%d" % nodes[0].port, "127.0.0.1:%d" % nodes[0].port,
+                    "redis-cluster://127.0.0.1:%d,127.0.0.1:%d" % (dead, nodes[0].port)):
             assert sorted(mb._redis_scan(url, pattern, 2.0)) == want
     finally:
         for n in nodes:

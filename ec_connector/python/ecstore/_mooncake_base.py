@@ -362,24 +362,72 @@ def _hostport(s):
     return host.strip("[]"), int(port or 6379)
 
 
-def _sentinel_master(sentinels, name, timeout):
+def _sentinel_master(sentinels, name, timeout, suser="", spass=""):
     """The master's address from the first sentinel that knows it (as
-    store/rds.c: SENTINEL get-master-addr-by-name, in the order listed)."""
-    why = []
+    store/rds.c: SENTINEL get-master-addr-by-name, in the order listed),
+    after AUTH [suser] spass when the sentinels have a password."""
+    why, auth_failed = [], False
     for hp in sentinels.split(","):
         host, port = _hostport(hp)
         try:
             r = _Resp(host, port, timeout)
             try:
-                rep = r.cmd("SENTINEL", "get-master-addr-by-name", name)
+                if spass:
+                    try:
+                        r.cmd("AUTH", *((suser, spass) if suser else (spass,)))
+                    except ConnectionError as e:  # the sentinel's words, never the password
+                        auth_failed = True
+                        why.append("sentinel %s:%d: authentication failed: %s" % (host, port, e))
+                        continue
+                try:
+                    rep = r.cmd("SENTINEL", "get-master-addr-by-name", name)
+                except ConnectionError as e:
+                    if not str(e).startswith("NOAUTH"):
+                        raise
+                    auth_failed = True
+                    why.append("sentinel %s:%d: %s (this sentinel requires a password: "
+                               "ECSTORE_SENTINEL_PASSWORD or the URL's sentinel_password)" % (host, port, e))
+                    continue
             finally:
                 r.close()
             if isinstance(rep, list) and len(rep) == 2 and all(isinstance(x, bytes) for x in rep):
                 return rep[0].decode(), int(rep[1])
-            why.append("%s:%d: unknown master" % (host, port))
-        except (OSError, ValueError) as e:
-            why.append("%s:%d: %s" % (host, port, e))
+            why.append("sentinel %s:%d: unknown master" % (host, port))
+        except (OSError, ValueError, ConnectionError) as e:
+            why.append("sentinel %s:%d: %s" % (host, port, e))
+    if auth_failed:
+        raise PermissionError("redis-sentinel: authentication to the sentinels failed (master '%s'): %s"
+                              % (name, "; ".join(why)))
     raise ConnectionError("redis-sentinel: no sentinel knows master '%s': %s" % (name, "; ".join(why)))
+
+
+def _first_seed(seeds, timeout):
+    """The first of a redis-cluster:// URL's seeds that accepts a
+    connection, in the order listed (as store/rds.c)."""
+    why = []
+    for host, port in seeds:
+        try:
+            _Resp(host, port, timeout).close()
+            return host, port
+        except OSError as e:
+            why.append("%s:%d: %s" % (host, port, e))
+    raise ConnectionError("redis-cluster: no seed node answered: %s" % "; ".join(why))
+
+
+def _sentinel_query(rest):
+    """(rest without its query, sentinel user, sentinel password) of a
+    redis-sentinel:// URL's remainder: the query after the last '?' when
+    it holds only sentinel_user / sentinel_password (as store/rds.c)."""
+    head, sep, query = rest.rpartition("?")
+    if not sep:
+        return rest, "", ""
+    got = {}
+    for part in query.split("&"):
+        k, eq, v = part.partition("=")
+        if not eq or not v or k not in ("sentinel_user", "sentinel_password"):
+            return rest, "", ""  # no query: a '?' of the master's password
+        got[k] = urllib.parse.unquote(v)
+    return head, got.get("sentinel_user", ""), got.get("sentinel_password", "")
 
 
 def _redis_scan(url, pattern, timeout):
@@ -387,12 +435,19 @@ def _redis_scan(url, pattern, timeout):
     Redis package is needed for this one call.  AUTH as the C link does
     (store/rds.h): USER:PASS@ or :PASS@ in the URL (%XX-escaped), else the
     password in ECSTORE_REDIS_PASSWORD.  redis-sentinel:// URLs ask the
-    sentinels for the master; on a Redis Cluster (redis-cluster://, or a
-    MOVED reply) the scan goes to the node of the pattern's hash tag (a
-    namespace's keys share one slot: docs/redis-ha.md)."""
+    sentinels for the master (with the sentinels' own password: the URL's
+    sentinel_password, else ECSTORE_SENTINEL_PASSWORD; never the
+    master's); on a Redis Cluster (redis-cluster://, or a MOVED reply) the
+    scan goes to the node of the pattern's hash tag (a namespace's keys
+    share one slot: docs/redis-ha.md), and a redis-cluster:// seed list is
+    tried in order until a node answers."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
+    suser = spass = ""
+    if scheme == "redis-sentinel":
+        rest, suser, spass = _sentinel_query(rest)
+        spass = spass or os.environ.get("ECSTORE_SENTINEL_PASSWORD", "")
     user = password = ""
     if "@" in rest:
         userinfo, _, rest = rest.rpartition("@")
@@ -400,16 +455,21 @@ def _redis_scan(url, pattern, timeout):
         user, password = urllib.parse.unquote(user), urllib.parse.unquote(password)
     password = password or os.environ.get("ECSTORE_REDIS_PASSWORD", "")
     db = 0
+    seeds = []
     if scheme == "redis-sentinel":
         sentinels, _, tail = rest.partition("/")
         name, _, dbs = tail.partition("/")
         db = int(dbs or 0)
-        host, port = _sentinel_master(sentinels, name, timeout)
+        host, port = _sentinel_master(sentinels, name, timeout, suser, spass)
     else:
         if "/" in rest:
             rest, dbs = rest.split("/", 1)
             db = int(dbs or 0)
-        host, port = _hostport(rest)
+        if scheme == "redis-cluster" and "," in rest:
+            seeds = [_hostport(hp) for hp in rest.split(",")]
+            host, port = _first_seed(seeds, timeout)
+        else:
+            host, port = _hostport(rest)
     for _hop in range(4):
         r = _Resp(host, port, timeout)
         try:
