@@ -19,7 +19,10 @@
  *   - put / remove / upsert / exists of one key on one connection, parked
  *     behind a frozen Redis: answered in order, and Redis ends with the
  *     last version's record;
- *   - many pipelining connections at once (run with --threads 4 as well).
+ *   - many pipelining connections at once (run with --threads 4 as well);
+ *   - a key evicted and put again in one request (one delete script call
+ *     for the flush) keeps its new record, also through a NOSCRIPT retry
+ *     after SCRIPT FLUSH; a record another node holds keeps its entry.
  */
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -623,6 +626,125 @@ static void test_many_connections(void **state) {
   assert_int_equal(ecs_ts_env_close(&e), 0);
 }
 
+/* ---- 8: a key evicted and put again in the same request ---------------- */
+
+/* One PUT of two items into a full pool: the first evicts k_a (the
+ * oldest), the second is k_a again and evicts k_b.  Both deletes leave in
+ * the request's one script call, before k_a's new record: k_a's record
+ * must survive, k_b's go.  Then the same after SCRIPT FLUSH (the NOSCRIPT
+ * retry must not delete the new record either).  A record another node
+ * also holds (an h: field of its own) keeps that holder's entry. */
+static void put2_add(ecs_wbuf_t *out, uint32_t id, const char *k0, uint32_t s0, const char *k1, uint32_t s1,
+                     size_t n) {
+  uint8_t *a = malloc(2 * n);
+  assert_non_null(a);
+  ecs_ts_fill(a, n, s0);
+  ecs_ts_fill(a + n, n, s1);
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  const char *k[2] = {k0, k1};
+  for (int i = 0; i < 2; i++) {
+    ecs_put_item_t it = {.key = (const uint8_t *)k[i],
+                         .key_len = (uint16_t)strlen(k[i]),
+                         .nbytes = n,
+                         .raw_nbytes = n,
+                         .checksum = ecs_checksum(a + (size_t)i * n, n)};
+    it.desc.dtype = ECS_DTYPE_U8;
+    it.desc.ndim = 1;
+    it.desc.shape[0] = n;
+    ecs_proto_put_item_write(&w, &it);
+  }
+  req_add(out, ECS_OP_PUT, id, 2, &w, a, 2 * n);
+  ecs_wbuf_free(&w);
+  free(a);
+}
+
+/* Waits (3 s at most) until HEXISTS of field in key's record is want. */
+static long long field_settles(redisContext *r, const char *key, const char *field, long long want) {
+  long long v = -1;
+  for (int i = 0; i < 60; i++) {
+    redisReply *rep = redisCommand(r, "HEXISTS ecs:{test}:obj:%s %s", key, field);
+    v = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+    freeReplyObject(rep);
+    if (v == want)
+      break;
+    usleep(50000);
+  }
+  return v;
+}
+
+/* Puts k0 (evicting the oldest) and k1 (= the oldest, put again) in one
+ * request over fd; both answered OK. */
+static void evict_and_reput(int fd, uint32_t id, const char *k0, uint32_t s0, const char *k1, uint32_t s1) {
+  ecs_wbuf_t out;
+  ecs_wbuf_init(&out);
+  put2_add(&out, id, k0, s0, k1, s1, 4 * MIB);
+  assert_int_equal(out.err, ECS_OK);
+  assert_int_equal(ecs_ts_raw_send(fd, out.p, out.len), ECS_OK);
+  uint8_t hb[ECS_PROTO_HDR_SIZE], meta[16];
+  assert_int_equal(ecs_net_read_all(fd, hb, sizeof hb, ecs_now_ms() + IO_MS), ECS_OK);
+  ecs_hdr_t h;
+  assert_int_equal(ecs_proto_hdr_decode(hb, UINT64_MAX, &h), ECS_OK);
+  assert_int_equal(h.req_id, id);
+  assert_int_equal(h.count, 2);
+  assert_true(h.meta_len <= sizeof meta);
+  assert_int_equal(ecs_net_read_all(fd, meta, h.meta_len, ecs_now_ms() + IO_MS), ECS_OK);
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, meta, h.meta_len);
+  for (int i = 0; i < 2; i++) {
+    int32_t st;
+    assert_int_equal(ecs_proto_status_read(&r, &st), ECS_OK);
+    assert_int_equal(st, ECS_OK);
+  }
+  ecs_wbuf_free(&out);
+}
+
+static void test_evict_and_reput_one_request(void **state) {
+  (void)state;
+  const char *extra[] = {"--pool-size", "16M", "--high-watermark", "1", "--low-watermark", "1", NULL};
+  ecs_ts_env_t e;
+  assert_int_equal(ecs_ts_env_open(&e, extra, CLIENT_MS), 0);
+  redisContext *r = ecs_ts_redis_at(e.redis.port);
+  assert_non_null(r);
+  char me[80];
+  snprintf(me, sizeof me, "h:%s", e.servers); /* the node id: its listen address */
+  for (int i = 0; i < 4; i++) {               /* fills the pool */
+    char k[16];
+    snprintf(k, sizeof k, "full-%d", i);
+    put_seed(e.c, k, 90u + (uint32_t)i, 4 * MIB);
+  }
+  assert_int_equal(field_settles(r, "full-3", me, 1), 1);
+  /* full-1 is also held by another node: its entry must stay */
+  freeReplyObject(redisCommand(r, "HSET ecs:{test}:obj:full-1 h:other-node 1"));
+  int fd = open_raw(&e);
+  uint64_t ev0 = ecs_ts_stat0(e.c).evictions;
+  evict_and_reput(fd, 1, "new-0", 95, "full-0", 90); /* evicts full-0 and full-1 */
+  assert_int_equal(ecs_ts_stat0(e.c).evictions - ev0, 2);
+  assert_int_equal(field_settles(r, "full-1", me, 0), 0);             /* our entry went... */
+  assert_int_equal(field_settles(r, "full-1", "h:other-node", 1), 1); /* ...the other holder's stayed */
+  assert_int_equal(ecs_ts_redis_exists(r, "full-0"), 1);              /* put again: its new record stays */
+  assert_int_equal(field_settles(r, "full-0", me, 1), 1);
+  /* Redis forgets the delete script: the retry deletes only what we do
+   * not hold again */
+  freeReplyObject(redisCommand(r, "SCRIPT FLUSH"));
+  evict_and_reput(fd, 2, "new-1", 96, "full-2", 92); /* evicts full-2 and full-3 */
+  assert_int_equal(field_settles(r, "full-3", me, 0), 0);
+  assert_int_equal(ecs_ts_redis_exists(r, "full-3"), 0);
+  usleep(200000); /* a late, wrong retry would land by now */
+  assert_int_equal(ecs_ts_redis_exists(r, "full-2"), 1);
+  assert_int_equal(field_settles(r, "full-2", me, 1), 1);
+  assert_int_equal(ecs_ts_redis_exists(r, "full-0"), 1);
+  uint8_t *b = malloc(4 * MIB), *want = malloc(4 * MIB);
+  assert_int_equal(ecs_ts_get1(e.c, "full-2", b, 4 * MIB, NULL), ECS_OK);
+  ecs_ts_fill(want, 4 * MIB, 92);
+  assert_memory_equal(b, want, 4 * MIB);
+  free(b);
+  free(want);
+  close(fd);
+  redisFree(r);
+  assert_int_equal(ecs_ts_env_close(&e), 0);
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (argc > 1)
@@ -635,6 +757,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_get_refs_survive_eviction),
       cmocka_unit_test(test_one_key_mix),
       cmocka_unit_test(test_many_connections),
+      cmocka_unit_test(test_evict_and_reput_one_request),
   };
   return cmocka_run_group_tests_name("pipeline_attack", tests, NULL, NULL) ? 1 : 0;
 }
