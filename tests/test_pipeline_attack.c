@@ -26,7 +26,10 @@
  *     for the flush) keeps its new record, also through a NOSCRIPT retry
  *     after SCRIPT FLUSH; a record another node holds keeps its entry;
  *   - SIGTERM with replies parked behind a still-frozen Redis: a clean
- *     exit (ASan: the parked replies and their waits are freed).
+ *     exit (ASan: the parked replies and their waits are freed);
+ *   - a peer whose socket always holds its next request does not starve
+ *     the other connections of its loop (the old server served all 50000
+ *     of its queued requests before another client's STAT).
  */
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -40,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -793,6 +797,98 @@ static void test_stop_with_parked(void **state) {
   assert_int_equal(st, 0);
 }
 
+/* ---- 10: one pipelining peer cannot starve its loop's other peers ----- */
+
+/* A peer A has a long run of requests (gets of an absent key) waiting in
+ * its socket, and drains the replies, so that neither reading nor
+ * writing ever blocks the server on it.  Served request after request in
+ * one readiness event, A would hold its loop (with --threads 1 every
+ * other connection, the Redis link and the timers) until its whole run is
+ * done: a STAT sent meanwhile by another client would see every one of
+ * A's misses counted.  Served fairly, the STAT is answered after a few of
+ * them.  The server is stopped (SIGSTOP) while both are queued, so that
+ * both are ready when it goes on: what is measured is the order of
+ * service, not a time. */
+#define FLOOD 50000
+
+typedef struct flood {
+  int fd;
+  const ecs_wbuf_t *out;
+  int rc;
+} flood_t;
+
+static void *flood_recv(void *p) {
+  flood_t *f = p;
+  static uint8_t buf[1 << 16];
+  for (;;) {
+    ssize_t n = recv(f->fd, buf, sizeof buf, 0);
+    if (n > 0)
+      continue;
+    if (n < 0 && errno == EINTR)
+      continue;
+    return NULL; /* closed (or the receive timeout: the flood is over) */
+  }
+}
+
+typedef struct stat_call {
+  ecs_client_t *c;
+  ecs_server_stat_t st;
+} stat_call_t;
+
+static void *stat_run(void *p) {
+  stat_call_t *sc = p;
+  sc->st = ecs_ts_stat0(sc->c);
+  return NULL;
+}
+
+static void test_flood_does_not_starve_others(void **state) {
+  (void)state;
+  const char *extra[] = {"--threads", "1", NULL};
+  ecs_ts_env_t e;
+  assert_int_equal(ecs_ts_env_open(&e, extra, CLIENT_MS), 0);
+  ecs_client_t *victim = ecs_ts_client(e.servers, NULL, NULL, 10000);
+  assert_non_null(victim);
+  uint64_t m0 = ecs_ts_stat0(victim).misses;
+  ecs_wbuf_t out;
+  ecs_wbuf_init(&out);
+  for (uint32_t i = 0; i < FLOOD; i++)
+    get_add(&out, i, "absent", 16);
+  assert_int_equal(out.err, ECS_OK);
+  flood_t f = {.fd = open_raw(&e), .out = &out};
+  struct timeval tv = {2, 0};
+  setsockopt(f.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  assert_int_equal(ecs_ts_signal(&e.server, SIGSTOP), 0);
+  sender_t sd = {.fd = f.fd, .out = &out};
+  pthread_t ts, tr, tv_;
+  assert_int_equal(pthread_create(&ts, NULL, sender_run, &sd), 0);
+  assert_int_equal(pthread_create(&tr, NULL, flood_recv, &f), 0);
+  usleep(200000); /* A's run is in its socket... */
+  stat_call_t sc = {.c = victim};
+  assert_int_equal(pthread_create(&tv_, NULL, stat_run, &sc), 0);
+  usleep(200000); /* ...and then the victim's STAT */
+  assert_int_equal(ecs_ts_signal(&e.server, SIGCONT), 0);
+  pthread_join(tv_, NULL);
+  pthread_join(ts, NULL);
+  uint64_t all = 0; /* and then all of A's are served */
+  for (int i = 0; i < 300 && all < FLOOD; i++) {
+    all = ecs_ts_stat0(victim).misses - m0;
+    if (all < FLOOD)
+      usleep(50000);
+  }
+  shutdown(f.fd, SHUT_RDWR);
+  pthread_join(tr, NULL);
+  close(f.fd);
+  uint64_t before = sc.st.misses - m0;
+  fprintf(stderr, "A's requests served before the victim's STAT: %llu of %d\n", (unsigned long long)before,
+          FLOOD);
+  assert_int_equal(sd.rc, ECS_OK);
+  assert_true(before < FLOOD / 2);
+  assert_int_equal(all, FLOOD);
+  ecs_wbuf_free(&out);
+  ecs_client_close(victim);
+  assert_int_equal(ecs_ts_env_close(&e), 0);
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (argc > 1)
@@ -807,6 +903,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_many_connections),
       cmocka_unit_test(test_evict_and_reput_one_request),
       cmocka_unit_test(test_stop_with_parked),
+      cmocka_unit_test(test_flood_does_not_starve_others),
   };
   return cmocka_run_group_tests_name("pipeline_attack", tests, NULL, NULL) ? 1 : 0;
 }
