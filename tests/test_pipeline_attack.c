@@ -29,7 +29,10 @@
  *     exit (ASan: the parked replies and their waits are freed);
  *   - a peer whose socket always holds its next request does not starve
  *     the other connections of its loop (the old server served all 50000
- *     of its queued requests before another client's STAT).
+ *     of its queued requests before another client's STAT);
+ *   - a framing error (a REMOVE short of its items, one delete already in
+ *     flight) behind a parked put: the put's reply, then EPROTO, then the
+ *     close; the abandoned wait is freed by its late acknowledgement.
  */
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -889,6 +892,45 @@ static void test_flood_does_not_starve_others(void **state) {
   assert_int_equal(ecs_ts_env_close(&e), 0);
 }
 
+/* ---- 11: a framing error behind parked replies ------------------------- */
+
+/* Behind a put parked on a frozen Redis: a REMOVE whose first key is
+ * stored (its delete goes out, awaited) and whose second item is missing
+ * (the request claims 2).  The remove's wait is abandoned with a delete in
+ * flight; the EPROTO reply leaves after the put's, then the server
+ * closes; the late delete acknowledgement frees the wait (ASan). */
+static void test_bad_request_behind_parked(void **state) {
+  (void)state;
+  const char *extra[] = {"--redis-timeout-ms", "10000", NULL};
+  ecs_ts_env_t e;
+  assert_int_equal(ecs_ts_env_open(&e, extra, CLIENT_MS), 0);
+  put_seed(e.c, "doomed", 111, 4 * KIB);
+  int fd = open_raw(&e);
+  assert_int_equal(ecs_ts_signal(&e.redis, SIGSTOP), 0);
+  ecs_wbuf_t out, w;
+  ecs_wbuf_init(&out);
+  ecs_wbuf_init(&w);
+  put_add(&out, 1, "parked-b", 112, 4 * KIB, 0);
+  ecs_proto_key_write(&w, "doomed", 6);
+  req_add(&out, ECS_OP_REMOVE, 2, 2, &w, NULL, 0); /* claims 2 keys, holds 1 */
+  assert_int_equal(ecs_ts_raw_send(fd, out.p, out.len), ECS_OK);
+  usleep(300000);
+  assert_int_equal(ecs_ts_signal(&e.redis, SIGCONT), 0);
+  assert_int_equal(reply_read(fd, ECS_OP_PUT, 1, 0, 0), ECS_OK);
+  uint8_t hb[ECS_PROTO_HDR_SIZE];
+  assert_int_equal(ecs_net_read_all(fd, hb, sizeof hb, ecs_now_ms() + IO_MS), ECS_OK);
+  ecs_hdr_t h;
+  assert_int_equal(ecs_proto_hdr_decode(hb, UINT64_MAX, &h), ECS_OK);
+  assert_int_equal(h.req_id, 2);
+  assert_int_equal(h.status, ECS_EPROTO);
+  assert_true(ecs_ts_raw_wait_close(fd, 5000) >= 0); /* then it closes */
+  close(fd);
+  assert_false(stored(e.c, "doomed")); /* the first key was removed */
+  ecs_wbuf_free(&w);
+  ecs_wbuf_free(&out);
+  assert_int_equal(ecs_ts_env_close(&e), 0);
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (argc > 1)
@@ -904,6 +946,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_evict_and_reput_one_request),
       cmocka_unit_test(test_stop_with_parked),
       cmocka_unit_test(test_flood_does_not_starve_others),
+      cmocka_unit_test(test_bad_request_behind_parked),
   };
   return cmocka_run_group_tests_name("pipeline_attack", tests, NULL, NULL) ? 1 : 0;
 }
