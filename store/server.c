@@ -208,6 +208,8 @@ static void pub_reply(pub_wait_t *w) {
                  .data_len = 0};
   ecs_proto_hdr_encode(&h, pk->hdr);
   pk->ready = 1;
+  if (pk == &w->c->rq[w->c->rq_head])
+    w->c->last_ms = ecs_now_ms(); /* it may leave now: from here on the peer is waited on */
   if (pk->t0_ns && pk->opcode < sizeof s->latency / sizeof s->latency[0])
     ecs_hist_observe(&s->latency[pk->opcode], ecs__now_ns() - pk->t0_ns);
   ecs__conn_unpark(s, w->c);
@@ -307,6 +309,20 @@ static void redis_log_change(ecs_server_t *s) {
 
 static void tick_shared(ecs_server_t *s, uint64_t now);
 
+/* Whether c waits on its peer: a request read in part, or reply bytes
+ * that may leave now and have not (the peer does not read).  A connection
+ * whose oldest reply waits for Redis (perhaps with a reply built behind
+ * it) waits on the server, not on its peer: that is no stall, and the
+ * Redis timeout bounds it.  The clock of a stall (last_ms) restarts
+ * whenever bytes move, and when the oldest parked reply is answered. */
+static int conn_waits_on_peer(const conn_t *c) {
+  if (c->st == C_META || c->st == C_DATA || c->hdr_got > 0)
+    return 1;
+  if (c->rq_n > 0)
+    return c->rq[c->rq_head].ready;
+  return c->st == C_WRITE;
+}
+
 /* Timer work of loop l, under the lock: loop 0 runs the server-wide part
  * (Redis, background eviction, metrics); every loop its own connections. */
 static void tick(ecs_server_t *s, ecs_loop_t *l) {
@@ -335,8 +351,7 @@ static void tick(ecs_server_t *s, ecs_loop_t *l) {
       ecs__conn_close(s, c); /* swaps the last connection into slot i */
       continue;
     }
-    int mid = c->st != C_HDR || c->hdr_got > 0;
-    if (mid && now - c->last_ms > (uint64_t)s->o.io_timeout_ms) {
+    if (conn_waits_on_peer(c) && now - c->last_ms > (uint64_t)s->o.io_timeout_ms) {
       ECS_LOG_W("conn %llu: stalled for %d ms mid-request; closing", (unsigned long long)c->id,
                 s->o.io_timeout_ms);
       ecs__conn_close(s, c); /* swaps the last connection into slot i */

@@ -22,7 +22,8 @@
  * older ones are still parked (a GET behind a PUT) waits in WRITE, and the
  * connection reads nothing more until it is out.  A full queue also stops
  * the reading.  So a connection holds at most RQ_MAX parked replies and
- * one built reply.  References
+ * one built reply; and it starts at most CONN_BUDGET requests per
+ * readiness event, so that it cannot hold its loop.  References
  * taken for a GET are held until the last byte of the reply left, so
  * eviction can never free a block under a reader.  A connection that dies
  * mid-PUT aborts its reservations: no block leaks.
@@ -341,12 +342,20 @@ static int data_done(conn_t *c) {
   return c->data_item >= c->nslots;
 }
 
-/* Runs the read side as far as the socket allows.  Returns -1 to close. */
-static int conn_on_readable(ecs_server_t *s, conn_t *c) {
+/* Runs the read side as far as the socket allows, starting at most
+ * *budget more requests (counted down).  Returns -1 to close, 0 when it
+ * stopped reading (the socket is empty, the queue full or the budget
+ * spent), 1 when a reply was built (WRITE). */
+static int conn_on_readable(ecs_server_t *s, conn_t *c, unsigned *budget) {
   for (;;) {
     ssize_t r;
     if (c->st == C_HDR && c->rq_n >= RQ_MAX)
       return 0; /* the queue is full: read on once the oldest is answered */
+    if (c->st == C_HDR && c->hdr_got == 0) {
+      if (*budget == 0)
+        return 0; /* this event's share is spent; epoll reports c again */
+      --*budget;
+    }
     if (c->st == C_HDR) {
       r = read_some(s, c->fd, c->hdrbuf + c->hdr_got, ECS_PROTO_HDR_SIZE - c->hdr_got);
       if (r <= 0)
@@ -530,12 +539,21 @@ static int conn_send_ready(ecs_server_t *s, conn_t *c) {
   return conn_flush(s, c);
 }
 
+/* Requests one connection may start per readiness event.  A peer whose
+ * socket always holds its next request (pipelining) would otherwise be
+ * served without end in one event, and its loop's other connections (on
+ * loop 0 also the Redis link and the timers) would wait until it paused.
+ * Past the budget the loop serves the others first; epoll is
+ * level-triggered, so the rest of c's requests are reported again. */
+#define CONN_BUDGET 16
+
 /*
- * Runs c as far as its socket and its queue allow: sends what may leave,
- * reads and runs requests while nothing blocks the reading, and arms epoll
- * for what it waits for.  Returns -1 to close the connection.
+ * Runs c as far as its socket, its queue and its budget allow: sends what
+ * may leave, reads and runs requests while nothing blocks the reading, and
+ * arms epoll for what it waits for.  Returns -1 to close the connection.
  */
 static int conn_run(ecs_server_t *s, conn_t *c) {
+  unsigned budget = CONN_BUDGET;
   for (;;) {
     int w = conn_send_ready(s, c);
     if (w < 0)
@@ -549,11 +567,11 @@ static int conn_run(ecs_server_t *s, conn_t *c) {
     }
     if (c->st == C_WRITE || (c->st == C_HDR && c->rq_n >= RQ_MAX))
       break; /* a reply waits (for older ones, or the socket): read nothing more */
-    int r = conn_on_readable(s, c);
+    int r = conn_on_readable(s, c, &budget);
     if (r < 0)
       return -1;
     if (r == 0)
-      break; /* read all there was (or the queue is full) */
+      break; /* read all there was (or the queue is full, or the budget spent) */
   }
   /* Answered replies that may leave: write as soon as the socket takes
    * them (such a reply may have been answered while we read unlocked). */
