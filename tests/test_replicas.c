@@ -255,52 +255,59 @@ static void test_missing_or_corrupt_copy_falls_back(void **state) {
       usleep(20 * 1000);
     assert_true(settled(f, key, node));
   }
-  for (int i = 0; i < NOBJ; i++) {
-    key_of(key, sizeof key, "e", i);
-    node_of(f, i % 2, node, sizeof node);
-    while (!settled(f, key, node) && ecs_now_ms() - t0 < 15000)
-      usleep(20 * 1000);
-    assert_int_equal(holders(f, key, h, 4), 1); /* h[0]: the copy still there */
-    assert_string_not_equal(h[0], node);
-    ecs_server_stat_t ss;
-    assert_int_equal(ecs_stat(one[i % 2], 0, &ss), ECS_OK);
-    redisReply *rr = redisCommand(f->r, "HGET ecs:{test}:obj:%s h:%s", key, h[0]);
-    assert_non_null(rr);
-    assert_int_equal(rr->type, REDIS_REPLY_STRING);
-    char other_epoch[32];
-    snprintf(other_epoch, sizeof other_epoch, "%s", rr->str);
-    freeReplyObject(rr);
-    /* One MULTI, so no reader sees the record without its real holder.
-     * A server's re-sync sweep (after a Redis timeout under load) may
-     * still drop the made-up entry, rightly: then it is made up again. */
-    char h2[4][64];
-    for (uint64_t t1 = ecs_now_ms(); ecs_now_ms() - t1 < 10000; usleep(50 * 1000)) {
+  /* Each object's record now names first a holder that lacks it (made up
+   * below), then the real one.  A server's re-sync sweep (owed after a
+   * Redis timeout or a NOSCRIPT under load) rightly deletes made-up
+   * entries naming it, perhaps between the make-up and the get: so the
+   * round is tried up to 5 times.  Every get must succeed in every round;
+   * some first tries must miss in at least one. */
+  ecs_client_t *r = client(f, 1);
+  assert_non_null(r);
+  uint64_t missed = 0;
+  for (int round = 0; round < 5 && missed == 0; round++) {
+    for (int i = 0; i < NOBJ; i++) {
+      key_of(key, sizeof key, "e", i);
+      node_of(f, i % 2, node, sizeof node);
+      while (!settled(f, key, node) && ecs_now_ms() - t0 < 15000)
+        usleep(20 * 1000);
+      assert_true(settled(f, key, node)); /* h[0]: the copy still there */
+      assert_int_equal(holders(f, key, h, 4), 1);
+      ecs_server_stat_t ss;
+      assert_int_equal(ecs_stat(one[i % 2], 0, &ss), ECS_OK);
+      redisReply *rr = redisCommand(f->r, "HGET ecs:{test}:obj:%s h:%s", key, h[0]);
+      assert_non_null(rr);
+      assert_int_equal(rr->type, REDIS_REPLY_STRING);
+      char other_epoch[32];
+      snprintf(other_epoch, sizeof other_epoch, "%s", rr->str);
+      freeReplyObject(rr);
+      /* one MULTI, so no reader sees the record without its real holder */
       freeReplyObject(redisCommand(f->r, "MULTI"));
       freeReplyObject(redisCommand(f->r, "HDEL ecs:{test}:obj:%s h:%s", key, h[0]));
       freeReplyObject(
           redisCommand(f->r, "HSET ecs:{test}:obj:%s h:%s %llu", key, node, (unsigned long long)ss.epoch));
       freeReplyObject(redisCommand(f->r, "HSET ecs:{test}:obj:%s h:%s %s", key, h[0], other_epoch));
       freeReplyObject(redisCommand(f->r, "EXEC"));
-      if (holders(f, key, h2, 4) == 2)
-        break;
     }
-    assert_int_equal(holders(f, key, h2, 4), 2);
-    assert_string_equal(h2[0], node);
+    uint64_t miss0 = 0, miss1 = 0, m0 = 0, m1 = 0;
+    objects_on(f, 0, &miss0);
+    objects_on(f, 1, &miss1);
+    assert_int_equal(get_all(r, "e", NOBJ, 4, st), ECS_OK);
+    for (int i = 0; i < NOBJ; i++)
+      assert_int_equal(st[i], ECS_OK);
+    objects_on(f, 0, &m0);
+    objects_on(f, 1, &m1);
+    missed = m0 - miss0 + m1 - miss1;
+    fprintf(stderr, "fallback round %d: %llu misses on the servers, every object read from its other copy\n",
+            round, (unsigned long long)missed);
+    /* the get does not repair the record: drop the made-up entries, so
+     * that the next round starts from "one holder, not node" again */
+    for (int i = 0; i < NOBJ; i++) {
+      key_of(key, sizeof key, "e", i);
+      node_of(f, i % 2, node, sizeof node);
+      freeReplyObject(redisCommand(f->r, "HDEL ecs:{test}:obj:%s h:%s", key, node));
+    }
   }
-  uint64_t miss0 = 0, miss1 = 0;
-  objects_on(f, 0, &miss0);
-  objects_on(f, 1, &miss1);
-  ecs_client_t *r = client(f, 1);
-  assert_non_null(r);
-  assert_int_equal(get_all(r, "e", NOBJ, 4, st), ECS_OK);
-  for (int i = 0; i < NOBJ; i++)
-    assert_int_equal(st[i], ECS_OK);
-  uint64_t m0 = 0, m1 = 0;
-  objects_on(f, 0, &m0);
-  objects_on(f, 1, &m1);
-  fprintf(stderr, "fallback: %llu misses on the servers, every object read from its other copy\n",
-          (unsigned long long)(m0 - miss0 + m1 - miss1));
-  assert_true(m0 - miss0 + m1 - miss1 > 0); /* some first tries did miss */
+  assert_true(missed > 0); /* some first tries did miss */
   /* A corrupt nearest copy: the checksum fails there, the other copy is read. */
   assert_int_equal(put_all(c, "x", 4, 5, st), ECS_OK);
   for (int i = 0; i < 4; i++) {
