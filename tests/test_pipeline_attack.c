@@ -56,6 +56,7 @@
 #include "store/net.h"
 #include "store/proto.h"
 #include "support/fixture.h"
+#include "support/pipe.h"
 #include "support/raw.h"
 
 #define KIB 1024u
@@ -63,179 +64,12 @@
 #define IO_MS 15000
 #define CLIENT_MS 20000
 
-/* ---- requests ---------------------------------------------------------- */
-
-static void req_add(ecs_wbuf_t *out, uint8_t op, uint32_t id, uint32_t count, const ecs_wbuf_t *w,
-                    const void *data, size_t n) {
-  ecs_hdr_t h = {.magic = ECS_PROTO_MAGIC,
-                 .version = ECS_PROTO_VERSION,
-                 .opcode = op,
-                 .req_id = id,
-                 .count = count,
-                 .meta_len = (uint32_t)w->len,
-                 .data_len = n};
-  uint8_t hb[ECS_PROTO_HDR_SIZE];
-  ecs_proto_hdr_encode(&h, hb);
-  ecs_wbuf_put(out, hb, sizeof hb);
-  ecs_wbuf_put(out, w->p, w->len);
-  if (n)
-    ecs_wbuf_put(out, data, n);
-}
-
-/* A PUT of one object of n bytes filled from seed (flags: ECS_PUT_F_*). */
-static void put_add(ecs_wbuf_t *out, uint32_t id, const char *key, uint32_t seed, size_t n, uint8_t flags) {
-  uint8_t *a = malloc(n ? n : 1);
-  assert_non_null(a);
-  ecs_ts_fill(a, n, seed);
-  ecs_wbuf_t w;
-  ecs_wbuf_init(&w);
-  ecs_put_item_t it = {.key = (const uint8_t *)key,
-                       .key_len = (uint16_t)strlen(key),
-                       .nbytes = n,
-                       .raw_nbytes = n,
-                       .checksum = ecs_checksum(a, n),
-                       .flags = flags};
-  it.desc.dtype = ECS_DTYPE_U8;
-  it.desc.ndim = 1;
-  it.desc.shape[0] = n;
-  ecs_proto_put_item_write(&w, &it);
-  req_add(out, ECS_OP_PUT, id, 1, &w, a, n);
-  ecs_wbuf_free(&w);
-  free(a);
-}
-
-static void get_add(ecs_wbuf_t *out, uint32_t id, const char *key, size_t cap) {
-  ecs_wbuf_t w;
-  ecs_wbuf_init(&w);
-  ecs_get_item_t it = {.key = (const uint8_t *)key, .key_len = (uint16_t)strlen(key), .capacity = cap};
-  ecs_proto_get_item_write(&w, &it);
-  req_add(out, ECS_OP_GET, id, 1, &w, NULL, 0);
-  ecs_wbuf_free(&w);
-}
-
-/* REMOVE or EXISTS of one key. */
-static void key_add(ecs_wbuf_t *out, uint8_t op, uint32_t id, const char *key) {
-  ecs_wbuf_t w;
-  ecs_wbuf_init(&w);
-  ecs_proto_key_write(&w, key, (uint16_t)strlen(key));
-  req_add(out, op, id, 1, &w, NULL, 0);
-  ecs_wbuf_free(&w);
-}
-
-/* Reads one reply; checks that it answers (op, id) with one item; returns
- * that item's status, and for a GET that found its object checks its n
- * bytes against seed. */
-static int reply_read(int fd, uint8_t op, uint32_t id, uint32_t seed, size_t n) {
-  uint8_t hb[ECS_PROTO_HDR_SIZE], meta[256];
-  assert_int_equal(ecs_net_read_all(fd, hb, sizeof hb, ecs_now_ms() + IO_MS), ECS_OK);
-  ecs_hdr_t h;
-  assert_int_equal(ecs_proto_hdr_decode(hb, UINT64_MAX, &h), ECS_OK);
-  assert_true(h.flags & ECS_FLAG_REPLY);
-  if (h.req_id != id || h.opcode != op)
-    fprintf(stderr, "reply %u (op %u) where %u (op %u) was due\n", h.req_id, h.opcode, id, op);
-  assert_int_equal(h.req_id, id);
-  assert_int_equal(h.opcode, op);
-  assert_int_equal(h.status, ECS_OK);
-  assert_int_equal(h.count, 1);
-  assert_true(h.meta_len <= sizeof meta);
-  assert_int_equal(ecs_net_read_all(fd, meta, h.meta_len, ecs_now_ms() + IO_MS), ECS_OK);
-  ecs_rbuf_t r;
-  ecs_rbuf_init(&r, meta, h.meta_len);
-  if (op != ECS_OP_GET) {
-    int32_t st;
-    assert_int_equal(ecs_proto_status_read(&r, &st), ECS_OK);
-    assert_int_equal(h.data_len, 0);
-    return st;
-  }
-  ecs_get_reply_t rep;
-  assert_int_equal(ecs_proto_get_reply_read(&r, &rep), ECS_OK);
-  assert_int_equal(h.data_len, rep.status == ECS_OK ? rep.nbytes : 0);
-  if (rep.status != ECS_OK)
-    return rep.status;
-  assert_int_equal(rep.nbytes, n);
-  uint8_t *got = malloc(n), *want = malloc(n);
-  assert_true(got && want);
-  assert_int_equal(ecs_net_read_all(fd, got, n, ecs_now_ms() + IO_MS), ECS_OK);
-  ecs_ts_fill(want, n, seed);
-  assert_memory_equal(got, want, n);
-  free(got);
-  free(want);
-  return ECS_OK;
-}
-
-/* reply_read for a helper thread (cmocka's asserts belong to the test's
- * own thread): 1 when the reply answers (op, id) with one item of status
- * ECS_OK and, for a GET, the n bytes of seed; 0 otherwise (said why). */
-static int reply_ok(int fd, uint8_t op, uint32_t id, uint32_t seed, size_t n) {
-  uint8_t hb[ECS_PROTO_HDR_SIZE], meta[256];
-  ecs_hdr_t h;
-  if (ecs_net_read_all(fd, hb, sizeof hb, ecs_now_ms() + IO_MS) != ECS_OK ||
-      ecs_proto_hdr_decode(hb, UINT64_MAX, &h) != ECS_OK || h.req_id != id || h.opcode != op ||
-      h.status != ECS_OK || h.count != 1 || h.meta_len > sizeof meta ||
-      ecs_net_read_all(fd, meta, h.meta_len, ecs_now_ms() + IO_MS) != ECS_OK) {
-    fprintf(stderr, "reply %u (op %u): missing, out of order or failed\n", id, op);
-    return 0;
-  }
-  ecs_rbuf_t r;
-  ecs_rbuf_init(&r, meta, h.meta_len);
-  if (op != ECS_OP_GET) {
-    int32_t st;
-    return ecs_proto_status_read(&r, &st) == ECS_OK && st == ECS_OK && h.data_len == 0;
-  }
-  ecs_get_reply_t rep;
-  if (ecs_proto_get_reply_read(&r, &rep) != ECS_OK || rep.status != ECS_OK || rep.nbytes != n ||
-      h.data_len != n)
-    return 0;
-  uint8_t *got = malloc(n), *want = malloc(n);
-  int ok = got && want && ecs_net_read_all(fd, got, n, ecs_now_ms() + IO_MS) == ECS_OK;
-  if (ok) {
-    ecs_ts_fill(want, n, seed);
-    ok = memcmp(got, want, n) == 0;
-    if (!ok)
-      fprintf(stderr, "reply %u: wrong bytes\n", id);
-  }
-  free(got);
-  free(want);
-  return ok;
-}
-
-static int server_port(const ecs_ts_env_t *e) {
-  return atoi(strrchr(e->servers, ':') + 1);
-}
-
-static int open_raw(const ecs_ts_env_t *e) {
-  int fd = -1;
-  assert_int_equal(ecs_ts_raw_open(server_port(e), "test", &fd), ECS_OK);
-  return fd;
-}
-
-/* Whether key is stored, asked over another connection (no Redis). */
-static int stored(ecs_client_t *c, const char *key) {
-  uint8_t b[16];
-  int rc = ecs_ts_get1(c, key, b, sizeof b, NULL);
-  return rc == ECS_OK || rc == ECS_EBUFSMALL;
-}
-
 static void put_seed(ecs_client_t *c, const char *key, uint32_t seed, size_t n) {
   uint8_t *a = malloc(n);
   assert_non_null(a);
   ecs_ts_fill(a, n, seed);
   assert_int_equal(ecs_ts_put1(c, key, a, n, ECS_DTYPE_U8), ECS_OK);
   free(a);
-}
-
-/* Sends everything in a thread (the test reads replies meanwhile). */
-typedef struct sender {
-  int fd;
-  const ecs_wbuf_t *out;
-  int rc;
-} sender_t;
-
-static void *sender_run(void *p) {
-  sender_t *sd = p;
-  struct iovec iov = {sd->out->p, sd->out->len};
-  sd->rc = ecs_net_writev_all(sd->fd, &iov, 1, ecs_now_ms() + IO_MS);
-  return NULL;
 }
 
 /* ---- 1: a peer that pipelines and never reads is dropped ------------- */
@@ -260,7 +94,7 @@ static void test_never_reads_parked_replies_dropped(void **state) {
     put_seed(e.c, k, (uint32_t)q, 8);
   }
   uint32_t base = ecs_ts_stat0(e.c).connections;
-  int fd = open_raw(&e);
+  int fd = ecs_pipe_open(&e);
   ecs_wbuf_t out;
   ecs_wbuf_init(&out);
   for (int q = 0; q < NREM; q++) {
@@ -271,13 +105,13 @@ static void test_never_reads_parked_replies_dropped(void **state) {
     ecs_proto_key_write(&w, k, (uint16_t)strlen(k));
     for (int i = 1; i < WIDE; i++)
       ecs_proto_key_write(&w, "x", 1);
-    req_add(&out, ECS_OP_REMOVE, 500u + (uint32_t)q, WIDE, &w, NULL, 0);
+    ecs_pipe_req(&out, ECS_OP_REMOVE, 500u + (uint32_t)q, WIDE, &w, NULL, 0);
     ecs_wbuf_free(&w);
   }
   assert_int_equal(out.err, ECS_OK);
-  sender_t sd = {.fd = fd, .out = &out};
+  ecs_pipe_sender_t sd = {.fd = fd, .out = &out};
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, sender_run, &sd), 0);
+  assert_int_equal(pthread_create(&th, NULL, ecs_pipe_send_run, &sd), 0);
   /* never read: the server must drop us (allow for load: 20x the
    * timeout).  Reading would unblock the server: STAT's count tells. */
   uint64_t t0 = ecs_now_ms();
@@ -308,17 +142,17 @@ static void test_get_behind_slow_redis_not_dropped(void **state) {
   ecs_ts_env_t e;
   assert_int_equal(ecs_ts_env_open(&e, extra, CLIENT_MS), 0);
   put_seed(e.c, "base", 11, 64 * KIB);
-  int fd = open_raw(&e);
+  int fd = ecs_pipe_open(&e);
   assert_int_equal(ecs_ts_signal(&e.redis, SIGSTOP), 0);
   ecs_wbuf_t out;
   ecs_wbuf_init(&out);
-  put_add(&out, 600, "slow-put", 12, 4 * KIB, 0);
-  get_add(&out, 601, "base", 64 * KIB);
+  ecs_pipe_put(&out, 600, "slow-put", 12, 4 * KIB, 0);
+  ecs_pipe_get(&out, 601, "base", 64 * KIB);
   assert_int_equal(ecs_ts_raw_send(fd, out.p, out.len), ECS_OK);
   /* the peer reads at once and waits: the server, not the peer, is slow
    * (Redis answers nothing for 2 s); it must not be dropped as stalled */
-  assert_int_equal(reply_read(fd, ECS_OP_PUT, 600, 0, 0), ECS_EREDIS);
-  assert_int_equal(reply_read(fd, ECS_OP_GET, 601, 11, 64 * KIB), ECS_OK);
+  assert_int_equal(ecs_pipe_reply(fd, ECS_OP_PUT, 600, 0, 0), ECS_EREDIS);
+  assert_int_equal(ecs_pipe_reply(fd, ECS_OP_GET, 601, 11, 64 * KIB), ECS_OK);
   assert_int_equal(ecs_ts_signal(&e.redis, SIGCONT), 0);
   ecs_wbuf_free(&out);
   close(fd);
@@ -338,7 +172,7 @@ static void test_slow_reader_frozen_redis(void **state) {
   put_seed(e.c, "base", 21, OBJ);
   /* (no tiny SO_RCVBUF here: on loopback a receive window below one
    * segment stalls TCP itself for seconds, whatever the server does) */
-  int fd = open_raw(&e);
+  int fd = ecs_pipe_open(&e);
   ecs_wbuf_t out;
   ecs_wbuf_init(&out);
   uint8_t ops[3 * MIX];
@@ -347,21 +181,21 @@ static void test_slow_reader_frozen_redis(void **state) {
   for (int i = 0; i < MIX; i++) {
     char k[16];
     snprintf(k, sizeof k, "sr-%d", i);
-    put_add(&out, 1000u + (uint32_t)nreq, k, 2000u + (uint32_t)i, OBJ, 0);
+    ecs_pipe_put(&out, 1000u + (uint32_t)nreq, k, 2000u + (uint32_t)i, OBJ, 0);
     ops[nreq] = ECS_OP_PUT;
     seeds[nreq++] = 0;
-    get_add(&out, 1000u + (uint32_t)nreq, "base", OBJ);
+    ecs_pipe_get(&out, 1000u + (uint32_t)nreq, "base", OBJ);
     ops[nreq] = ECS_OP_GET;
     seeds[nreq++] = 21;
-    get_add(&out, 1000u + (uint32_t)nreq, k, OBJ);
+    ecs_pipe_get(&out, 1000u + (uint32_t)nreq, k, OBJ);
     ops[nreq] = ECS_OP_GET;
     seeds[nreq++] = 2000u + (uint32_t)i;
   }
   assert_int_equal(out.err, ECS_OK);
   assert_int_equal(ecs_ts_signal(&e.redis, SIGSTOP), 0);
-  sender_t sd = {.fd = fd, .out = &out};
+  ecs_pipe_sender_t sd = {.fd = fd, .out = &out};
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, sender_run, &sd), 0);
+  assert_int_equal(pthread_create(&th, NULL, ecs_pipe_send_run, &sd), 0);
   usleep(300000); /* nothing read: the first put parked, its get waits */
   uint8_t *b = malloc(OBJ);
   assert_int_equal(ecs_ts_get1(e.c, "base", b, OBJ, NULL), ECS_OK); /* others are served */
@@ -369,7 +203,7 @@ static void test_slow_reader_frozen_redis(void **state) {
   assert_int_equal(ecs_ts_signal(&e.redis, SIGCONT), 0);
   usleep(200000); /* replies answered, piling up unread in our tiny buffer */
   for (int q = 0; q < nreq; q++)
-    assert_int_equal(reply_read(fd, ops[q], 1000u + (uint32_t)q, seeds[q], OBJ), ECS_OK);
+    assert_int_equal(ecs_pipe_reply(fd, ops[q], 1000u + (uint32_t)q, seeds[q], OBJ), ECS_OK);
   pthread_join(th, NULL);
   assert_int_equal(sd.rc, ECS_OK);
   ecs_wbuf_free(&out);
@@ -390,17 +224,17 @@ static void hang_stream(ecs_wbuf_t *out, size_t *cuts, int *ncut, int round) {
   size_t start[8];
   int n = 0;
   start[n++] = out->len;
-  put_add(out, 1, k0, 31, 16 * KIB, 0);
+  ecs_pipe_put(out, 1, k0, 31, 16 * KIB, 0);
   start[n++] = out->len;
-  get_add(out, 2, "base", OBJ);
+  ecs_pipe_get(out, 2, "base", OBJ);
   start[n++] = out->len;
-  put_add(out, 3, k1, 32, 16 * KIB, 0);
+  ecs_pipe_put(out, 3, k1, 32, 16 * KIB, 0);
   start[n++] = out->len;
-  key_add(out, ECS_OP_REMOVE, 4, k0);
+  ecs_pipe_key(out, ECS_OP_REMOVE, 4, k0);
   start[n++] = out->len;
-  put_add(out, 5, k1, 33, 16 * KIB, ECS_PUT_F_UPSERT);
+  ecs_pipe_put(out, 5, k1, 33, 16 * KIB, ECS_PUT_F_UPSERT);
   start[n++] = out->len;
-  get_add(out, 6, k1, 16 * KIB);
+  ecs_pipe_get(out, 6, k1, 16 * KIB);
   start[n] = out->len;
   *ncut = 0;
   for (int i = 0; i < n; i++) {
@@ -436,7 +270,7 @@ static void test_hangup_everywhere(void **state) {
       size_t c2[40];
       int n2;
       hang_stream(&out, c2, &n2, round);
-      int fd = open_raw(&e);
+      int fd = ecs_pipe_open(&e);
       if (c2[ci] > 0)
         assert_int_equal(ecs_ts_raw_send(fd, out.p, c2[ci]), ECS_OK);
       usleep(20000); /* the server reads what came, parks what it can */
@@ -479,36 +313,36 @@ static void test_get_refs_survive_eviction(void **state) {
   ecs_ts_env_t e;
   assert_int_equal(ecs_ts_env_open(&e, extra, CLIENT_MS), 0);
   put_seed(e.c, "victim", 51, 4 * MIB);
-  int fd = open_raw(&e);
+  int fd = ecs_pipe_open(&e);
   assert_int_equal(ecs_ts_signal(&e.redis, SIGSTOP), 0);
   ecs_wbuf_t out;
   ecs_wbuf_init(&out);
-  put_add(&out, 700, "parker", 52, 4 * KIB, 0);
-  get_add(&out, 701, "victim", 4 * MIB);
+  ecs_pipe_put(&out, 700, "parker", 52, 4 * KIB, 0);
+  ecs_pipe_get(&out, 701, "victim", 4 * MIB);
   assert_int_equal(ecs_ts_raw_send(fd, out.p, out.len), ECS_OK);
-  for (int i = 0; i < 200 && !stored(e.c, "parker"); i++)
+  for (int i = 0; i < 200 && !ecs_pipe_stored(e.c, "parker"); i++)
     usleep(10000);
   usleep(100000); /* the get is read and holds victim's block, behind the parked put */
   /* another peer fills the pool: everything evictable goes */
-  int fd2 = open_raw(&e);
+  int fd2 = ecs_pipe_open(&e);
   ecs_wbuf_t out2;
   ecs_wbuf_init(&out2);
   for (uint32_t i = 0; i < 4; i++) {
     char k[16];
     snprintf(k, sizeof k, "filler-%u", i);
-    put_add(&out2, 800 + i, k, 60 + i, 4 * MIB - 64 * KIB, 0);
+    ecs_pipe_put(&out2, 800 + i, k, 60 + i, 4 * MIB - 64 * KIB, 0);
   }
-  sender_t sd = {.fd = fd2, .out = &out2};
+  ecs_pipe_sender_t sd = {.fd = fd2, .out = &out2};
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, sender_run, &sd), 0);
+  assert_int_equal(pthread_create(&th, NULL, ecs_pipe_send_run, &sd), 0);
   usleep(300000);
   assert_int_equal(ecs_ts_signal(&e.redis, SIGCONT), 0);
-  assert_int_equal(reply_read(fd, ECS_OP_PUT, 700, 0, 0), ECS_OK);
-  assert_int_equal(reply_read(fd, ECS_OP_GET, 701, 51, 4 * MIB), ECS_OK); /* the right bytes */
+  assert_int_equal(ecs_pipe_reply(fd, ECS_OP_PUT, 700, 0, 0), ECS_OK);
+  assert_int_equal(ecs_pipe_reply(fd, ECS_OP_GET, 701, 51, 4 * MIB), ECS_OK); /* the right bytes */
   pthread_join(th, NULL);
   assert_int_equal(sd.rc, ECS_OK);
   for (uint32_t i = 0; i < 4; i++) {
-    int st = reply_read(fd2, ECS_OP_PUT, 800 + i, 0, 0);
+    int st = ecs_pipe_reply(fd2, ECS_OP_PUT, 800 + i, 0, 0);
     assert_true(st == ECS_OK || st == ECS_ENOSPC);
   }
   ecs_wbuf_free(&out);
@@ -525,7 +359,7 @@ static void test_one_key_mix(void **state) {
   const char *extra[] = {"--redis-timeout-ms", "10000", NULL};
   ecs_ts_env_t e;
   assert_int_equal(ecs_ts_env_open(&e, extra, CLIENT_MS), 0);
-  int fd = open_raw(&e);
+  int fd = ecs_pipe_open(&e);
   assert_int_equal(ecs_ts_signal(&e.redis, SIGSTOP), 0);
   const size_t n = 8 * KIB;
   ecs_wbuf_t out;
@@ -537,25 +371,25 @@ static void test_one_key_mix(void **state) {
   } q[16];
   int nq = 0;
 #define Q(o, w, s) (q[nq].op = (o), q[nq].want = (w), q[nq].seed = (s), nq++)
-  put_add(&out, 1u + (uint32_t)nq, "k", 71, n, 0), Q(ECS_OP_PUT, ECS_OK, 0);
-  get_add(&out, 1u + (uint32_t)nq, "k", n), Q(ECS_OP_GET, ECS_OK, 71);
-  key_add(&out, ECS_OP_REMOVE, 1u + (uint32_t)nq, "k"), Q(ECS_OP_REMOVE, ECS_OK, 0);
-  get_add(&out, 1u + (uint32_t)nq, "k", n), Q(ECS_OP_GET, ECS_ENOTFOUND, 0);
-  put_add(&out, 1u + (uint32_t)nq, "k", 72, n, 0), Q(ECS_OP_PUT, ECS_OK, 0);
-  put_add(&out, 1u + (uint32_t)nq, "k", 73, n, 0), Q(ECS_OP_PUT, ECS_ECONFLICT, 0);
-  put_add(&out, 1u + (uint32_t)nq, "k", 73, n, ECS_PUT_F_UPSERT), Q(ECS_OP_PUT, ECS_OK, 0);
-  get_add(&out, 1u + (uint32_t)nq, "k", n), Q(ECS_OP_GET, ECS_OK, 73);
-  key_add(&out, ECS_OP_EXISTS, 1u + (uint32_t)nq, "k"), Q(ECS_OP_EXISTS, ECS_OK, 0);
-  put_add(&out, 1u + (uint32_t)nq, "k2", 74, n, 0), Q(ECS_OP_PUT, ECS_OK, 0);
-  key_add(&out, ECS_OP_REMOVE, 1u + (uint32_t)nq, "k2"), Q(ECS_OP_REMOVE, ECS_OK, 0);
-  key_add(&out, ECS_OP_REMOVE, 1u + (uint32_t)nq, "k2"), Q(ECS_OP_REMOVE, ECS_ENOTFOUND, 0);
-  put_add(&out, 1u + (uint32_t)nq, "k2", 75, n, 0), Q(ECS_OP_PUT, ECS_OK, 0);
+  ecs_pipe_put(&out, 1u + (uint32_t)nq, "k", 71, n, 0), Q(ECS_OP_PUT, ECS_OK, 0);
+  ecs_pipe_get(&out, 1u + (uint32_t)nq, "k", n), Q(ECS_OP_GET, ECS_OK, 71);
+  ecs_pipe_key(&out, ECS_OP_REMOVE, 1u + (uint32_t)nq, "k"), Q(ECS_OP_REMOVE, ECS_OK, 0);
+  ecs_pipe_get(&out, 1u + (uint32_t)nq, "k", n), Q(ECS_OP_GET, ECS_ENOTFOUND, 0);
+  ecs_pipe_put(&out, 1u + (uint32_t)nq, "k", 72, n, 0), Q(ECS_OP_PUT, ECS_OK, 0);
+  ecs_pipe_put(&out, 1u + (uint32_t)nq, "k", 73, n, 0), Q(ECS_OP_PUT, ECS_ECONFLICT, 0);
+  ecs_pipe_put(&out, 1u + (uint32_t)nq, "k", 73, n, ECS_PUT_F_UPSERT), Q(ECS_OP_PUT, ECS_OK, 0);
+  ecs_pipe_get(&out, 1u + (uint32_t)nq, "k", n), Q(ECS_OP_GET, ECS_OK, 73);
+  ecs_pipe_key(&out, ECS_OP_EXISTS, 1u + (uint32_t)nq, "k"), Q(ECS_OP_EXISTS, ECS_OK, 0);
+  ecs_pipe_put(&out, 1u + (uint32_t)nq, "k2", 74, n, 0), Q(ECS_OP_PUT, ECS_OK, 0);
+  ecs_pipe_key(&out, ECS_OP_REMOVE, 1u + (uint32_t)nq, "k2"), Q(ECS_OP_REMOVE, ECS_OK, 0);
+  ecs_pipe_key(&out, ECS_OP_REMOVE, 1u + (uint32_t)nq, "k2"), Q(ECS_OP_REMOVE, ECS_ENOTFOUND, 0);
+  ecs_pipe_put(&out, 1u + (uint32_t)nq, "k2", 75, n, 0), Q(ECS_OP_PUT, ECS_OK, 0);
 #undef Q
   assert_int_equal(ecs_ts_raw_send(fd, out.p, out.len), ECS_OK);
   usleep(300000); /* all of it run, the Redis commands queued behind the freeze */
   assert_int_equal(ecs_ts_signal(&e.redis, SIGCONT), 0);
   for (int i = 0; i < nq; i++)
-    assert_int_equal(reply_read(fd, q[i].op, 1u + (uint32_t)i, q[i].seed, n), q[i].want);
+    assert_int_equal(ecs_pipe_reply(fd, q[i].op, 1u + (uint32_t)i, q[i].seed, n), q[i].want);
   /* Redis holds the last version of each: k's record has the upsert's sum */
   redisContext *r = ecs_ts_redis_at(e.redis.port);
   assert_non_null(r);
@@ -591,7 +425,7 @@ typedef struct peer {
 static void *peer_run(void *p) {
   peer_t *pr = p;
   int fd = -1;
-  if (ecs_ts_raw_open(server_port(pr->e), "test", &fd) != ECS_OK)
+  if (ecs_ts_raw_open(ecs_pipe_port(pr->e), "test", &fd) != ECS_OK)
     return NULL;
   ecs_wbuf_t out;
   ecs_wbuf_init(&out);
@@ -599,18 +433,19 @@ static void *peer_run(void *p) {
     char k[32], prev[32];
     snprintf(k, sizeof k, "mc-%d-%d", pr->idx, i);
     snprintf(prev, sizeof prev, "mc-%d-%d", pr->idx, i / 2);
-    put_add(&out, (uint32_t)(3 * i), k, (uint32_t)(pr->idx * 1000 + i), 16 * KIB, 0);
-    get_add(&out, (uint32_t)(3 * i + 1), k, 16 * KIB);
-    key_add(&out, ECS_OP_EXISTS, (uint32_t)(3 * i + 2), prev);
+    ecs_pipe_put(&out, (uint32_t)(3 * i), k, (uint32_t)(pr->idx * 1000 + i), 16 * KIB, 0);
+    ecs_pipe_get(&out, (uint32_t)(3 * i + 1), k, 16 * KIB);
+    ecs_pipe_key(&out, ECS_OP_EXISTS, (uint32_t)(3 * i + 2), prev);
   }
-  sender_t sd = {.fd = fd, .out = &out};
+  ecs_pipe_sender_t sd = {.fd = fd, .out = &out};
   pthread_t th;
-  if (pthread_create(&th, NULL, sender_run, &sd) == 0) {
+  if (pthread_create(&th, NULL, ecs_pipe_send_run, &sd) == 0) {
     int ok = 1;
     for (int i = 0; i < PER && ok; i++) {
-      ok = reply_ok(fd, ECS_OP_PUT, (uint32_t)(3 * i), 0, 0);
-      ok = ok && reply_ok(fd, ECS_OP_GET, (uint32_t)(3 * i + 1), (uint32_t)(pr->idx * 1000 + i), 16 * KIB);
-      ok = ok && reply_ok(fd, ECS_OP_EXISTS, (uint32_t)(3 * i + 2), 0, 0);
+      ok = ecs_pipe_reply_ok(fd, ECS_OP_PUT, (uint32_t)(3 * i), 0, 0);
+      ok = ok &&
+           ecs_pipe_reply_ok(fd, ECS_OP_GET, (uint32_t)(3 * i + 1), (uint32_t)(pr->idx * 1000 + i), 16 * KIB);
+      ok = ok && ecs_pipe_reply_ok(fd, ECS_OP_EXISTS, (uint32_t)(3 * i + 2), 0, 0);
     }
     pthread_join(th, NULL);
     pr->ok = ok && sd.rc == ECS_OK;
@@ -672,7 +507,7 @@ static void put2_add(ecs_wbuf_t *out, uint32_t id, const char *k0, uint32_t s0, 
     it.desc.shape[0] = n;
     ecs_proto_put_item_write(&w, &it);
   }
-  req_add(out, ECS_OP_PUT, id, 2, &w, a, 2 * n);
+  ecs_pipe_req(out, ECS_OP_PUT, id, 2, &w, a, 2 * n);
   ecs_wbuf_free(&w);
   free(a);
 }
@@ -734,7 +569,7 @@ static void test_evict_and_reput_one_request(void **state) {
   assert_int_equal(field_settles(r, "full-3", me, 1), 1);
   /* full-1 is also held by another node: its entry must stay */
   freeReplyObject(redisCommand(r, "HSET ecs:{test}:obj:full-1 h:other-node 1"));
-  int fd = open_raw(&e);
+  int fd = ecs_pipe_open(&e);
   uint64_t ev0 = ecs_ts_stat0(e.c).evictions;
   evict_and_reput(fd, 1, "new-0", 95, "full-0", 90); /* evicts full-0 and full-1 */
   assert_int_equal(ecs_ts_stat0(e.c).evictions - ev0, 2);
@@ -778,17 +613,17 @@ static void test_stop_with_parked(void **state) {
   for (uint32_t i = 0; i < 10; i++) { /* 8 parked, a get built behind them, one unread */
     char k[16];
     snprintf(k, sizeof k, "stop-%u", i);
-    put_add(&out, i, k, 82 + i, 16 * KIB, 0);
+    ecs_pipe_put(&out, i, k, 82 + i, 16 * KIB, 0);
     if (i == 2)
-      get_add(&out, 100, "base", OBJ);
+      ecs_pipe_get(&out, 100, "base", OBJ);
   }
   for (int i = 0; i < 3; i++) {
-    fd[i] = open_raw(&e);
+    fd[i] = ecs_pipe_open(&e);
     /* the third stops in the middle of a payload */
     size_t n = i < 2 ? out.len : ECS_PROTO_HDR_SIZE + 200;
     assert_int_equal(ecs_ts_raw_send(fd[i], out.p, n), ECS_OK);
   }
-  for (int i = 0; i < 200 && !stored(e.c, "stop-1"); i++)
+  for (int i = 0; i < 200 && !ecs_pipe_stored(e.c, "stop-1"); i++)
     usleep(10000);
   usleep(100000);
   /* SIGTERM with Redis still frozen (the fixture continues it with the
@@ -855,15 +690,15 @@ static void test_flood_does_not_starve_others(void **state) {
   ecs_wbuf_t out;
   ecs_wbuf_init(&out);
   for (uint32_t i = 0; i < FLOOD; i++)
-    get_add(&out, i, "absent", 16);
+    ecs_pipe_get(&out, i, "absent", 16);
   assert_int_equal(out.err, ECS_OK);
-  flood_t f = {.fd = open_raw(&e), .out = &out};
+  flood_t f = {.fd = ecs_pipe_open(&e), .out = &out};
   struct timeval tv = {2, 0};
   setsockopt(f.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   assert_int_equal(ecs_ts_signal(&e.server, SIGSTOP), 0);
-  sender_t sd = {.fd = f.fd, .out = &out};
+  ecs_pipe_sender_t sd = {.fd = f.fd, .out = &out};
   pthread_t ts, tr, tv_;
-  assert_int_equal(pthread_create(&ts, NULL, sender_run, &sd), 0);
+  assert_int_equal(pthread_create(&ts, NULL, ecs_pipe_send_run, &sd), 0);
   assert_int_equal(pthread_create(&tr, NULL, flood_recv, &f), 0);
   usleep(200000); /* A's run is in its socket... */
   stat_call_t sc = {.c = victim};
@@ -905,18 +740,18 @@ static void test_bad_request_behind_parked(void **state) {
   ecs_ts_env_t e;
   assert_int_equal(ecs_ts_env_open(&e, extra, CLIENT_MS), 0);
   put_seed(e.c, "doomed", 111, 4 * KIB);
-  int fd = open_raw(&e);
+  int fd = ecs_pipe_open(&e);
   assert_int_equal(ecs_ts_signal(&e.redis, SIGSTOP), 0);
   ecs_wbuf_t out, w;
   ecs_wbuf_init(&out);
   ecs_wbuf_init(&w);
-  put_add(&out, 1, "parked-b", 112, 4 * KIB, 0);
+  ecs_pipe_put(&out, 1, "parked-b", 112, 4 * KIB, 0);
   ecs_proto_key_write(&w, "doomed", 6);
-  req_add(&out, ECS_OP_REMOVE, 2, 2, &w, NULL, 0); /* claims 2 keys, holds 1 */
+  ecs_pipe_req(&out, ECS_OP_REMOVE, 2, 2, &w, NULL, 0); /* claims 2 keys, holds 1 */
   assert_int_equal(ecs_ts_raw_send(fd, out.p, out.len), ECS_OK);
   usleep(300000);
   assert_int_equal(ecs_ts_signal(&e.redis, SIGCONT), 0);
-  assert_int_equal(reply_read(fd, ECS_OP_PUT, 1, 0, 0), ECS_OK);
+  assert_int_equal(ecs_pipe_reply(fd, ECS_OP_PUT, 1, 0, 0), ECS_OK);
   uint8_t hb[ECS_PROTO_HDR_SIZE];
   assert_int_equal(ecs_net_read_all(fd, hb, sizeof hb, ecs_now_ms() + IO_MS), ECS_OK);
   ecs_hdr_t h;
@@ -925,7 +760,7 @@ static void test_bad_request_behind_parked(void **state) {
   assert_int_equal(h.status, ECS_EPROTO);
   assert_true(ecs_ts_raw_wait_close(fd, 5000) >= 0); /* then it closes */
   close(fd);
-  assert_false(stored(e.c, "doomed")); /* the first key was removed */
+  assert_false(ecs_pipe_stored(e.c, "doomed")); /* the first key was removed */
   ecs_wbuf_free(&w);
   ecs_wbuf_free(&out);
   assert_int_equal(ecs_ts_env_close(&e), 0);
