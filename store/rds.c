@@ -77,7 +77,9 @@ static int pct_decode(const char *s, size_t n, char *out, size_t cap) {
 }
 
 /* "HOST[:PORT]" (HOST maybe a bracketed IPv6 literal), hp_len bytes at
- * url, into host (cap bytes) and port (6379 when absent).  0, or -1. */
+ * url, into host (cap bytes) and port (6379 when absent).  0, or -1.  A
+ * host holds none of the URL's delimiters: a '?' in one would be read back
+ * as the start of a sentinel URL's query (fuzz_config found it). */
 static int parse_hostport(const char *url, size_t hp_len, char *host, size_t cap, int *port) {
   const char *h = url, *colon;
   size_t hlen;
@@ -98,7 +100,7 @@ static int parse_hostport(const char *url, size_t hp_len, char *host, size_t cap
     return -1;
   for (size_t i = 0; i < hlen; i++)
     if (h[i] <= ' ' || h[i] == '@' || h[i] == '/' || h[i] == '[' || h[i] == ']' || h[i] == ',' ||
-        h[i] == 0x7f)
+        h[i] == '?' || h[i] == '#' || h[i] == 0x7f)
       return -1;
   memcpy(host, h, hlen);
   host[hlen] = '\0';
