@@ -415,6 +415,38 @@ static int ping_through(const char *url, char *msg, size_t cap) {
  * redis-sentinel:// URL; the master killed: the failover is followed.  A
  * wrong or missing sentinel password: ECS_EAUTH at once, naming the
  * sentinel, never the password. */
+/* Opens a connector from the JSON config js, registers worker
+ * "prefill-TAG" at addr and looks it up as "decode-TAG" (what: the
+ * context of a failure); returns the open connector. */
+static ecs_ec_conn_t *kv_handoff(const char *js, const char *tag, const char *addr, const char *what) {
+  char err[512] = "";
+  ecs_ec_config_t ecfg;
+  ecs_ec_config_init(&ecfg);
+  assert_int_equal(ecs_ec_config_parse_json(&ecfg, js, 0, err, sizeof err), ECS_OK);
+  ecs_ec_conn_t *ec = NULL;
+  int rc = ecs_ec_open(&ecfg, &ec, err, sizeof err);
+  if (rc != ECS_OK)
+    fprintf(stderr, "connector open: %s: %s\n", ecs_strerror(rc), err);
+  assert_int_equal(rc, ECS_OK);
+  ecs_kv_worker_t w, self, got;
+  memset(&w, 0, sizeof w);
+  snprintf(w.instance_id, sizeof w.instance_id, "prefill-%s", tag);
+  w.role = ECS_KV_PREFILL;
+  w.tp_size = 1;
+  snprintf(w.address, sizeof w.address, "%s", addr);
+  self = w;
+  snprintf(self.instance_id, sizeof self.instance_id, "decode-%s", tag);
+  self.role = ECS_KV_DECODE;
+  char why[256] = "";
+  rc = ecs_kv_register(ec, &w, why, sizeof why);
+  if (rc != ECS_OK)
+    fprintf(stderr, "%s: %s: %s\n", what, ecs_strerror(rc), why);
+  assert_int_equal(rc, ECS_OK);
+  assert_int_equal(ecs_kv_lookup(ec, &self, w.instance_id, 0, 0, &got, why, sizeof why), ECS_OK);
+  assert_string_equal(got.address, addr);
+  return ec;
+}
+
 static void test_sentinel_auth(void **state) {
   (void)state;
   unsetenv("ECSTORE_REDIS_PASSWORD");
@@ -528,30 +560,7 @@ static void test_sentinel_auth(void **state) {
         "{\"backend\": \"redis\", \"redis_url\": \"%s\", \"namespace\": \"sauth\", \"timeout_ms\": 2000,"
         " \"connect_timeout_ms\": 1000, \"redis_password_file\": \"%s\", \"sentinel_password_file\": \"%s\"}",
         url, mpwf, spwf);
-    ecs_ec_config_t ecfg;
-    ecs_ec_config_init(&ecfg);
-    assert_int_equal(ecs_ec_config_parse_json(&ecfg, js, 0, err, sizeof err), ECS_OK);
-    ecs_ec_conn_t *ec = NULL;
-    int rc = ecs_ec_open(&ecfg, &ec, err, sizeof err);
-    if (rc != ECS_OK)
-      fprintf(stderr, "connector open: %s: %s\n", ecs_strerror(rc), err);
-    assert_int_equal(rc, ECS_OK);
-    ecs_kv_worker_t w, self, got;
-    memset(&w, 0, sizeof w);
-    snprintf(w.instance_id, sizeof w.instance_id, "prefill-s");
-    w.role = ECS_KV_PREFILL;
-    w.tp_size = 1;
-    snprintf(w.address, sizeof w.address, "10.0.0.7:8100");
-    self = w;
-    snprintf(self.instance_id, sizeof self.instance_id, "decode-s");
-    self.role = ECS_KV_DECODE;
-    char why[256] = "";
-    rc = ecs_kv_register(ec, &w, why, sizeof why);
-    if (rc != ECS_OK)
-      fprintf(stderr, "kv register through authenticated sentinels: %s: %s\n", ecs_strerror(rc), why);
-    assert_int_equal(rc, ECS_OK);
-    assert_int_equal(ecs_kv_lookup(ec, &self, "prefill-s", 0, 0, &got, why, sizeof why), ECS_OK);
-    assert_string_equal(got.address, "10.0.0.7:8100");
+    ecs_ec_conn_t *ec = kv_handoff(js, "s", "10.0.0.7:8100", "kv register through authenticated sentinels");
     ecs_ec_close(ec);
     /* a wrong sentinel password in the file: the connector refuses to
      * open, naming the sentinel */
@@ -563,6 +572,7 @@ static void test_sentinel_auth(void **state) {
         "{\"backend\": \"redis\", \"redis_url\": \"%s\", \"namespace\": \"sauth\", \"timeout_ms\": 2000,"
         " \"connect_timeout_ms\": 1000, \"redis_password_file\": \"%s\", \"sentinel_password_file\": \"%s\"}",
         url, mpwf, wpwf);
+    ecs_ec_config_t ecfg;
     ecs_ec_config_init(&ecfg);
     assert_int_equal(ecs_ec_config_parse_json(&ecfg, js, 0, err, sizeof err), ECS_OK);
     assert_int_equal(ecs_ec_open(&ecfg, &ec, err, sizeof err), ECS_EAUTH);
@@ -855,35 +865,12 @@ static void test_cluster(void **state) {
    * three keys, which must share the namespace's slot (ecs:{NS}:kv:...),
    * and the handoff's link follows ns[1]'s slot away from the URL's node. */
   {
-    char js[512], err[512] = "";
+    char js[512];
     snprintf(js, sizeof js,
              "{\"backend\": \"redis\", \"redis_url\": \"%s\", \"namespace\": \"%s\", \"timeout_ms\": 2000,"
              " \"connect_timeout_ms\": 1000}",
              curl, ns[1]);
-    ecs_ec_config_t ecfg;
-    ecs_ec_config_init(&ecfg);
-    assert_int_equal(ecs_ec_config_parse_json(&ecfg, js, 0, err, sizeof err), ECS_OK);
-    ecs_ec_conn_t *ec = NULL;
-    int rc = ecs_ec_open(&ecfg, &ec, err, sizeof err);
-    if (rc != ECS_OK)
-      fprintf(stderr, "connector open: %s: %s\n", ecs_strerror(rc), err);
-    assert_int_equal(rc, ECS_OK);
-    ecs_kv_worker_t w, self, got;
-    memset(&w, 0, sizeof w);
-    snprintf(w.instance_id, sizeof w.instance_id, "prefill-a");
-    w.role = ECS_KV_PREFILL;
-    w.tp_size = 1;
-    snprintf(w.address, sizeof w.address, "10.0.0.5:8100");
-    self = w;
-    snprintf(self.instance_id, sizeof self.instance_id, "decode-a");
-    self.role = ECS_KV_DECODE;
-    char why[256] = "";
-    rc = ecs_kv_register(ec, &w, why, sizeof why);
-    if (rc != ECS_OK)
-      fprintf(stderr, "kv register on the cluster: %s: %s\n", ecs_strerror(rc), why);
-    assert_int_equal(rc, ECS_OK);
-    assert_int_equal(ecs_kv_lookup(ec, &self, "prefill-a", 0, 0, &got, why, sizeof why), ECS_OK);
-    assert_string_equal(got.address, "10.0.0.5:8100");
+    ecs_ec_conn_t *ec = kv_handoff(js, "a", "10.0.0.5:8100", "kv register on the cluster");
     char wk[128];
     snprintf(wk, sizeof wk, "ecs:{%s}:kv:inst:prefill-a", ns[1]);
     assert_int_equal(cmd_int(node[2].port, "EXISTS %s", wk), 1); /* on the namespace's master */
