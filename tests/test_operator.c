@@ -306,53 +306,6 @@ static void test_cli_with_redis_down(void **state) {
 
 /* ---- the Prometheus endpoint -------------------------------------------- */
 
-/* Sends req to 127.0.0.1:port and reads the whole response (the server
- * closes after one).  Returns its length, or -1. */
-static long http(int port, const char *req, size_t req_len, char *out, size_t cap) {
-  int fd;
-  if (ecs_net_connect("127.0.0.1", port, 2000, &fd) != 0)
-    return -1;
-  uint64_t deadline = ecs_now_ms() + 5000;
-  size_t sent = 0, n = 0;
-  while (sent < req_len) {
-    ssize_t w = send(fd, req + sent, req_len - sent, MSG_NOSIGNAL);
-    if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-      struct pollfd p = {.fd = fd, .events = POLLOUT};
-      poll(&p, 1, 100);
-      if (ecs_now_ms() > deadline)
-        break;
-      continue;
-    }
-    if (w <= 0)
-      break; /* the server may answer and close before taking it all */
-    sent += (size_t)w;
-  }
-  while (n + 1 < cap && ecs_now_ms() < deadline) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 100) <= 0)
-      continue;
-    ssize_t r = recv(fd, out + n, cap - 1 - n, 0);
-    if (r < 0 && (errno == EAGAIN || errno == EINTR))
-      continue;
-    if (r <= 0)
-      break;
-    n += (size_t)r;
-  }
-  out[n] = '\0';
-  close(fd);
-  return (long)n;
-}
-
-/* The value of the sample line that starts with "name " or "name{...} "
- * exactly as given (labels included); -1 when absent. */
-static double sample(const char *body, const char *series) {
-  size_t sl = strlen(series);
-  for (const char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-    if (!strncmp(l, series, sl) && l[sl] == ' ')
-      return strtod(l + sl + 1, NULL);
-  return -1;
-}
-
 /* Checks the exposition format line by line: every sample belongs to a
  * family announced by "# TYPE" before it, names and values parse, and
  * every histogram series has cumulative buckets ending in +Inf whose count
@@ -465,11 +418,11 @@ static void test_metrics_scrape(void **state) {
       ecs_ts_server_start(&srv, redis.port, (const char *const[]){"--metrics-listen", mlisten, NULL}), 0);
   static char resp[1 << 16];
   static const char get_req[] = "GET /metrics HTTP/1.0\r\n\r\n";
-  assert_true(http(mport, get_req, sizeof get_req - 1, resp, sizeof resp) > 0);
+  assert_true(ecs_ts_http(mport, get_req, sizeof get_req - 1, resp, sizeof resp) > 0);
   assert_true(!strncmp(resp, "HTTP/1.0 200 OK\r\n", 17));
   char *body = strstr(resp, "\r\n\r\n");
   assert_non_null(body);
-  assert_true(sample(body + 4, "ecstore_puts_total") == 0);
+  assert_true(ecs_ts_sample(body + 4, "ecstore_puts_total") == 0);
 
   char servers[32];
   snprintf(servers, sizeof servers, "127.0.0.1:%d", srv.port);
@@ -499,36 +452,36 @@ static void test_metrics_scrape(void **state) {
   assert_int_equal(b[3].status, ECS_ENOTFOUND);
   ecs_client_close(c);
 
-  assert_true(http(mport, get_req, sizeof get_req - 1, resp, sizeof resp) > 0);
+  assert_true(ecs_ts_http(mport, get_req, sizeof get_req - 1, resp, sizeof resp) > 0);
   assert_true(!strncmp(resp, "HTTP/1.0 200 OK\r\n", 17));
   assert_non_null(strstr(resp, "Content-Type: text/plain; version=0.0.4"));
   body = strstr(resp, "\r\n\r\n") + 4;
-  assert_true(sample(body, "ecstore_puts_total") == 3);
-  assert_true(sample(body, "ecstore_gets_total") == 4);
-  assert_true(sample(body, "ecstore_get_hits_total") == 3);
-  assert_true(sample(body, "ecstore_get_misses_total") == 1);
-  assert_true(sample(body, "ecstore_objects") == 3);
-  assert_true(sample(body, "ecstore_evictions_total") == 0);
-  assert_true(sample(body, "ecstore_redis_up") == 1);
-  assert_true(sample(body, "ecstore_request_duration_seconds_count{op=\"put\"}") >= 1);
-  assert_true(sample(body, "ecstore_request_duration_seconds_count{op=\"get\"}") >= 1);
+  assert_true(ecs_ts_sample(body, "ecstore_puts_total") == 3);
+  assert_true(ecs_ts_sample(body, "ecstore_gets_total") == 4);
+  assert_true(ecs_ts_sample(body, "ecstore_get_hits_total") == 3);
+  assert_true(ecs_ts_sample(body, "ecstore_get_misses_total") == 1);
+  assert_true(ecs_ts_sample(body, "ecstore_objects") == 3);
+  assert_true(ecs_ts_sample(body, "ecstore_evictions_total") == 0);
+  assert_true(ecs_ts_sample(body, "ecstore_redis_up") == 1);
+  assert_true(ecs_ts_sample(body, "ecstore_request_duration_seconds_count{op=\"put\"}") >= 1);
+  assert_true(ecs_ts_sample(body, "ecstore_request_duration_seconds_count{op=\"get\"}") >= 1);
   assert_true(check_exposition(body) >= 13); /* one series per named opcode */
 
   /* what it refuses: another path, another method, an endless head */
   static const char nf[] = "GET /x HTTP/1.0\r\n\r\n", post[] = "POST /metrics HTTP/1.0\r\n\r\n";
-  assert_true(http(mport, nf, sizeof nf - 1, resp, sizeof resp) > 0);
+  assert_true(ecs_ts_http(mport, nf, sizeof nf - 1, resp, sizeof resp) > 0);
   assert_true(!strncmp(resp, "HTTP/1.0 404 ", 13));
-  assert_true(http(mport, post, sizeof post - 1, resp, sizeof resp) > 0);
+  assert_true(ecs_ts_http(mport, post, sizeof post - 1, resp, sizeof resp) > 0);
   assert_true(!strncmp(resp, "HTTP/1.0 405 ", 13));
   static char
       endless[ECS_METRICS_MAX_REQUEST]; /* exactly the bound: nothing left unread to reset the reply */
   memset(endless, 'a', sizeof endless);
-  assert_true(http(mport, endless, sizeof endless, resp, sizeof resp) > 0);
+  assert_true(ecs_ts_http(mport, endless, sizeof endless, resp, sizeof resp) > 0);
   assert_true(!strncmp(resp, "HTTP/1.0 431 ", 13));
   /* a scraper that connects and says nothing does not hold the others up */
   int idle;
   assert_int_equal(ecs_net_connect("127.0.0.1", mport, 2000, &idle), 0);
-  assert_true(http(mport, get_req, sizeof get_req - 1, resp, sizeof resp) > 0);
+  assert_true(ecs_ts_http(mport, get_req, sizeof get_req - 1, resp, sizeof resp) > 0);
   assert_true(!strncmp(resp, "HTTP/1.0 200 OK\r\n", 17));
   close(idle);
 

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@
 #include <hiredis/hiredis.h>
 
 #include "ecstore/error.h"
+#include "store/net.h"
 #include "store/parse.h"
 
 #define TS_REDIS_START_MS 10000  /* redis-server listens in ~10 ms; ASan runs are slower */
@@ -573,4 +575,64 @@ int ecs_ts_file_lines_with(const char *path, const char *needle) {
       k++;
   fclose(f);
   return k;
+}
+
+/* ---- HTTP: the metrics endpoint ----------------------------------------- */
+
+long ecs_ts_http(int port, const char *req, size_t req_len, char *out, size_t cap) {
+  int fd;
+  if (ecs_net_connect("127.0.0.1", port, 2000, &fd) != 0)
+    return -1;
+  uint64_t deadline = ecs_now_ms() + 5000;
+  size_t sent = 0, n = 0;
+  while (sent < req_len) {
+    ssize_t w = send(fd, req + sent, req_len - sent, MSG_NOSIGNAL);
+    if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+      struct pollfd p = {.fd = fd, .events = POLLOUT};
+      poll(&p, 1, 100);
+      if (ecs_now_ms() > deadline)
+        break;
+      continue;
+    }
+    if (w <= 0)
+      break; /* the server may answer and close before taking it all */
+    sent += (size_t)w;
+  }
+  while (n + 1 < cap && ecs_now_ms() < deadline) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 100) <= 0)
+      continue;
+    ssize_t r = recv(fd, out + n, cap - 1 - n, 0);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+      continue;
+    if (r <= 0)
+      break;
+    n += (size_t)r;
+  }
+  out[n] = '\0';
+  close(fd);
+  return (long)n;
+}
+
+double ecs_ts_sample(const char *body, const char *series) {
+  size_t sl = strlen(series);
+  for (const char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+    if (!strncmp(l, series, sl) && l[sl] == ' ')
+      return strtod(l + sl + 1, NULL);
+  return -1;
+}
+
+double ecs_ts_metric(int port, const char *series) {
+  static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+  char *resp = malloc(1 << 18);
+  if (resp == NULL)
+    return -1;
+  double v = -1;
+  if (ecs_ts_http(port, req, sizeof req - 1, resp, 1 << 18) > 0) {
+    const char *body = strstr(resp, "\r\n\r\n");
+    if (body != NULL)
+      v = ecs_ts_sample(body + 4, series);
+  }
+  free(resp);
+  return v;
 }

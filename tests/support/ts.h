@@ -57,4 +57,15 @@ int ecs_ts_file_lines_with(const char *path, const char *needle);
 /* Path of a binary in ECS_BIN_DIR (static buffer). */
 const char *ecs_ts_bin(const char *name);
 
+/* Sends req to 127.0.0.1:port and reads the whole response (the server
+ * closes after one) into out, NUL-terminated.  Returns its length, or -1. */
+long ecs_ts_http(int port, const char *req, size_t req_len, char *out, size_t cap);
+
+/* The value of the sample line of body that starts with "series " exactly
+ * as given (labels included); -1 when absent. */
+double ecs_ts_sample(const char *body, const char *series);
+
+/* Scrapes GET /metrics from 127.0.0.1:port: that series' value, or -1. */
+double ecs_ts_metric(int port, const char *series);
+
 #endif
