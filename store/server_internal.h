@@ -115,13 +115,15 @@ typedef struct parked {
   ecs_wbuf_t body;                 /* the reply records (per-item statuses) */
 } parked_t;
 
-/* One item of a PUT in flight. */
+/* One item of a PUT in flight, or of a COMMIT being settled. */
 typedef struct put_slot {
   ecs_put_item_t item; /* decoded record (key points into conn->meta) */
   ecs_obj_t *obj;      /* reserved object, or NULL when the payload is discarded */
   int status;          /* per-item status so far */
   uint64_t sum;        /* the payload's checksum, once it is all in */
   int summed;          /* sum is set: hashed as the bytes landed (read_data) */
+  uint64_t resv_id;    /* COMMIT: the reservation this item settles */
+  int abort;           /* COMMIT: drop the reservation instead */
 } put_slot_t;
 
 /* A pin: an object a client holds through a lease (a committed object it

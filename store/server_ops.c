@@ -291,16 +291,24 @@ static int same_content(const ecs_obj_t *o, const ecs_put_item_t *it) {
 }
 
 /* PUT, step 1: parse records, reserve blocks, then go read the payload. */
+/* Room for n items in c->slots (PUT and COMMIT use them, one request at a
+ * time); 0 when out of memory. */
+static int slots_reserve(conn_t *c, uint32_t n) {
+  if (n <= c->slots_cap)
+    return 1;
+  put_slot_t *ns = realloc(c->slots, (size_t)n * sizeof *ns);
+  if (!ns)
+    return 0;
+  c->slots = ns;
+  c->slots_cap = n;
+  return 1;
+}
+
 static void handle_put_begin(ecs_server_t *s, conn_t *c) {
   uint32_t n = c->hdr.count;
-  if (n > c->slots_cap) {
-    put_slot_t *ns = realloc(c->slots, (size_t)n * sizeof *ns);
-    if (!ns) {
-      ecs__reply_error(s, c, ECS_ENOMEM, 1);
-      return;
-    }
-    c->slots = ns;
-    c->slots_cap = n;
+  if (!slots_reserve(c, n)) {
+    ecs__reply_error(s, c, ECS_ENOMEM, 1);
+    return;
   }
   ecs_rbuf_t r;
   ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
@@ -646,31 +654,67 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
   ecs__reply_finish(s, c, ECS_OK, c->hdr.count, 0);
 }
 
-/* COMMIT: the bytes are in place; verify, index and publish them. */
+/* COMMIT: the bytes are in place; verify, index and publish them.
+ * Three passes: under the server lock, the request is read whole and each
+ * reservation taken out of the connection's table (from then on the
+ * object is PENDING and only this connection holds it: eviction never
+ * sees it and no lease timer can abort it); without the lock, the bytes
+ * are hashed (the payload is read outside any lock, as a PUT's is); under
+ * the lock again, each object is committed or aborted.  A malformed
+ * request commits nothing (it used to commit the items before the bad
+ * one); the connection is then dropped, which aborts its reservations. */
 static void handle_commit(ecs_server_t *s, conn_t *c) {
+  uint32_t n = c->hdr.count;
   ecs_rbuf_t r;
   ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
-  ecs__reply_begin(c);
-  uint64_t now = ecs_wall_ms();
-  pub_wait_t *w = ecs__pub_begin(s, c, c->hdr.count);
-  for (uint32_t i = 0; i < c->hdr.count; i++) {
+  if (!slots_reserve(c, n)) {
+    ecs__reply_error(s, c, ECS_ENOMEM, 1);
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
     ecs_commit_item_t ci;
     if (ecs_proto_commit_item_read(&r, &ci) != ECS_OK) {
-      ecs__pub_abandon(w);
       ecs__reply_error(s, c, ECS_EPROTO, 1);
       return;
     }
-    int st = ECS_OK;
-    ecs_obj_t *o = ecs__pin_take(c, ci.resv_id, PIN_RESV);
+    put_slot_t *sl = &c->slots[i];
+    memset(sl, 0, sizeof *sl);
+    sl->item.checksum = ci.checksum;
+    sl->resv_id = ci.resv_id;
+    sl->abort = ci.abort != 0;
+  }
+  if (!records_consumed(s, c, &r))
+    return;
+  for (uint32_t i = 0; i < n; i++) {
+    put_slot_t *sl = &c->slots[i];
+    sl->obj = ecs__pin_take(c, sl->resv_id, PIN_RESV);
+    if (!sl->obj)
+      sl->status = ECS_ENOTFOUND; /* unknown, expired or already committed */
+  }
+  ecs__unlock(s);
+  for (uint32_t i = 0; i < n; i++) {
+    put_slot_t *sl = &c->slots[i];
+    if (sl->obj && !sl->abort)
+      sl->sum = ecs_checksum(ecs_objstore_data(s->os, sl->obj), (size_t)sl->obj->nbytes);
+  }
+  ecs__lock(s);
+  ecs__reply_begin(c);
+  uint64_t now = ecs_wall_ms();
+  pub_wait_t *w = ecs__pub_begin(s, c, n);
+  for (uint32_t i = 0; i < n; i++) {
+    put_slot_t *sl = &c->slots[i];
+    ecs_obj_t *o = sl->obj;
+    sl->obj = NULL;
+    int st = sl->status;
     if (!o) {
-      st = ECS_ENOTFOUND; /* unknown, expired or already committed */
-    } else if (ci.abort) {
+      /* nothing taken: st says why */
+    } else if (sl->abort) {
       ecs_objstore_abort(s->os, o);
-    } else if (ecs_checksum(ecs_objstore_data(s->os, o), (size_t)o->nbytes) != ci.checksum) {
+    } else if (sl->sum != sl->item.checksum) {
       ecs_objstore_abort(s->os, o);
       st = ECS_ECHECKSUM;
     } else {
-      o->checksum = ci.checksum;
+      o->checksum = sl->sum;
       o->commit_ms = now;
       ecs_objstore_commit(s->os, o);
       s->puts++;
@@ -679,10 +723,6 @@ static void handle_commit(ecs_server_t *s, conn_t *c) {
     if (w != NULL)
       w->status[i] = st;
     ecs_proto_status_write(&c->out, st);
-  }
-  if (!records_consumed(s, c, &r)) {
-    ecs__pub_abandon(w);
-    return;
   }
   if (ecs__pub_end(s, c, w)) /* answered once Redis acknowledged the records */
     return;
