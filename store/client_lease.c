@@ -127,17 +127,31 @@ static int reserve(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, con
   return ECS_OK;
 }
 
-/* One COMMIT settles every reservation w[0..n): an item whose bytes the
- * writer could not move is aborted and keeps the writer's status. */
-static int commit(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_cli_wr_t *w, size_t n, int *status,
-                  uint64_t deadline) {
+/* The bytes of a put in place are moved and committed in runs of about
+ * COMMIT_RUN_BYTES, up to COMMIT_DEPTH COMMITs in flight: the server
+ * hashes, indexes and publishes one run (and waits for its Redis records)
+ * while this side moves the next, where one COMMIT after the last byte
+ * left the two sides taking turns. */
+#define COMMIT_RUN_BYTES (512u << 10)
+#define COMMIT_DEPTH 4
+
+/* Sends the COMMIT that settles reservations w[0..n): an item whose bytes
+ * the writer could not move is aborted and keeps the writer's status. */
+static int commit_send(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_cli_wr_t *w, size_t n, uint32_t *id,
+                       uint64_t deadline) {
   ecs_wbuf_reset(&c->w);
   for (size_t k = 0; k < n; k++) {
     ecs_commit_item_t ci = {.resv_id = w[k].resv_id, .checksum = w[k].sum, .abort = w[k].status != ECS_OK};
     ecs_proto_commit_item_write(&c->w, &ci);
   }
+  return ecs__cli_send(c, s, ECS_OP_COMMIT, 0, (uint32_t)n, NULL, 0, 0, id, deadline);
+}
+
+/* Reads the reply of COMMIT id for w[0..n) into the items' statuses. */
+static int commit_recv(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_cli_wr_t *w, size_t n, int *status,
+                       uint32_t id, uint64_t deadline) {
   ecs_hdr_t h;
-  int rc = ecs__cli_call(c, s, ECS_OP_COMMIT, (uint32_t)n, NULL, 0, 0, ECS_CALL_COUNT, NULL, &h, deadline);
+  int rc = ecs__cli_reply(c, s, ECS_OP_COMMIT, id, (uint32_t)n, ECS_CALL_COUNT, "commit", &h, deadline);
   if (rc)
     return rc;
   ecs_rbuf_t r;
@@ -150,9 +164,45 @@ static int commit(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_cli_wr_t *w, size
   return rc;
 }
 
-/* RESERVE -> write in place -> COMMIT for keys that are unique in the
- * batch.  write() moves the bytes (memcpy into the shared map, or RDMA
- * WRITEs). */
+/* A COMMIT in flight: reservations w[lo..hi) and its request id. */
+typedef struct commit_flight {
+  size_t lo, hi;
+  uint32_t id;
+} commit_flight_t;
+
+/* Moves and commits reservations w[0..n) in pipelined runs. */
+static int write_commit(ecs_client_t *c, ecs_cli_srv_t *s, ecs_cli_wr_t *w, size_t n, int *status,
+                        uint64_t deadline, ecs_cli_writer_fn write) {
+  commit_flight_t fl[COMMIT_DEPTH];
+  unsigned head = 0, nfl = 0;
+  int rc = ECS_OK;
+  for (size_t lo = 0; rc == ECS_OK && (lo < n || nfl > 0);) {
+    if (lo < n && nfl < COMMIT_DEPTH) {
+      size_t hi = lo + 1;
+      uint64_t bytes = w[lo].src->nbytes;
+      while (hi < n && bytes < COMMIT_RUN_BYTES)
+        bytes += w[hi++].src->nbytes;
+      commit_flight_t *f = &fl[(head + nfl) % COMMIT_DEPTH];
+      rc = write(c, s, w + lo, hi - lo, deadline);
+      if (rc == ECS_OK)
+        rc = commit_send(c, s, w + lo, hi - lo, &f->id, deadline);
+      f->lo = lo;
+      f->hi = hi;
+      nfl++;
+      lo = hi;
+      continue;
+    }
+    commit_flight_t *f = &fl[head];
+    rc = commit_recv(c, s, w + f->lo, f->hi - f->lo, status, f->id, deadline);
+    head = (head + 1) % COMMIT_DEPTH;
+    nfl--;
+  }
+  return rc;
+}
+
+/* RESERVE, then the bytes moved in place and committed, for keys that are
+ * unique in the batch.  write() moves the bytes (memcpy into the shared
+ * map, or RDMA WRITEs). */
 static int put_unique(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
                       const size_t *idx, size_t m, int *status, uint64_t deadline, ecs_cli_writer_fn write) {
   ecs_cli_wr_t *w = calloc(m ? m : 1, sizeof *w);
@@ -161,9 +211,7 @@ static int put_unique(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, 
   size_t nw = 0;
   int rc = reserve(c, s, keys, ts, idx, m, status, w, &nw, deadline);
   if (rc == ECS_OK && nw > 0)
-    rc = write(c, s, w, nw, deadline);
-  if (rc == ECS_OK && nw > 0)
-    rc = commit(c, s, w, nw, status, deadline);
+    rc = write_commit(c, s, w, nw, status, deadline, write);
   free(w);
   return rc ? ecs__cli_fail(c, s, rc) : ECS_OK; /* a dropped connection aborts the reservations */
 }
