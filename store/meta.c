@@ -1915,6 +1915,11 @@ void ecs_meta_event(ecs_meta_t *m, uint32_t events) {
     ecs__rdsa_event(&m->alink, events);
 }
 
+void ecs_meta_kick(ecs_meta_t *m) {
+  if (m != NULL && m->async)
+    ecs__rdsa_kick(&m->alink);
+}
+
 int ecs_meta_poll(ecs_meta_t *m, uint64_t now_ms) {
   if (m == NULL || !m->async)
     return -1;

@@ -156,6 +156,10 @@ int ecs_meta_resync_pending(const ecs_meta_t *m);
 int ecs_meta_attach_loop(ecs_meta_t *m, int epfd);
 int ecs_meta_owns(const ecs_meta_t *m, const void *p);
 void ecs_meta_event(ecs_meta_t *m, uint32_t events);
+/* Sends the commands queued on the asynchronous link now, from the
+ * calling thread (under the lock that guards m); the loops call it after
+ * each batch of events (ecs__rdsa_kick). */
+void ecs_meta_kick(ecs_meta_t *m);
 /* Enforces the Redis timeout on the oldest command in flight: past it,
  * the link drops and every pending callback fails with ECS_ETIMEDOUT.
  * Returns the ms until the next deadline, or -1 when none runs. */

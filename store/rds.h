@@ -307,7 +307,9 @@ const char *ecs__rds_errmsg(const ecs__rds_t *r);
  * ever waits.  hiredis's async API runs on the caller's epoll instance
  * through a small adapter (hiredis 0.14 has none for a raw epoll loop):
  * the link's socket is added to epfd with data.ptr == the ecs__rdsa_t,
- * and the loop hands such events to ecs__rdsa_event().
+ * and the loop hands such events to ecs__rdsa_event().  Commands queued
+ * on a connected link leave when the loop calls ecs__rdsa_kick() (after
+ * each batch of events), not on their own.
  *
  * Deadlines are enforced here, since hiredis 0.14 has no async timeout:
  * ecs__rdsa_poll(), called by the loop at least every ~100 ms, drops the
@@ -354,6 +356,7 @@ typedef struct ecs__rdsa {
   int epfd;                           /* the loop's epoll instance */
   int fd;                             /* ac's socket while it is in epfd, else -1 */
   uint32_t events;                    /* what epfd watches on fd */
+  int want_write;                     /* connected, and hiredis has bytes to send (ecs__rdsa_kick) */
   char host[256];                     /* from the URL */
   char addr[64];                      /* host resolved once by init: reconnects never wait on DNS */
   int port;                           /* from the URL */
@@ -425,6 +428,14 @@ int ecs__rdsa_command(ecs__rdsa_t *r, ecs__rdsa_fn fn, void *ctx, int argc, cons
 /* Whether an epoll event's data.ptr is this link's, and its handler. */
 int ecs__rdsa_owns(const ecs__rdsa_t *r, const void *p);
 void ecs__rdsa_event(ecs__rdsa_t *r, uint32_t events);
+
+/* Sends what commands queued on a connected link now, from the calling
+ * thread (which holds whatever lock guards r), and watches for EPOLLOUT
+ * only when the socket would block.  The loops call it at the end of each
+ * batch of events: the records of a put leave from the thread that ran
+ * it, in one write with every other command of the batch, without waking
+ * the loop that owns the link. */
+void ecs__rdsa_kick(ecs__rdsa_t *r);
 
 /* Enforces the deadlines at monotonic now_ms.  Returns the ms until the
  * next deadline, or -1 when none is running. */

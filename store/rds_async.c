@@ -177,13 +177,31 @@ static void ev_del_read(void *p) {
   ecs__rdsa_t *r = p;
   rdsa_arm(r, r->events & ~(uint32_t)EPOLLIN);
 }
+/* While connecting, hiredis learns that the connect finished from the
+ * socket turning writable: watch it.  Once connected, queued commands
+ * wait for ecs__rdsa_kick, so that a batch's commands leave in one write
+ * from the thread that queued them. */
 static void ev_add_write(void *p) {
   ecs__rdsa_t *r = p;
+  if (r->ac != NULL && (r->ac->c.flags & REDIS_CONNECTED)) {
+    r->want_write = 1;
+    return;
+  }
   rdsa_arm(r, r->events | EPOLLOUT);
 }
 static void ev_del_write(void *p) {
   ecs__rdsa_t *r = p;
+  r->want_write = 0;
   rdsa_arm(r, r->events & ~(uint32_t)EPOLLOUT);
+}
+
+void ecs__rdsa_kick(ecs__rdsa_t *r) {
+  if (r->ac == NULL || !r->want_write)
+    return;
+  r->want_write = 0;
+  redisAsyncHandleWrite(r->ac); /* done: del_write; the rest would block: add_write */
+  if (r->ac != NULL && r->want_write)
+    rdsa_arm(r, r->events | EPOLLOUT);
 }
 
 /* hiredis is freeing the context (after failing the pending callbacks):
@@ -193,6 +211,7 @@ static void ev_cleanup(void *p) {
   rdsa_arm(r, 0);
   r->fd = -1;
   r->events = 0;
+  r->want_write = 0;
   r->ac = NULL;
   rdsa_lost(r, ECS_ECONN);
 }
@@ -456,6 +475,7 @@ int ecs__rdsa_connect(ecs__rdsa_t *r) {
   r->ac = ac;
   r->fd = ac->c.fd;
   r->events = 0;
+  r->want_write = 0;
   r->state = ECS_RDSA_CONNECTING;
   r->fail_rc = ECS_ECONN;
   r->connect_t0_ms = ecs_now_ms();
@@ -507,6 +527,7 @@ void ecs__rdsa_close(ecs__rdsa_t *r, int rc) {
   r->ac = NULL;
   r->fd = -1;
   r->events = 0;
+  r->want_write = 0;
 }
 
 int ecs__rdsa_poll(ecs__rdsa_t *r, uint64_t now_ms) {

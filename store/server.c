@@ -831,6 +831,7 @@ static void loop_batch(ecs_server_t *s, ecs_loop_t *l, struct epoll_event *evs, 
   if (accept_unix)
     ecs__conn_accept_all(s, s->ufd, 1);
   tick(s, l);
+  ecs_meta_kick(s->meta); /* this batch's Redis commands leave now, from this thread */
 }
 
 /* The body of one loop; the lock is held except in epoll_wait and around
@@ -845,6 +846,7 @@ static int loop_run(ecs_loop_t *l) {
        * stopped Redis is answered when the Redis timeout passes. */
       ecs__lock(s);
       int due = ecs_meta_poll(s->meta, ecs_now_ms());
+      ecs_meta_kick(s->meta);
       ecs__unlock(s);
       if (due >= 0 && due < TICK_MS)
         wait = due + 1;

@@ -959,7 +959,8 @@ static void alink_reply(void *ctx, int rc, redisReply *reply) {
   o->rc = rc;
 }
 
-/* Runs the loop the way the server does (events, then deadlines) until
+/* Runs the loop the way the server does (events, then what they queued
+ * sent, then deadlines) until
  * *flag reaches want or ms pass; returns the flag. */
 static int alink_pump(int epfd, ecs__rdsa_t *r, const int *flag, int want, int ms) {
   uint64_t end = mono_ms() + (uint64_t)ms;
@@ -969,6 +970,7 @@ static int alink_pump(int epfd, ecs__rdsa_t *r, const int *flag, int want, int m
     for (int i = 0; i < n; i++)
       if (ecs__rdsa_owns(r, ev[i].data.ptr))
         ecs__rdsa_event(r, ev[i].events);
+    ecs__rdsa_kick(r);
     ecs__rdsa_poll(r, mono_ms());
   }
   return *flag;
