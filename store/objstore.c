@@ -39,6 +39,7 @@ struct ecs_objstore {
   uint64_t high_bytes;      /* bytes_in_use above this starts background eviction */
   uint64_t low_bytes;       /* ...and at or below this stops it */
   int bg_active;            /* 1 between crossing high and reaching low */
+  int bg_stalled;           /* a run stopped above low with nothing evictable: resume once something is */
 
   ecs_obj_t **buckets; /* hash chains through hnext; PENDING and COMMITTED */
   size_t nbuckets;     /* a power of two */
@@ -401,6 +402,8 @@ void ecs_objstore_commit(ecs_objstore_t *os, ecs_obj_t *obj) {
     obj->commit_ms = now_ms();
   obj->refs--;
   fifo_append(os, obj);
+  if (os->bg_stalled && obj->refs == 0)
+    os->bg_active = 1; /* the stalled run resumes at its next call */
   os->st.pending--;
   os->st.objects++;
   os->st.bytes_live += obj->nbytes;
@@ -424,7 +427,9 @@ ecs_obj_t *ecs_objstore_acquire(ecs_objstore_t *os, const void *key, uint16_t ke
 void ecs_objstore_release(ecs_objstore_t *os, ecs_obj_t *obj) {
   /* A pending object's only reference is the writer's: commit or abort. */
   assert(obj->state != ECS_OBJ_PENDING && obj->refs > 0);
-  if (--obj->refs || obj->state != ECS_OBJ_DOOMED)
+  if (--obj->refs == 0 && obj->state == ECS_OBJ_COMMITTED && os->bg_stalled)
+    os->bg_active = 1; /* evictable now: the stalled run resumes at its next call */
+  if (obj->refs || obj->state != ECS_OBJ_DOOMED)
     return;
   doomed_unlink(os, obj);
   os->st.doomed--;
@@ -442,7 +447,8 @@ int ecs_objstore_remove(ecs_objstore_t *os, const void *key, uint16_t key_len) {
 /* One pool stats call per invocation, not per object: the bytes each
  * eviction gives back are known exactly (granted()), so the fill is
  * tracked from there.  The active flag is the hysteresis: once started
- * above high, later calls (bounded by max_objects) go on until low. */
+ * above high, later calls (bounded by max_objects) go on until low; the
+ * stalled flag carries a run that ran out of victims until there is one. */
 unsigned ecs_objstore_evict_background(ecs_objstore_t *os, unsigned max_objects) {
   ecs_pool_stats_t ps;
   ecs_pool_stats(os->pool, &ps);
@@ -457,13 +463,21 @@ unsigned ecs_objstore_evict_background(ecs_objstore_t *os, unsigned max_objects)
     if (n == max_objects)
       return n; /* budget spent; stay active for the next call */
     ecs_obj_t *victim = first_unreferenced(cur);
-    if (!victim)
-      break; /* the rest is referenced; start over once above high */
+    if (!victim) {
+      /* The rest is referenced, or still being written (PENDING objects
+       * are not in the FIFO yet).  Stop, and go on once a commit or a last
+       * release makes something evictable: else a put that crossed high
+       * while its bytes were being written would stay above low. */
+      os->bg_active = 0;
+      os->bg_stalled = 1;
+      return n;
+    }
     cur = victim->fnext;
     in_use -= drop(os, victim, ECS_DROP_EVICTED);
     n++;
   }
   os->bg_active = 0;
+  os->bg_stalled = 0;
   return n;
 }
 

@@ -134,7 +134,10 @@ int ecs_objstore_remove(ecs_objstore_t *os, const void *key, uint16_t key_len);
 
 /* Background eviction: when the pool's fill is above the high watermark,
  * evicts the oldest unreferenced objects until it is at or below the low
- * watermark, at most max_objects of them.  Returns how many it evicted. */
+ * watermark, at most max_objects of them per call.  A run that finds
+ * nothing evictable above low (referenced, or still pending) goes on at
+ * the first call after a commit or a last release.  Returns how many it
+ * evicted. */
 unsigned ecs_objstore_evict_background(ecs_objstore_t *os, unsigned max_objects);
 
 /* Calls fn for each committed object, oldest first. */

@@ -630,6 +630,41 @@ static void test_background(void **state) {
   assert_int_equal(v[1], 16);
 }
 
+/* A run that finds nothing evictable above low (the object that crossed
+ * high still being written, or the rest referenced) goes on once
+ * something becomes evictable: the commit, or the last release.  It used
+ * to stop for good, leaving the pool between the watermarks. */
+static void test_background_resumes(void **state) {
+  fx_t *f = fx_new(0.5, 0.25); /* high 32 MiB, low 16 MiB */
+  *state = f;
+  fill(f, "a", 20, MiB);
+  ecs_obj_t *big = NULL;
+  assert_int_equal(ecs_objstore_reserve(f->os, "big", 3, 20ull * MiB, &big), ECS_OK); /* 40 MiB */
+  assert_int_equal(ecs_objstore_evict_background(f->os, 100), 20); /* 20 MiB left, all pending */
+  assert_int_equal(ecs_objstore_evict_background(f->os, 100), 0);  /* nothing evictable yet */
+  memset(ecs_objstore_data(f->os, big), 'b', 20u * MiB); /* the callback checks the first byte */
+  ecs_objstore_commit(f->os, big);
+  assert_int_equal(ecs_objstore_evict_background(f->os, 100), 1);
+  assert_int_equal(in_use(f->pool), f->base_in_use);
+  /* the same with the rest held by a reader */
+  fill(f, "b", 20, MiB);
+  ecs_obj_t *held[20];
+  for (int i = 0; i < 20; i++) {
+    char k[8];
+    snprintf(k, sizeof k, "b%d", i);
+    held[i] = get(f, k);
+    assert_non_null(held[i]);
+  }
+  fill(f, "c", 14, MiB);                                           /* 34 MiB */
+  assert_int_equal(ecs_objstore_evict_background(f->os, 100), 14); /* 20 MiB left, all held */
+  for (int i = 0; i < 19; i++)
+    ecs_objstore_release(f->os, held[i]);
+  assert_int_equal(ecs_objstore_evict_background(f->os, 100), 4); /* b0..b3: down to low */
+  assert_int_equal(in_use(f->pool), f->base_in_use + 16ull * MiB);
+  ecs_objstore_release(f->os, held[19]);
+  assert_int_equal(ecs_objstore_evict_background(f->os, 100), 0); /* at low: no run */
+}
+
 /* ---- randomized against a model ------------------------------------------- */
 
 #define RKEYS 48
@@ -1071,6 +1106,7 @@ int main(void) {
       cmocka_unit_test(test_too_big_odd_region),
       cmocka_unit_test_setup_teardown(test_zero_bytes, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_background, NULL, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_background_resumes, NULL, fx_teardown),
       cmocka_unit_test_setup_teardown(test_randomized, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_many_keys, fx_setup_counting, fx_teardown),
       cmocka_unit_test_setup_teardown(test_zero_byte_flood_evicted, fx_setup_counting_default, fx_teardown),

@@ -152,6 +152,10 @@ static void test_background_eviction(void **state) {
       break;
     usleep(20000);
   }
+  if (st.bytes_in_use > 4 * MIB)
+    fprintf(stderr, "background eviction stopped short: %llu bytes in use, %llu objects, %llu evicted\n",
+            (unsigned long long)st.bytes_in_use, (unsigned long long)st.objects,
+            (unsigned long long)st.evictions);
   assert_true(st.bytes_in_use <= 4 * MIB);
   assert_true(st.evictions >= 8);
   assert_int_equal(ecs_ts_env_close(&e), 0);
