@@ -421,24 +421,33 @@ static void test_commit_hashes_outside_lock(void **state) {
   assert_non_null(obj);
   for (size_t i = 0; i < n; i += 8)
     memcpy(obj + i, &i, 8);
-  double hash_us = 1e30; /* the fastest of three: a lower bound on the server's */
-  for (int r = 0; r < 3; r++) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    volatile uint64_t h = ecs_checksum(obj, n);
-    (void)h;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
-    hash_us = us < hash_us ? us : hash_us;
+  /* Timed on a shared host, so up to five tries, each against the
+   * hashing time measured right before it: one quiet try shows it.  The
+   * old server held the lock through the hashing on every try. */
+  int quiet = 0;
+  char key[16] = "";
+  for (int attempt = 0; attempt < 5 && !quiet; attempt++) {
+    double hash_us = 1e30; /* the fastest of three: a lower bound on the server's */
+    for (int r = 0; r < 3; r++) {
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      volatile uint64_t h = ecs_checksum(obj, n);
+      (void)h;
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+      hash_us = us < hash_us ? us : hash_us;
+    }
+    snprintf(key, sizeof key, "big-%d", attempt);
+    double held0 = ecs_ts_metric(mport, "ecstore_lock_held_microseconds_total");
+    assert_true(held0 >= 0);
+    assert_int_equal(put1(c, key, obj, n), ECS_OK);
+    double held = ecs_ts_metric(mport, "ecstore_lock_held_microseconds_total") - held0;
+    print_message("lock held %.0f us across the put; hashing 128 MiB takes %.0f us\n", held, hash_us);
+    quiet = held < hash_us / 4;
   }
-  double held0 = ecs_ts_metric(mport, "ecstore_lock_held_microseconds_total");
-  assert_true(held0 >= 0);
-  assert_int_equal(put1(c, "big", obj, n), ECS_OK);
-  double held = ecs_ts_metric(mport, "ecstore_lock_held_microseconds_total") - held0;
-  print_message("lock held %.0f us across the put; hashing 128 MiB takes %.0f us\n", held, hash_us);
-  assert_true(held < hash_us / 2);
-  /* and the object is whole */
-  ecs_key_t k = {"big", 3};
+  assert_true(quiet);
+  /* and the object is whole (the last one: each evicts the one before) */
+  ecs_key_t k = {key, strlen(key)};
   uint8_t *back = malloc(n);
   assert_non_null(back);
   ecs_get_buf_t b = {.data = back, .capacity = n};
