@@ -241,6 +241,11 @@ int ecs__rds_parse_url(const char *url, char *host, size_t hostcap, int *port, i
  * one. */
 int ecs__rds_parse_u64(const char *s, size_t len, uint64_t *out);
 
+/* "HOST[:PORT]" (HOST maybe a bracketed IPv6 literal), hp_len bytes at
+ * url, into host (cap bytes) and port (6379 when absent).  0, or -1; a
+ * host holds none of a URL's delimiters ('/', '?', '#', '@', ','). */
+int ecs__rds_hostport(const char *url, size_t hp_len, char *host, size_t cap, int *port);
+
 /* Parses url (as above) into r; does not connect.  The password is the
  * URL's, else the environment's ECSTORE_REDIS_PASSWORD (so a secret need
  * never be on a command line); a URL naming a user with no password
