@@ -1,17 +1,20 @@
 /*
  * The public pool API: a region (region.c) and a buddy core (buddy.c)
- * behind one mutex.  This file owns the locking, the ASan poisoning of free
+ * behind one lock.  This file owns the locking, the ASan poisoning of free
  * bytes and the debug-build validation after every operation.
+ *
+ * The lock is lock.c's (backoff, then a futex), not a pthread mutex: see
+ * lock.h for why; the critical sections here stay as short as they were.
  */
 #include "ecstore/pool.h"
 
 #include <assert.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mempool/buddy.h"
+#include "mempool/lock.h"
 #include "mempool/region.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -28,7 +31,7 @@
 struct ecs_pool {
   ecs__region_t region; /* the mapping and its fd */
   ecs__buddy_t buddy;   /* who owns which offsets */
-  pthread_mutex_t lock; /* guards buddy */
+  ecs__lock_t lock;     /* guards buddy */
 };
 
 void ecs_pool_opts_init(ecs_pool_opts_t *opts) {
@@ -74,22 +77,10 @@ int ecs_pool_create(const ecs_pool_opts_t *opts, ecs_pool_t **out) {
                        opts->name ? opts->name : "ecstore-pool", opts);
   if (rc)
     goto out_buddy;
-  /* Adaptive: spin briefly before sleeping.  The critical sections are a
-   * few hundred nanoseconds, shorter than a futex sleep and wake-up. */
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-  int merr = pthread_mutex_init(&pool->lock, &attr);
-  pthread_mutexattr_destroy(&attr);
-  if (merr != 0) {
-    rc = ECS_ENOMEM;
-    goto out_region;
-  }
+  ecs__lock_init(&pool->lock);
   POISON(pool->region.base, size);
   *out = pool;
   return 0;
-out_region:
-  ecs__region_unmap(&pool->region);
 out_buddy:
   ecs__buddy_fini(&pool->buddy);
 out_free:
@@ -101,7 +92,6 @@ void ecs_pool_destroy(ecs_pool_t *pool) {
   if (!pool)
     return;
   UNPOISON(pool->region.base, pool->region.map_len);
-  pthread_mutex_destroy(&pool->lock);
   ecs__region_unmap(&pool->region);
   ecs__buddy_fini(&pool->buddy);
   free(pool);
@@ -110,33 +100,33 @@ void ecs_pool_destroy(ecs_pool_t *pool) {
 int ecs_pool_alloc(ecs_pool_t *pool, size_t size, uint64_t *off) {
   if (!pool || !off)
     return ECS_EINVAL;
-  pthread_mutex_lock(&pool->lock);
+  ecs__lock_acquire(&pool->lock);
   int rc = ecs__buddy_alloc(&pool->buddy, size, off);
   if (rc == 0)
     UNPOISON((char *)pool->region.base + *off, size);
   debug_check(pool);
-  pthread_mutex_unlock(&pool->lock);
+  ecs__lock_release(&pool->lock);
   return rc;
 }
 
 int ecs_pool_free(ecs_pool_t *pool, uint64_t off, size_t size) {
   if (!pool)
     return ECS_EINVAL;
-  pthread_mutex_lock(&pool->lock);
+  ecs__lock_acquire(&pool->lock);
   int rc = ecs__buddy_free(&pool->buddy, off, size);
   if (rc == 0)
     POISON((char *)pool->region.base + off, ecs__buddy_granted(&pool->buddy, size));
   debug_check(pool);
-  pthread_mutex_unlock(&pool->lock);
+  ecs__lock_release(&pool->lock);
   return rc;
 }
 
 int ecs_pool_can_fit(ecs_pool_t *pool, size_t size) {
   if (!pool)
     return 0;
-  pthread_mutex_lock(&pool->lock);
+  ecs__lock_acquire(&pool->lock);
   int fit = ecs__buddy_can_fit(&pool->buddy, size);
-  pthread_mutex_unlock(&pool->lock);
+  ecs__lock_release(&pool->lock);
   return fit;
 }
 
@@ -159,7 +149,7 @@ int ecs_pool_fd(const ecs_pool_t *pool) {
 
 void ecs_pool_stats(ecs_pool_t *pool, ecs_pool_stats_t *st) {
   memset(st, 0, sizeof *st);
-  pthread_mutex_lock(&pool->lock);
+  ecs__lock_acquire(&pool->lock);
   const ecs__buddy_t *b = &pool->buddy;
   st->size = b->size;
   st->min_block = 1ull << b->shift;
@@ -174,7 +164,7 @@ void ecs_pool_stats(ecs_pool_t *pool, ecs_pool_stats_t *st) {
   st->orders = b->top + 1;
   for (unsigned j = 0; j <= b->top; j++)
     st->free_count[j] = b->nfree[j] > UINT32_MAX ? UINT32_MAX : (uint32_t)b->nfree[j];
-  pthread_mutex_unlock(&pool->lock);
+  ecs__lock_release(&pool->lock);
   st->locked = pool->region.locked;
   st->hugepages = pool->region.hugepages;
   st->cuda_registered = pool->region.cuda_registered;
@@ -182,9 +172,9 @@ void ecs_pool_stats(ecs_pool_t *pool, ecs_pool_stats_t *st) {
 
 int ecs_pool_validate(ecs_pool_t *pool) {
   char why[256];
-  pthread_mutex_lock(&pool->lock);
+  ecs__lock_acquire(&pool->lock);
   int rc = ecs__buddy_validate(&pool->buddy, why, sizeof why);
-  pthread_mutex_unlock(&pool->lock);
+  ecs__lock_release(&pool->lock);
   if (rc)
     fprintf(stderr, "ecstore: pool invariant violated: %s\n", why);
   return rc;

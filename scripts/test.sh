@@ -59,8 +59,10 @@ run_fuzz() {
 
 # ThreadSanitizer over the tests where threads meet: the server's event
 # loops (every server started with --threads 4), leases, Redis freezes,
-# and the client's parallel per-server shares (multihost, replicas).
-tsan_tests='store_|lease|frozen|many_conns|pipeline|net_tune|multihost|replicas|authz|redis_auth|shm_attack|test_shm$|test_meta$|examples_1e1'
+# the client's parallel per-server shares (multihost, replicas), the
+# pool's own lock and threaded tests (test_pool), COMMIT's unlocked hashing
+# (test_shm) and the Redis link's kick from any loop (test_meta).
+tsan_tests='store_|lease|frozen|many_conns|pipeline|net_tune|multihost|replicas|authz|redis_auth|shm_attack|test_shm$|test_meta$|examples_1e1|pool'
 run_tsan() {
   echo "== tsan: configure and build"
   cmake --preset tsan -DECS_PYTHON="$pyenv/bin/python" >/dev/null

@@ -1,12 +1,15 @@
 /*
  * The mempool: buddy split/merge, exact-size trimming, every error path,
  * non-power-of-two regions, alignment, a randomized differential test
- * against a block-map model, threads, stats, and the memfd mapping.
+ * against a block-map model, threads, stats, the memfd mapping, and the
+ * pool's lock (mutual exclusion, and its futex sleep and wake-up).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +28,7 @@
 
 #include "ecstore/pool.h"
 #include "mempool/buddy.h"
+#include "mempool/lock.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -731,6 +735,104 @@ static void test_threads_fifo_accounted(void **state) {
   ecs_pool_destroy(p);
 }
 
+/* ---- the lock ----------------------------------------------------------- */
+
+/* More threads than this machine has cores bump a plain counter under the
+ * lock, each hundreds of times in a row: a lost increment (or, under TSan,
+ * a race report) means two held it at once; a lost wake-up hangs the test
+ * into its ctest timeout. */
+#define LOCK_THREADS 6
+#define LOCK_ITERS 20000
+
+typedef struct lock_arg {
+  ecs__lock_t *lock;
+  uint64_t *counter; /* guarded by lock, plain on purpose */
+} lock_arg_t;
+
+static void *lock_main(void *arg) {
+  lock_arg_t *a = arg;
+  for (int i = 0; i < LOCK_ITERS; i++) {
+    ecs__lock_acquire(a->lock);
+    uint64_t v = *a->counter;
+    if (i % 1000 == 0)
+      sched_yield(); /* holder preempted: the others back off, then sleep */
+    *a->counter = v + 1;
+    ecs__lock_release(a->lock);
+  }
+  return NULL;
+}
+
+static void test_lock_exclusion(void **state) {
+  (void)state;
+  ecs__lock_t lock;
+  ecs__lock_init(&lock);
+  uint64_t counter = 0;
+  lock_arg_t a = {.lock = &lock, .counter = &counter};
+  pthread_t th[LOCK_THREADS];
+  for (int i = 0; i < LOCK_THREADS; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, lock_main, &a), 0);
+  for (int i = 0; i < LOCK_THREADS; i++)
+    pthread_join(th[i], NULL);
+  assert_int_equal(counter, (uint64_t)LOCK_THREADS * LOCK_ITERS);
+  assert_int_equal(atomic_load(&lock.word), 0);
+}
+
+/* A holder that keeps the lock far longer than the backoff lasts (about
+ * 0.6 ms): its waiters must go to sleep on the futex, and its release
+ * must wake them, one after the other. */
+static void test_lock_sleepers(void **state) {
+  (void)state;
+  ecs__lock_t lock;
+  ecs__lock_init(&lock);
+  uint64_t counter = 0;
+  lock_arg_t a = {.lock = &lock, .counter = &counter};
+  enum { NT = 3 };
+  pthread_t th[NT];
+  ecs__lock_acquire(&lock);
+  for (int i = 0; i < NT; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, lock_main, &a), 0);
+  /* Up to 10 s for a waiter to give up spinning (slow under sanitizers). */
+  for (int ms = 0; ms < 10000 && atomic_load(&lock.sleeps) == 0; ms++)
+    usleep(1000);
+  assert_true(atomic_load(&lock.sleeps) > 0);
+  assert_int_equal(atomic_load(&lock.word), 2); /* so the release wakes */
+  counter = 1000;                               /* still ours alone */
+  ecs__lock_release(&lock);
+  for (int i = 0; i < NT; i++)
+    pthread_join(th[i], NULL);
+  assert_int_equal(counter, 1000 + (uint64_t)NT * LOCK_ITERS);
+  assert_int_equal(atomic_load(&lock.word), 0);
+}
+
+/* The same through the pool: threads on one pool while another thread
+ * holds its lock for long walks (validate over a pool of 16k blocks), so
+ * that the pool's waiters back off and may sleep too; every answer stays
+ * right. */
+static void test_threads_validate_holder(void **state) {
+  (void)state;
+  ecs_pool_t *p = mkpool(64 * MiB, MB);
+  ecs_pool_stats_t st0 = stats_of(p);
+  enum { NT = 3 };
+  pthread_t th[NT];
+  worker_t w[NT];
+  for (unsigned i = 0; i < NT; i++) {
+    w[i] = (worker_t){.pool = p, .id = i + 1, .ops = 2000};
+    assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+  }
+  for (int i = 0; i < 20; i++)
+    assert_int_equal(ecs_pool_validate(p), 0);
+  for (unsigned i = 0; i < NT; i++) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(w[i].errors, 0);
+  }
+  ecs_pool_stats_t st = stats_of(p);
+  assert_int_equal(st.bytes_in_use, 0);
+  assert_int_equal(st.live_allocs, 0);
+  assert_memory_equal(st.free_count, st0.free_count, sizeof st.free_count);
+  assert_int_equal(ecs_pool_validate(p), 0);
+  ecs_pool_destroy(p);
+}
+
 /* ---- can_fit and stats -------------------------------------------------- */
 
 static void test_can_fit_agrees(void **state) {
@@ -1079,6 +1181,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_differential_pool),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_threads_fifo_accounted),
+      cmocka_unit_test(test_lock_exclusion),
+      cmocka_unit_test(test_lock_sleepers),
+      cmocka_unit_test(test_threads_validate_holder),
       cmocka_unit_test(test_can_fit_agrees),
       cmocka_unit_test(test_stats),
       cmocka_unit_test(test_memfd_shared),
