@@ -600,18 +600,21 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-static void test_threads(void **state) {
-  (void)state;
-  ecs_pool_t *p = mkpool(16 * MiB, MB);
+/* Runs nt workers of ops alloc/free each on p (validating it `validations`
+ * times meanwhile, from this thread), then checks that every byte came
+ * back and the free lists are as before. */
+static void run_workers(ecs_pool_t *p, unsigned nt, unsigned ops, int validations) {
   ecs_pool_stats_t st0 = stats_of(p);
-  enum { NT = 4 };
-  pthread_t th[NT];
-  worker_t w[NT];
-  for (unsigned i = 0; i < NT; i++) {
-    w[i] = (worker_t){.pool = p, .id = i + 1, .ops = 4000};
+  pthread_t th[8];
+  worker_t w[8];
+  assert_true(nt <= 8);
+  for (unsigned i = 0; i < nt; i++) {
+    w[i] = (worker_t){.pool = p, .id = i + 1, .ops = ops};
     assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
   }
-  for (unsigned i = 0; i < NT; i++) {
+  for (int i = 0; i < validations; i++)
+    assert_int_equal(ecs_pool_validate(p), 0);
+  for (unsigned i = 0; i < nt; i++) {
     pthread_join(th[i], NULL);
     assert_int_equal(w[i].errors, 0);
   }
@@ -621,6 +624,12 @@ static void test_threads(void **state) {
   assert_int_equal(st.bytes_requested, 0);
   assert_memory_equal(st.free_count, st0.free_count, sizeof st.free_count);
   assert_int_equal(ecs_pool_validate(p), 0);
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  ecs_pool_t *p = mkpool(16 * MiB, MB);
+  run_workers(p, 4, 4000, 0);
   ecs_pool_destroy(p);
 }
 
@@ -811,25 +820,7 @@ static void test_lock_sleepers(void **state) {
 static void test_threads_validate_holder(void **state) {
   (void)state;
   ecs_pool_t *p = mkpool(64 * MiB, MB);
-  ecs_pool_stats_t st0 = stats_of(p);
-  enum { NT = 3 };
-  pthread_t th[NT];
-  worker_t w[NT];
-  for (unsigned i = 0; i < NT; i++) {
-    w[i] = (worker_t){.pool = p, .id = i + 1, .ops = 2000};
-    assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
-  }
-  for (int i = 0; i < 20; i++)
-    assert_int_equal(ecs_pool_validate(p), 0);
-  for (unsigned i = 0; i < NT; i++) {
-    pthread_join(th[i], NULL);
-    assert_int_equal(w[i].errors, 0);
-  }
-  ecs_pool_stats_t st = stats_of(p);
-  assert_int_equal(st.bytes_in_use, 0);
-  assert_int_equal(st.live_allocs, 0);
-  assert_memory_equal(st.free_count, st0.free_count, sizeof st.free_count);
-  assert_int_equal(ecs_pool_validate(p), 0);
+  run_workers(p, 3, 2000, 20);
   ecs_pool_destroy(p);
 }
 
