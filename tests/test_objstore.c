@@ -642,7 +642,7 @@ static void test_background_resumes(void **state) {
   assert_int_equal(ecs_objstore_reserve(f->os, "big", 3, 20ull * MiB, &big), ECS_OK); /* 40 MiB */
   assert_int_equal(ecs_objstore_evict_background(f->os, 100), 20); /* 20 MiB left, all pending */
   assert_int_equal(ecs_objstore_evict_background(f->os, 100), 0);  /* nothing evictable yet */
-  memset(ecs_objstore_data(f->os, big), 'b', 20u * MiB); /* the callback checks the first byte */
+  memset(ecs_objstore_data(f->os, big), 'b', 20u * MiB);           /* the callback checks the first byte */
   ecs_objstore_commit(f->os, big);
   assert_int_equal(ecs_objstore_evict_background(f->os, 100), 1);
   assert_int_equal(in_use(f->pool), f->base_in_use);
