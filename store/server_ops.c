@@ -952,6 +952,9 @@ void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b) {
   ecs_metrics_gauge(b, "ecstore_objects_pending", "Objects reserved, not yet committed.", (double)os.pending);
   ecs_metrics_gauge(b, "ecstore_connections", "Open client connections.", (double)st.connections);
   ecs_metrics_gauge(b, "ecstore_redis_up", "1 while the Redis link is up.", (double)st.redis_ok);
+  ecs_metrics_gauge(b, "ecstore_redis_resync_pending",
+                    "1 while a re-sync of the Redis records is owed or running (start-up, after an outage).",
+                    (double)(s->meta != NULL && ecs_meta_resync_pending(s->meta)));
   ecs_metrics_counter(b, "ecstore_puts_total", "Objects put.", st.puts);
   ecs_metrics_counter(b, "ecstore_gets_total", "Objects asked for by get or lease.", st.gets);
   ecs_metrics_counter(b, "ecstore_get_hits_total", "Gets that found their object.", st.hits);

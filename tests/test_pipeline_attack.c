@@ -526,6 +526,21 @@ static long long field_settles(redisContext *r, const char *key, const char *fie
   return v;
 }
 
+/* Prints what Redis holds for key and the calls it has run, for a failure
+ * that needs explaining. */
+static void dump_redis(redisContext *r, const char *key) {
+  redisReply *a = redisCommand(r, "HGETALL ecs:{test}:obj:%s", key);
+  fprintf(stderr, "HGETALL %s:", key);
+  for (size_t i = 0; a && a->type == REDIS_REPLY_ARRAY && i < a->elements; i++)
+    fprintf(stderr, " %s", a->element[i]->str ? a->element[i]->str : "?");
+  fprintf(stderr, "\n");
+  freeReplyObject(a);
+  redisReply *b = redisCommand(r, "INFO commandstats");
+  if (b && b->type == REDIS_REPLY_STRING)
+    fprintf(stderr, "%s\n", b->str);
+  freeReplyObject(b);
+}
+
 /* Puts k0 (evicting the oldest) and k1 (= the oldest, put again) in one
  * request over fd; both answered OK. */
 static void evict_and_reput(int fd, uint32_t id, const char *k0, uint32_t s0, const char *k1, uint32_t s1) {
@@ -554,7 +569,12 @@ static void evict_and_reput(int fd, uint32_t id, const char *k0, uint32_t s0, co
 
 static void test_evict_and_reput_one_request(void **state) {
   (void)state;
-  const char *extra[] = {"--pool-size", "16M", "--high-watermark", "1", "--low-watermark", "1", NULL};
+  int mport = ecs_ts_free_port();
+  char mlisten[32];
+  snprintf(mlisten, sizeof mlisten, "127.0.0.1:%d", mport);
+  const char *extra[] = {
+      "--pool-size", "16M", "--high-watermark", "1", "--low-watermark", "1", "--metrics-listen",
+      mlisten,       NULL};
   ecs_ts_env_t e;
   assert_int_equal(ecs_ts_env_open(&e, extra, CLIENT_MS), 0);
   redisContext *r = ecs_ts_redis_at(e.redis.port);
@@ -567,6 +587,12 @@ static void test_evict_and_reput_one_request(void **state) {
     put_seed(e.c, k, 90u + (uint32_t)i, 4 * MIB);
   }
   assert_int_equal(field_settles(r, "full-3", me, 1), 1);
+  /* The start-up re-sync sweep must be through first: it rightly drops a
+   * holder entry whose node is not registered, as the made-up one below
+   * (under a CPU hog it ran after it, 6 times in a row). */
+  for (int i = 0; i < 200 && ecs_ts_metric(mport, "ecstore_redis_resync_pending") != 0; i++)
+    usleep(50000);
+  assert_true(ecs_ts_metric(mport, "ecstore_redis_resync_pending") == 0);
   /* full-1 is also held by another node: its entry must stay */
   freeReplyObject(redisCommand(r, "HSET ecs:{test}:obj:full-1 h:other-node 1"));
   int fd = ecs_pipe_open(&e);
@@ -575,7 +601,9 @@ static void test_evict_and_reput_one_request(void **state) {
   assert_int_equal(ecs_ts_stat0(e.c).evictions - ev0, 2);
   assert_int_equal(field_settles(r, "full-1", me, 0), 0);             /* our entry went... */
   assert_int_equal(field_settles(r, "full-1", "h:other-node", 1), 1); /* ...the other holder's stayed */
-  assert_int_equal(ecs_ts_redis_exists(r, "full-0"), 1);              /* put again: its new record stays */
+  if (ecs_ts_redis_exists(r, "full-0") != 1) /* once seen under ASan in CI, never here: say what Redis ran */
+    dump_redis(r, "full-0");
+  assert_int_equal(ecs_ts_redis_exists(r, "full-0"), 1); /* put again: its new record stays */
   assert_int_equal(field_settles(r, "full-0", me, 1), 1);
   /* Redis forgets the delete script: the retry deletes only what we do
    * not hold again */
