@@ -12,7 +12,7 @@ int main(int argc, char **argv) {
   ecs_client_config_t cfg;
   ecs_client_config_init(&cfg);
   cfg.servers = argv[1];
-  cfg.transport = "tcp";
+  cfg.transport = getenv("TR") ? getenv("TR") : "tcp"; /* TR=shm: added for stop 20 */
   cfg.verify_checksum = 1;
   cfg.ns = "test";
   cfg.timeout_ms = 10000;
