@@ -1,6 +1,6 @@
 /*
  * ecstore-bench codec: compression ratio and single-thread speed of the
- * codecs (store/codec.h) on encoder-like tensors and on random bytes, with
+ * codecs (store/core/codec.h) on encoder-like tensors and on random bytes, with
  * memcpy of the same bytes measured in the same run as the baseline.
  *
  * The tensors are normal values (mean 0, std 1, Box-Muller from a fixed
@@ -17,7 +17,7 @@
 #include <lz4.h>
 #include <zstd.h>
 
-#include "store/codec.h"
+#include "store/core/codec.h"
 #include "support/tensors.h"
 
 /* ---- Data ---------------------------------------------------------------- */

@@ -21,7 +21,7 @@
 #include "bench.h"
 #include "bench_work.h"
 #include "ecstore/ecstore.h"
-#include "store/net.h"
+#include "store/core/net.h"
 #include "support/ts.h"
 
 #define MAX_LIST 16
@@ -206,7 +206,7 @@ static int tcp_table(const cfg_t *cfg, const bench_env_t *e, FILE *csv) {
          "# GB/s = 1e9 payload bytes/s, median of %d x %.2fs; latency per batch call; checksums %s\n",
          cfg->reps, cfg->seconds, cfg->no_verify ? "off" : "verified");
   /* ecstore's connections within the host, and the raw stream's, use reno
-   * (store/net.h); Redis's sockets keep the system's, said here */
+   * (store/core/net.h); Redis's sockets keep the system's, said here */
   char sys_cc[32] = "?";
   FILE *ccf = fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r");
   if (ccf) {

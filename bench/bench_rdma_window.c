@@ -36,9 +36,9 @@
 #include <time.h>
 
 #include "ecstore/ecstore.h"
-#include "store/log.h"
-#include "store/rdma.h"
-#include "store/server.h"
+#include "store/core/log.h"
+#include "store/rdma/rdma.h"
+#include "store/server/server.h"
 #include "support/fixture.h"
 #include "support/verbs_emu.h"
 

@@ -18,7 +18,7 @@
 
 #include "bench.h"
 #include "ecstore/ecstore.h"
-#include "store/net.h"
+#include "store/core/net.h"
 
 #define RAW_PUT_FLAG (1ull << 63) /* raw request: "take N bytes" rather than "send N" */
 #define IO_MS 60000               /* deadline of one peer call */

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "ec_connector/backend.h"
-#include "store/net.h"
+#include "store/core/net.h"
 
 #define DISK_SUFFIX ".ect"
 

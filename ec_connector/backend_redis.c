@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "ec_connector/backend.h"
-#include "store/rds.h"
-#include "store/net.h"
+#include "store/redis/rds.h"
+#include "store/core/net.h"
 
 #define FLUSH_BYTES (32u << 20)
 

@@ -11,10 +11,10 @@
 #include <string.h>
 
 #include "ec_connector/conn_internal.h"
-#include "store/rds.h"
+#include "store/redis/rds.h"
 #include "ec_connector/json.h"
 #include "ecstore/ec_connector.h"
-#include "store/parse.h"
+#include "store/core/parse.h"
 
 typedef enum key_kind {
   K_STR,     /* string into a char array */

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "ec_connector/backend.h"
-#include "store/rds.h"
+#include "store/redis/rds.h"
 #include "ecstore/ec_connector.h"
 #include "ecstore/pool.h"
 

@@ -22,8 +22,8 @@
 #include <time.h>
 
 #include "ec_connector/conn_internal.h"
-#include "store/log.h"
-#include "store/net.h"
+#include "store/core/log.h"
+#include "store/core/net.h"
 
 #define NO_OFF UINT64_MAX
 

@@ -26,8 +26,8 @@
 #include <time.h>
 
 #include "ec_connector/conn_internal.h"
-#include "store/log.h"
-#include "store/net.h"
+#include "store/core/log.h"
+#include "store/core/net.h"
 
 #define KV_MAX_IDLE 4
 #define KV_REQ_MAX 128

@@ -22,7 +22,7 @@
 #include "examples/ex_model.h"
 #include "examples/ex_util.h"
 #include "examples/ex_wire.h"
-#include "store/net.h"
+#include "store/core/net.h"
 
 /* One request's outcome. */
 typedef struct result {

@@ -33,8 +33,8 @@
 #include "examples/ex_model.h"
 #include "examples/ex_util.h"
 #include "examples/ex_wire.h"
-#include "store/log.h"
-#include "store/net.h"
+#include "store/core/log.h"
+#include "store/core/net.h"
 
 #define MAX_INST 16 /* instances of one role */
 #define IDLE_TIMEOUT_MS (600 * 1000)

@@ -17,8 +17,8 @@
 
 #include "ecstore/error.h"
 #include "examples/ex_model.h"
-#include "store/net.h"
-#include "store/parse.h"
+#include "store/core/net.h"
+#include "store/core/parse.h"
 
 volatile sig_atomic_t ex_stop;
 

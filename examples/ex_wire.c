@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "ecstore/error.h"
-#include "store/net.h"
+#include "store/core/net.h"
 
 _Static_assert(EX_HDR_LEN == 12, "frame header is 12 bytes");
 

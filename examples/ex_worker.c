@@ -34,8 +34,8 @@
 #include "examples/ex_model.h"
 #include "examples/ex_util.h"
 #include "examples/ex_wire.h"
-#include "store/log.h"
-#include "store/net.h"
+#include "store/core/log.h"
+#include "store/core/net.h"
 
 enum { ROLE_ENCODER = 1, ROLE_PREFILL, ROLE_DECODE, ROLE_PD };
 

@@ -49,8 +49,8 @@
 #include <unistd.h>
 
 #include "ecstore/ecstore.h"
-#include "store/meta.h"
-#include "store/net.h"
+#include "store/redis/meta.h"
+#include "store/core/net.h"
 
 typedef struct opts {
   const char *redis, *ns, *prefix, *placement, *transport, *ctl, *listen, *raw, *batches, *prefix2;

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "ecstore/tensor.h"
-#include "store/proto.h"
+#include "store/core/proto.h"
 
 static uint64_t rng_state; /* rnd()'s state, per test binary */
 

@@ -1,5 +1,5 @@
 /*
- * test_acl: the ACL file parser and lookup (store/acl.h), on bytes: good
+ * test_acl: the ACL file parser and lookup (store/server/acl.h), on bytes: good
  * files, every malformed line the parser must refuse with FILE:LINE, and
  * hostile input (NUL bytes, huge lines, thousands of entries, random
  * bytes); and the loader's permission check on a real file.
@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "ecstore/error.h"
-#include "store/acl.h"
+#include "store/server/acl.h"
 #include "support/ts.h"
 
 static ecs__acl_t *parse_ok(const char *text) {

@@ -25,7 +25,7 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
-#include "store/client_internal.h"
+#include "store/client/client_internal.h"
 #include "support/raw.h"
 #include "support/fixture.h"
 #include "support/ts.h"

@@ -15,7 +15,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "store/codec.h"
+#include "store/core/codec.h"
 #include "support/tensors.h"
 
 static const int all_dtypes[] = {ECS_DTYPE_F32,    ECS_DTYPE_F16, ECS_DTYPE_BF16, ECS_DTYPE_F8E4M3,

@@ -25,9 +25,9 @@
 
 #include "ecstore/ec_connector.h"
 #include "ecstore/ecstore.h"
-#include "store/client_internal.h"
-#include "store/log.h"
-#include "store/net.h"
+#include "store/client/client_internal.h"
+#include "store/core/log.h"
+#include "store/core/net.h"
 #include "support/raw.h"
 #include "support/ts.h"
 

@@ -20,8 +20,8 @@
 #include <hiredis/hiredis.h>
 
 #include "ecstore/ec_connector.h"
-#include "store/log.h"
-#include "store/net.h"
+#include "store/core/log.h"
+#include "store/core/net.h"
 #include "support/ts.h"
 
 typedef struct env {

@@ -1,4 +1,4 @@
-/* store/copy.c: the one-pass copy and XXH3-64 against memcpy and
+/* store/core/copy.c: the one-pass copy and XXH3-64 against memcpy and
  * XXH3_64bits, on every length class of XXH3's long loop and any
  * alignment, with guard bytes around the destination. */
 #include <setjmp.h>
@@ -13,7 +13,7 @@
 
 #include <xxhash.h>
 
-#include "store/copy.h"
+#include "store/core/copy.h"
 
 #define GUARD 64
 

@@ -33,7 +33,7 @@
 #include <hiredis/hiredis.h>
 
 #include "ecstore/ecstore.h"
-#include "store/net.h"
+#include "store/core/net.h"
 #include "support/fixture.h"
 #include "support/raw.h"
 

@@ -33,8 +33,8 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
-#include "store/codec.h"
-#include "store/proto.h"
+#include "store/core/codec.h"
+#include "store/core/proto.h"
 
 /* One lying item of the crafted reply. */
 typedef struct lie {

@@ -28,7 +28,7 @@
 
 #include "ecstore/error.h"
 #include "ecstore/ecstore.h"
-#include "store/net.h"
+#include "store/core/net.h"
 #include "support/fixture.h"
 #include "support/ts.h"
 

@@ -1,5 +1,5 @@
 /*
- * Redis metadata layer (store/meta.c) against a real redis-server.
+ * Redis metadata layer (store/redis/meta.c) against a real redis-server.
  *
  * Every test starts its own redis-server on a free port (tests/support) and
  * checks what meta.c wrote with a raw hiredis connection.  Clocks passed to
@@ -21,8 +21,8 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
-#include "store/meta.h"
-#include "store/rds.h"
+#include "store/redis/meta.h"
+#include "store/redis/rds.h"
 #include "support/ts.h"
 
 #define NS "test"
@@ -902,7 +902,7 @@ static void test_killed_redis(void **state) {
   free(ks);
 }
 
-/* The one Redis link (store/rds.h), which meta and the connector share,
+/* The one Redis link (store/redis/rds.h), which meta and the connector share,
  * maps every failure one way: an error reply is ECS_EREDIS and keeps the
  * link; a stopped Redis is ECS_ETIMEDOUT; a killed or absent one is
  * ECS_ECONN (what ecstore.h promises), and the next call reconnects. */
@@ -933,7 +933,7 @@ static void test_link_errors(void **state) {
   assert_int_equal(ecs_ts_redis_start(&f->redis), 0); /* for teardown */
 }
 
-/* ---- the asynchronous link (store/rds_async.c) ------------------------- */
+/* ---- the asynchronous link (store/redis/rds_async.c) ------------------------- */
 
 typedef struct alink_obs {
   int ups, downs; /* on_up / on_down calls */

@@ -18,7 +18,7 @@
 #include <hiredis/hiredis.h>
 
 #include "ecstore/ecstore.h"
-#include "store/net.h"
+#include "store/core/net.h"
 #include "support/fixture.h"
 #include "support/objset.h"
 #include "support/raw.h"

@@ -1,6 +1,6 @@
 /*
  * Connections within one host leave the system's congestion control for
- * reno (store/net.h, ecs_net_tune_local): BBR, a common default, paces
+ * reno (store/core/net.h, ecs_net_tune_local): BBR, a common default, paces
  * its sends, and on loopback that cost 35-40% more CPU per get reply
  * (docs/bench-results/2026-11-25-issue12-get.md).
  *
@@ -35,8 +35,8 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
-#include "store/client_internal.h"
-#include "store/net.h"
+#include "store/client/client_internal.h"
+#include "store/core/net.h"
 #include "support/fixture.h"
 
 /* The congestion control of fd (a TCP socket) into out. */

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "ecstore/pool.h"
-#include "store/objstore.h"
+#include "store/server/objstore.h"
 
 #define MiB (1024u * 1024u)
 #define POOL_SIZE (64u * MiB)

@@ -24,9 +24,9 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
-#include "store/metrics.h"
-#include "store/net.h"
-#include "store/parse.h"
+#include "store/server/metrics.h"
+#include "store/core/net.h"
+#include "store/core/parse.h"
 #include "support/ts.h"
 
 #define RUN_TIMEOUT_MS 20000 /* one CLI or server run; ASan builds are slow */

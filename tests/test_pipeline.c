@@ -29,9 +29,9 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
-#include "store/checksum.h"
-#include "store/net.h"
-#include "store/proto.h"
+#include "store/core/checksum.h"
+#include "store/core/net.h"
+#include "store/core/proto.h"
 #include "support/fixture.h"
 #include "support/pipe.h"
 #include "support/raw.h"

@@ -18,7 +18,7 @@
 
 #include "ecstore/tensor.h"
 #include "proto_util.h"
-#include "store/proto.h"
+#include "store/core/proto.h"
 
 /* Decodes one record then a trailing status record: validation errors must
  * leave the reader at the next record. */

@@ -17,7 +17,7 @@
 
 #include "ecstore/tensor.h"
 #include "proto_util.h"
-#include "store/proto.h"
+#include "store/core/proto.h"
 
 static void test_put_item_roundtrip(void **state) {
   (void)state;

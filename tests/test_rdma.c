@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "store/rdma.h"
+#include "store/rdma/rdma.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "store/rdma.h"
+#include "store/rdma/rdma.h"
 
 static ecs_rdma_opts opts;
 

@@ -27,11 +27,11 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
-#include "store/checksum.h"
-#include "store/net.h"
-#include "store/proto.h"
-#include "store/rdma.h"
-#include "store/server.h"
+#include "store/core/checksum.h"
+#include "store/core/net.h"
+#include "store/core/proto.h"
+#include "store/rdma/rdma.h"
+#include "store/server/server.h"
 #include "support/fixture.h"
 #include "support/raw.h"
 #include "support/verbs_emu.h"

@@ -19,10 +19,10 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
-#include "store/client_internal.h"
-#include "store/net.h"
-#include "store/rdma.h"
-#include "store/server.h"
+#include "store/client/client_internal.h"
+#include "store/core/net.h"
+#include "store/rdma/rdma.h"
+#include "store/server/server.h"
 #include "support/verbs_emu.h"
 #include "support/fixture.h"
 #include "support/raw.h"

@@ -37,9 +37,9 @@
 
 #include "ecstore/ec_connector.h"
 #include "ecstore/ecstore.h"
-#include "store/meta.h"
-#include "store/net.h"
-#include "store/rds.h"
+#include "store/redis/meta.h"
+#include "store/core/net.h"
+#include "store/redis/rds.h"
 #include "support/fixture.h"
 #include "support/ts.h"
 

@@ -28,8 +28,8 @@
 
 #include "ecstore/ec_connector.h"
 #include "ecstore/ecstore.h"
-#include "store/net.h"
-#include "store/rds.h"
+#include "store/core/net.h"
+#include "store/redis/rds.h"
 #include "support/fakeredis.h"
 #include "support/fixture.h"
 #include "support/ts.h"

@@ -20,8 +20,8 @@
 #include <hiredis/hiredis.h>
 
 #include "ecstore/ecstore.h"
-#include "store/client_internal.h"
-#include "store/net.h"
+#include "store/client/client_internal.h"
+#include "store/core/net.h"
 #include "support/fixture.h"
 #include "support/objset.h"
 #include "support/raw.h"

@@ -1,5 +1,5 @@
 /* SHA-256 against the FIPS 180-2 examples and HMAC-SHA256 against every
- * case of RFC 4231 (store/sha256.c, the shm upgrade's proof). */
+ * case of RFC 4231 (store/core/sha256.c, the shm upgrade's proof). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "store/sha256.h"
+#include "store/core/sha256.h"
 
 static void hex(const uint8_t *p, size_t n, char *out) {
   for (size_t i = 0; i < n; i++)

@@ -43,9 +43,9 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
-#include "store/client_internal.h"
-#include "store/net.h"
-#include "store/proto.h"
+#include "store/client/client_internal.h"
+#include "store/core/net.h"
+#include "store/core/proto.h"
 #include "support/fixture.h"
 #include "support/raw.h"
 #include "support/ts.h"

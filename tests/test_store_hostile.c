@@ -19,8 +19,8 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
-#include "store/net.h"
-#include "store/proto.h"
+#include "store/core/net.h"
+#include "store/core/proto.h"
 #include "support/fixture.h"
 #include "support/raw.h"
 

@@ -23,9 +23,9 @@
 #include <hiredis/hiredis.h>
 
 #include "ecstore/ecstore.h"
-#include "store/client_internal.h"
-#include "store/net.h"
-#include "store/proto.h"
+#include "store/client/client_internal.h"
+#include "store/core/net.h"
+#include "store/core/proto.h"
 #include "support/fixture.h"
 #include "support/raw.h"
 
@@ -58,7 +58,7 @@ static void test_checksum_mismatch_detected(void **state) {
   assert_memory_equal(out, a, sizeof a);
 }
 
-/* Objects larger than the client's hashing slice (store/checksum.h) are
+/* Objects larger than the client's hashing slice (store/core/checksum.h) are
  * verified piece by piece as they land: a corrupt byte in the middle of
  * one fails that item alone, its neighbours in the batch arrive, and a
  * clean object of several slices (first, middle and last pieces) passes.
@@ -126,7 +126,7 @@ static int raw_open(int port) {
 }
 
 /* The server hashes a put's payload as it lands, a slice at a time
- * (store/checksum.h), not in a second pass: a raw PUT whose bytes do not
+ * (store/core/checksum.h), not in a second pass: a raw PUT whose bytes do not
  * match their records' checksums (one byte flipped in the middle of a
  * 1.1 MB item, and in the last byte of another), sent in odd-sized pieces
  * so that reads end anywhere, fails those items alone with ECS_ECHECKSUM

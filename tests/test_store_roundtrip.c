@@ -24,9 +24,9 @@
 #include <hiredis/hiredis.h>
 
 #include "ecstore/ecstore.h"
-#include "store/client_internal.h"
-#include "store/net.h"
-#include "store/proto.h"
+#include "store/client/client_internal.h"
+#include "store/core/net.h"
+#include "store/core/proto.h"
 #include "support/fixture.h"
 #include "support/raw.h"
 

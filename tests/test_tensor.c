@@ -13,7 +13,7 @@
 
 #include "ecstore/tensor.h"
 #include "proto_util.h" /* mkdesc */
-#include "store/checksum.h"
+#include "store/core/checksum.h"
 
 static void test_dtype_sizes_and_names(void **state) {
   (void)state;

@@ -28,7 +28,7 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
-#include "store/client_internal.h"
+#include "store/client/client_internal.h"
 #include "support/raw.h"
 #include "support/tensors.h"
 #include "support/fixture.h"

@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 
 #include "ecstore/ecstore.h"
-#include "store/parse.h"
-#include "store/rds.h"
+#include "store/core/parse.h"
+#include "store/redis/rds.h"
 
 static void usage(FILE *f) {
   fprintf(f,

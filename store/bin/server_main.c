@@ -1,4 +1,4 @@
-/* ecstore-server: command line, config file and signals around store/server.c. */
+/* ecstore-server: command line, config file and signals around store/server/server.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -9,12 +9,12 @@
 #include <unistd.h>
 
 #include "ecstore/error.h"
-#include "store/acl.h"
-#include "store/log.h"
-#include "store/net.h"
-#include "store/parse.h"
-#include "store/rds.h"
-#include "store/server.h"
+#include "store/server/acl.h"
+#include "store/core/log.h"
+#include "store/core/net.h"
+#include "store/core/parse.h"
+#include "store/redis/rds.h"
+#include "store/server/server.h"
 
 static ecs_server_t *g_server;
 static ecs__acl_t *g_acl;         /* --acl-file, loaded once */
@@ -495,7 +495,7 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
 /* The Redis password, wherever it was given (the --redis URL of a config
  * file, --redis-password-file, ECSTORE_REDIS_PASSWORD; the file wins),
  * ends up in this process's ECSTORE_REDIS_PASSWORD, where the Redis link
- * takes it from (store/rds.h), and out of the URL, which the server logs.
+ * takes it from (store/redis/rds.h), and out of the URL, which the server logs.
  * The sentinels' password likewise (the URL's sentinel_password,
  * --sentinel-password-file, ECSTORE_SENTINEL_PASSWORD; the file wins) ends
  * up in ECSTORE_SENTINEL_PASSWORD.  0, or an exit status. */

@@ -12,8 +12,8 @@
  *              the leases point into (the shm path's mapping)
  *
  * Each reply goes through the client's own steps, in its order:
- * recv_reply and ecs__cli_call's checks (store/client_conn.c); for GET,
- * the real planning step ecs__tcp_plan_payloads (store/client_tcp.c), the
+ * recv_reply and ecs__cli_call's checks (store/client/client_conn.c); for GET,
+ * the real planning step ecs__tcp_plan_payloads (store/client/client_tcp.c), the
  * payload landing in the iovecs it planned, and ecs__cli_deliver (the
  * checksum, the copy or the lz4 / zstd decompression of bytes the server
  * chose); for LEASE, shm_get's bounds check and delivery (client_shm.c);
@@ -30,10 +30,10 @@
 #include <string.h>
 
 #include "ecstore/ecstore.h"
-#include "store/client_priv.h"
-#include "store/codec.h"
-#include "store/proto.h"
-#include "store/rdma.h"
+#include "store/client/client_priv.h"
+#include "store/core/codec.h"
+#include "store/core/proto.h"
+#include "store/rdma/rdma.h"
 #include "fuzz.h"
 
 #define FUZZ_MAX_ITEMS 16

@@ -2,12 +2,12 @@
  * Fuzz target: the configuration parsers.
  *
  * Input: one byte that picks the parser, then its text:
- *   0  an ecstore-server --config file (store/parse.c ecs_conf_to_argv,
+ *   0  an ecstore-server --config file (store/core/parse.c ecs_conf_to_argv,
  *      read from a memfd as the server reads its file)
  *   1  a size ("4G", ecs_parse_size)
  *   2  a bounded integer (ecs_parse_int)
  *   3  a bounded double (ecs_parse_double)
- *   4  a Redis URL (store/rds.c ecs__rds_parse_url)
+ *   4  a Redis URL (store/redis/rds.c ecs__rds_parse_url)
  *   5  a connector JSON config (ec_connector/config.c
  *      ecs_ec_config_parse_json, then ecs__ec_config_check)
  *
@@ -29,8 +29,8 @@
 #include "ec_connector/conn_internal.h"
 #include "ecstore/ec_connector.h"
 #include "ecstore/error.h"
-#include "store/parse.h"
-#include "store/rds.h"
+#include "store/core/parse.h"
+#include "store/redis/rds.h"
 #include "fuzz.h"
 
 static void conf_file(const uint8_t *s, size_t n) {

@@ -7,8 +7,8 @@
  * header, meta_len bytes of records and data_len bytes of payload.
  *
  * Each frame goes through the decode sequence of the server, in its order
- * (store/server_conn.c conn_on_readable, then ecs__server_dispatch and the
- * handlers of store/server_ops.c): the header and its limits, the rule
+ * (store/server/server_conn.c conn_on_readable, then ecs__server_dispatch and the
+ * handlers of store/server/server_ops.c): the header and its limits, the rule
  * before HELLO, the opcode table's flags, then each handler's record loop
  * with the same proto.c readers and the same "records fill the meta
  * section" check.  Where the server would close the connection the run
@@ -25,9 +25,9 @@
 
 #include "ecstore/error.h"
 #include "ecstore/tensor.h"
-#include "store/proto.h"
-#include "store/rdma.h"
-#include "store/server_internal.h"
+#include "store/core/proto.h"
+#include "store/rdma/rdma.h"
+#include "store/server/server_internal.h"
 #include "fuzz.h"
 
 #define FUZZ_MAX_REQUEST (64u << 20) /* the server's --max-request in this run */

@@ -18,9 +18,9 @@
 
 #include "ecstore/error.h"
 #include "ecstore/tensor.h"
-#include "store/codec.h"
-#include "store/proto.h"
-#include "store/rdma.h"
+#include "store/core/codec.h"
+#include "store/core/proto.h"
+#include "store/rdma/rdma.h"
 
 static const char *out_dir;
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "ecstore/error.h"
-#include "store/net.h"
+#include "store/core/net.h"
 
 #define FAKE_MAX_CONNS 64
 #define FAKE_MAX_ARGS 4096

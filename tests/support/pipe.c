@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "store/checksum.h"
-#include "store/net.h"
+#include "store/core/checksum.h"
+#include "store/core/net.h"
 #include "support/raw.h"
 
 void ecs_pipe_req(ecs_wbuf_t *out, uint8_t op, uint32_t id, uint32_t count, const ecs_wbuf_t *w,

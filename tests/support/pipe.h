@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "ecstore/ecstore.h"
-#include "store/proto.h"
+#include "store/core/proto.h"
 #include "support/fixture.h"
 
 /* Bound on each read or write of these helpers. */

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "ecstore/error.h"
-#include "store/net.h"
-#include "store/proto.h"
+#include "store/core/net.h"
+#include "store/core/proto.h"
 
 #define RAW_IO_MS 2000 /* bound on each send and on the HELLO reply */
 

@@ -2,7 +2,7 @@
  * Raw protocol peers, for tests that must misbehave on the wire: stall in
  * the middle of a request, never read a reply.  A well-behaved client
  * (libecstore) cannot be made to do that, so these speak the protocol by
- * hand through store/proto.h.  Every wait is bounded.
+ * hand through store/core/proto.h.  Every wait is bounded.
  */
 #ifndef ECS_TS_RAW_H
 #define ECS_TS_RAW_H

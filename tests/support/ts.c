@@ -40,8 +40,8 @@
 #include <hiredis/hiredis.h>
 
 #include "ecstore/error.h"
-#include "store/net.h"
-#include "store/parse.h"
+#include "store/core/net.h"
+#include "store/core/parse.h"
 
 #define TS_REDIS_START_MS 10000  /* redis-server listens in ~10 ms; ASan runs are slower */
 #define TS_SERVER_START_MS 15000 /* ecstore-server maps and locks its pool first */

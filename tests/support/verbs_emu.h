@@ -1,5 +1,5 @@
 /*
- * An in-process emulation of the verbs calls in store/verbs_ops.h, for tests.
+ * An in-process emulation of the verbs calls in store/rdma/verbs_ops.h, for tests.
  *
  * No machine here has an RDMA device, so the transport's logic is tested
  * against this: both ends of a connection live in one process, and "the
@@ -60,7 +60,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/verbs_ops.h"
+#include "store/rdma/verbs_ops.h"
 
 typedef struct ecs_verbs_emu ecs_verbs_emu;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# The eviction-delete script (data/del-script-v1.lua, the server's, from store/meta.c) against
+# The eviction-delete script (data/del-script-v1.lua, the server's, from store/redis/meta.c) against
 # cut-down variants, on 60,000 records of the server's shape in a fresh redis-server:
 # Redis CPU per deleted key from INFO commandstats.  Run from this folder.
 import re

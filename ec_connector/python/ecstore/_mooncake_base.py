@@ -319,7 +319,7 @@ class _Resp:
 
     def read(self, depth=0, budget=None):
         # Every length is bounded before it is believed, as the C link
-        # does (store/rds.h, "Bounds"): a hostile Redis announcing a 1 GB
+        # does (store/redis/rds.h, "Bounds"): a hostile Redis announcing a 1 GB
         # string or 300M elements is refused at the header.
         budget = budget if budget is not None else [_REDIS_MAX_ELEMENTS]
         line = self.f.readline(_REDIS_MAX_STRING + 3)
@@ -364,7 +364,7 @@ def _hostport(s):
 
 def _sentinel_master(sentinels, name, timeout, suser="", spass=""):
     """The master's address from the first sentinel that knows it (as
-    store/rds.c: SENTINEL get-master-addr-by-name, in the order listed),
+    store/redis/rds.c: SENTINEL get-master-addr-by-name, in the order listed),
     after AUTH [suser] spass when the sentinels have a password."""
     why, auth_failed = [], False
     for hp in sentinels.split(","):
@@ -403,7 +403,7 @@ def _sentinel_master(sentinels, name, timeout, suser="", spass=""):
 
 def _first_seed(seeds, timeout):
     """The first of a redis-cluster:// URL's seeds that accepts a
-    connection, in the order listed (as store/rds.c)."""
+    connection, in the order listed (as store/redis/rds.c)."""
     why = []
     for host, port in seeds:
         try:
@@ -417,7 +417,7 @@ def _first_seed(seeds, timeout):
 def _sentinel_query(rest):
     """(rest without its query, sentinel user, sentinel password) of a
     redis-sentinel:// URL's remainder: the query after the last '?' when
-    it holds only sentinel_user / sentinel_password (as store/rds.c)."""
+    it holds only sentinel_user / sentinel_password (as store/redis/rds.c)."""
     head, sep, query = rest.rpartition("?")
     if not sep:
         return rest, "", ""
@@ -433,7 +433,7 @@ def _sentinel_query(rest):
 def _redis_scan(url, pattern, timeout):
     """Every key matching pattern (bytes), with SCAN over a plain socket: no
     Redis package is needed for this one call.  AUTH as the C link does
-    (store/rds.h): USER:PASS@ or :PASS@ in the URL (%XX-escaped), else the
+    (store/redis/rds.h): USER:PASS@ or :PASS@ in the URL (%XX-escaped), else the
     password in ECSTORE_REDIS_PASSWORD.  redis-sentinel:// URLs ask the
     sentinels for the master (with the sentinels' own password: the URL's
     sentinel_password, else ECSTORE_SENTINEL_PASSWORD; never the

@@ -1,0 +1,308 @@
+/*
+ * Internals shared by the client's modules.  Not installed.
+ *
+ * The files and who calls whom (no cycles; each uses only those below it):
+ *
+ *   client.c        the batch driver: connect, route by key, split a batch
+ *                   by server, deadlines, per-item statuses; calls a data
+ *                   path only through its ecs_cli_ops_t table
+ *   client_place.c  servers from the Redis registry, put placement
+ *                   (hash / local / least-loaded), locating a get's keys
+ *   client_tcp.c    the socket path (tcp, and a read-only shm mapping's puts)
+ *   client_shm.c    the shared-memory path (a server on this host)
+ *   client_rdma.c   the RDMA path
+ *   client_lease.c  LEASE / RELEASE and RESERVE -> write -> COMMIT, which
+ *                   the shm and RDMA paths share
+ *   client_conn.c   one connection: send a request, read and check a reply,
+ *                   HELLO, drop; delivering a stored object to a buffer
+ */
+#ifndef ECS_CLIENT_PRIV_H
+#define ECS_CLIENT_PRIV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "ecstore/ecstore.h"
+#include "store/redis/meta.h"
+#include "store/core/net.h"
+#include "store/core/proto.h"
+
+#define ECS_CLI_MAX_SERVERS 64
+#define ECS_CLI_IOV_CHUNK 256
+
+/* A mapping of a server's pool (shm).  Views keep it alive: after a
+ * reconnect the old mapping is retired, and unmapped when its last view is
+ * released. */
+typedef struct ecs_shm_map {
+  uint8_t *base;  /* mmap'd pool */
+  size_t len;     /* bytes mapped */
+  int writable;   /* mapped PROT_WRITE (we may put in place) */
+  uint32_t views; /* views handed out and not yet released */
+  int retired;    /* replaced by a newer mapping */
+} ecs_shm_map_t;
+
+typedef struct ecs_cli_srv ecs_cli_srv_t;
+
+/*
+ * A data path: what differs between tcp, shm and RDMA.  One static const
+ * table per path (client_tcp.c, client_shm.c, client_rdma.c); a connected
+ * server points at the table of the path it is on.  Everything else (HELLO,
+ * exists, remove, stat, ping) is the same request over the server's socket
+ * whatever the path.
+ *
+ * Every data op handles one server's share of a batch: the items idx[0..m)
+ * (indices into the caller's arrays, at most ECS_PROTO_MAX_ITEMS), on a
+ * server that is connected and greeted.  Like a syscall, it returns 0 or a
+ * negative ECS_E* code: 0 when every item has its own status (which may be
+ * an error); an error when the share failed as a whole, in which case the
+ * connection has been dropped (ecs__cli_fail) unless the error is
+ * ECS_ENOMEM before anything was sent, and the driver gives the items that
+ * error.  An op may be re-run on a fresh connection after ECS_ECONN (every
+ * request is idempotent).
+ */
+typedef struct ecs_cli_ops {
+  /* What ecs_client_transport() reports for a server on this path. */
+  const char *name;
+  /* Moves server s, connected and greeted over TCP, onto this path.
+   * ECS_OK: s->ops is now this path's table (or a variant of it).  An
+   * error: c->errmsg says why, and s is left on TCP: still connected,
+   * unless the failure broke the connection (then s->fd is -1).  NULL:
+   * nothing to set up (tcp). */
+  int (*upgrade)(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
+  /* Stores ts[idx[j]] under keys[idx[j]]; sets status[idx[j]]. */
+  int (*put)(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+             const size_t *idx, size_t m, int *status, uint64_t deadline);
+  /* Fetches keys[idx[j]] into bufs[idx[j]] (the caller's buffer, or, with
+   * alloc, one it mallocs); sets each buffer's status, nbytes and desc. */
+  int (*get)(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_get_buf_t *bufs, const size_t *idx,
+             size_t m, int alloc, uint64_t deadline);
+  /* Leases keys[idx[j]] and points views[idx[j]] at the bytes in place.
+   * NULL: the path has no views (every item gets ECS_ENOTSUP). */
+  int (*view)(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, ecs_view_t *views, const size_t *idx,
+              size_t m, uint64_t deadline);
+  /* Frees what the path holds for s (an endpoint, a mapping) when its
+   * connection closes; s->fd is already closed.  NULL: nothing. */
+  void (*drop)(ecs_cli_srv_t *s);
+} ecs_cli_ops_t;
+
+struct ecs_cli_srv {
+  char host[128];           /* from the config */
+  int port;                 /* from the config */
+  char addr[160];           /* "HOST:PORT" as configured */
+  int fd;                   /* the connection (TCP, or the Unix socket on the shm path); -1 */
+  const ecs_cli_ops_t *ops; /* the data path while connected; NULL while not */
+  char node_id[64];         /* from HELLO */
+  uint64_t epoch;           /* from HELLO */
+  uint64_t max_data;        /* from HELLO */
+  char shm_path[108];       /* the server's Unix socket, from HELLO over TCP */
+  uint64_t up_id;           /* the shm upgrade secret's id, from that HELLO (0: none) */
+  uint8_t up_secret[32];    /* that one-time secret (ECS_UPGRADE_SECRET_SIZE), wiped once used */
+  ecs_shm_map_t *map;       /* the pool mapping while on the shm path */
+  struct ecs_rdma_ep *ep;   /* RDMA endpoint while on the RDMA path */
+  struct ecs_client *cli;   /* the owning client (for the RDMA exchange callback) */
+  /* discovery (client_place.c): the slot's node as the registry lists it */
+  char reg_id[64];     /* its node id in the registry ("" for a configured server) */
+  uint64_t reg_epoch;  /* its epoch in the registry */
+  uint64_t free_bytes; /* pool bytes free at its last heartbeat */
+  int live;            /* 1: usable (configured, or in the registry at the last refresh) */
+  int local;           /* 1: its address is one of this host's */
+  uint64_t down_until; /* a connection to it failed: placement skips it until then (ms) */
+};
+
+/* What to do when a server cannot be moved onto the path asked for. */
+typedef enum ecs_cli_fallback {
+  ECS_FALLBACK_QUIET = 0, /* stay on TCP (transport "auto") */
+  ECS_FALLBACK_SAY = 1,   /* stay on TCP and say so on stderr ("rdma") */
+  ECS_FALLBACK_NONE = 2   /* fail the connection ("shm") */
+} ecs_cli_fallback_t;
+
+/* A buffer given to ecs_register_buffer (mr NULL without an RDMA device). */
+typedef struct ecs_cli_reg {
+  void *ptr;
+  size_t len;
+  struct ecs_rdma_mr *mr;
+} ecs_cli_reg_t;
+
+struct ecs_client {
+  ecs_client_config_t cfg; /* strings below are owned copies */
+  char *servers_s, *redis_s, *ns_s, *token_s;
+  ecs_cli_srv_t srv[ECS_CLI_MAX_SERVERS];
+  size_t nsrv;
+  const ecs_cli_ops_t *path;   /* the path asked for (tcp: nothing to upgrade to) */
+  ecs_cli_fallback_t fallback; /* when a server cannot take that path */
+  int codec;                   /* request codec for TCP puts (store/core/codec.h), or ECS_CODEC_NONE */
+  uint8_t put_flags;           /* ECS_PUT_F_* for the put in progress (ecs_upsert_batch sets UPSERT) */
+  struct ecs_rdma_ctx *rdma;   /* RDMA device context (transport rdma), or NULL */
+  ecs_cli_reg_t *regs;         /* registered buffers */
+  size_t nregs, regs_cap;      /* count and capacity */
+  ecs_meta_t *meta;            /* Redis link for exists_batch (and discovery), or NULL */
+  int discover;                /* servers come from the Redis registry (no servers configured) */
+  int placement;               /* ECS_PLACE_*: where a discovery put goes */
+  uint64_t next_refresh_ms;    /* discovery: when the registry is read again */
+  uint64_t redis_retry_ms;     /* after a Redis failure, exists asks the servers until then */
+  size_t copies_stored;        /* copies the last put stored (replicas) */
+  size_t copies_wanted;        /* copies it asked for: items x replicas */
+  uint32_t next_req;           /* request ids */
+  uint8_t *rmeta;              /* reply records buffer */
+  size_t rmeta_cap;            /* its size */
+  ecs_wbuf_t w;                /* request records */
+  char errmsg[256];            /* last whole-batch error detail */
+};
+
+/* How long exists skips a Redis that just failed (then tries it again). */
+#define ECS_CLI_REDIS_RETRY_MS 1000
+
+static inline uint64_t ecs__cli_deadline(const ecs_client_t *c) {
+  return ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+}
+
+/* ---- client_place.c: discovery, placement, location ----------------- */
+
+/* Where a put goes when the servers come from the registry. */
+enum { ECS_PLACE_HASH = 0, ECS_PLACE_LOCAL = 1, ECS_PLACE_LEAST_LOADED = 2 };
+
+/* No server for an item (none live, or its holder is gone). */
+#define ECS_CLI_NOWHERE ((size_t)-1)
+
+/* How long placement avoids a server whose connection just failed. */
+#define ECS_CLI_DOWN_MS 3000
+
+/* Parses cfg.placement into c->placement; ECS_EINVAL with errbuf set. */
+int ecs__place_parse(ecs_client_t *c, const char *name, char *errbuf, size_t errlen);
+/* Reads the registry into c->srv when it is due (or now, with force):
+ * new nodes take a slot, departed ones are marked not live and their
+ * connections dropped, a restarted one (new epoch) is reconnected lazily.
+ * ECS_OK, or Redis's error (the last known servers are kept). */
+int ecs__place_refresh(ecs_client_t *c, int force);
+/* Most copies of one object (config.replicas; holders a get tries). */
+#define ECS_CLI_MAX_COPIES ECS_META_MAX_HOLDERS
+
+/* The server a put of keys[i] (nbytes) goes to under c->placement, over
+ * the live servers other than taken[0..ntaken) (those already chosen for
+ * this item's other copies); load[] (c->nsrv entries, the bytes this
+ * batch already sent each) is updated.  ECS_CLI_NOWHERE when no server is
+ * left. */
+size_t ecs__place_put(ecs_client_t *c, const ecs_key_t *k, uint64_t nbytes, uint64_t *load,
+                      const size_t *taken, size_t ntaken);
+/* The servers holding keys[i] for the items with ok[i] == ECS_OK, from
+ * their Redis records in one pipelined round trip: where[i *
+ * ECS_CLI_MAX_COPIES + r] for r = 0, 1, ... are the live slots whose node
+ * and epoch match a holder of the record, nearest first (this host's, then
+ * the others), then ECS_CLI_NOWHERE (where[i * ECS_CLI_MAX_COPIES] is
+ * NOWHERE for no record, or holders that all died or restarted: a miss).
+ * where must hold n * ECS_CLI_MAX_COPIES entries.  An error is Redis's,
+ * for the whole batch (c->errmsg says so). */
+int ecs__place_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const int *ok, size_t *where);
+/* Marks slot s as failing: placement skips it for ECS_CLI_DOWN_MS and the
+ * registry is read again on the next call. */
+void ecs__place_down(ecs_client_t *c, ecs_cli_srv_t *s);
+
+/* ---- client_conn.c: one connection ---------------------------------- */
+
+void ecs__cli_err(ecs_client_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Closes a server's connection and frees what its path holds. */
+void ecs__cli_drop(ecs_cli_srv_t *s);
+/* Records the error and drops the connection (its stream position is
+ * unknown); returns rc. */
+int ecs__cli_fail(ecs_client_t *c, ecs_cli_srv_t *s, int rc);
+/* Sends header + c->w records + data iovecs; *req_id is the id used.  For
+ * a request with a reply use ecs__cli_call; this alone is for one-way
+ * messages (RELEASE) and replies that carry a descriptor (ATTACH). */
+int ecs__cli_send(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint16_t flags, uint32_t count,
+                  const struct iovec *data, int ndata, uint64_t data_len, uint32_t *req_id,
+                  uint64_t deadline);
+
+/* How ecs__cli_call checks a reply beyond its header. */
+#define ECS_CALL_COUNT 1u   /* it carries as many records as the request */
+#define ECS_CALL_PAYLOAD 2u /* it may carry a payload (else data_len must be 0) */
+
+/* One round trip: sends op with count records from c->w (and the data
+ * iovecs), reads the reply's header and records (into c->rmeta), and
+ * checks it.  Returns ECS_OK; the reply's own status when it refused the
+ * request as a whole (h->status, nonzero only then); ECS_EPROTO when its
+ * shape disagrees with `check`; or the transport's error.  It drops
+ * nothing: the caller decides.  `what` ("get", ...), when not NULL, names
+ * the request in c->errmsg when the reply refuses it. */
+int ecs__cli_call(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t count, const struct iovec *data,
+                  int ndata, uint64_t data_len, unsigned check, const char *what, ecs_hdr_t *h,
+                  uint64_t deadline);
+/* The second half of ecs__cli_call, for a request sent with ecs__cli_send
+ * as id (a pipelined one): reads and checks its reply, as above. */
+int ecs__cli_reply(ecs_client_t *c, ecs_cli_srv_t *s, uint8_t op, uint32_t id, uint32_t count, unsigned check,
+                   const char *what, ecs_hdr_t *h, uint64_t deadline);
+/* Reads a reply's m status records (in c->rmeta) into out[idx[j]].
+ * ECS_OK, or ECS_EPROTO when the records are short or malformed. */
+int ecs__cli_read_statuses(ecs_client_t *c, const ecs_hdr_t *h, const size_t *idx, size_t m, int *out);
+/* HELLO on s->fd; fills node_id, epoch, max_data, shm_path. */
+int ecs__cli_hello(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
+/* Delivers one stored object at src into b (verify, copy or decompress,
+ * capacity against the raw size); returns the item's status. */
+int ecs__cli_deliver(ecs_client_t *c, ecs_get_buf_t *b, const void *src, uint8_t codec, uint64_t nbytes,
+                     uint64_t raw_nbytes, uint64_t checksum, int alloc);
+
+/* ---- client_lease.c: leases and in-place puts (shm, RDMA) ----------- */
+
+/* LEASE for keys idx[0..m) (records in c->rmeta), and a one-way RELEASE. */
+int ecs__cli_lease(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const size_t *idx, size_t m,
+                   ecs_hdr_t *h, uint64_t deadline);
+void ecs__cli_release(ecs_client_t *c, ecs_cli_srv_t *s, const uint64_t *ids, size_t n, uint64_t deadline);
+
+/* One item of an in-place put that the server reserved a block for. */
+typedef struct ecs_cli_wr {
+  const ecs_tensor_t *src; /* the caller's tensor */
+  uint64_t off;            /* where its block lies in the server's pool */
+  uint64_t resv_id;        /* the reservation COMMIT settles */
+  uint32_t rkey;           /* RDMA: the reservation's window (written at 0) */
+  uint64_t sum;            /* its checksum */
+  size_t item;             /* its index into the caller's arrays */
+  int status;              /* set by the writer: how moving its bytes went */
+} ecs_cli_wr_t;
+
+/* In-place puts: moves w[k].src's bytes to pool offset w[k].off and sets
+ * w[k].status; a nonzero return fails the whole call. */
+typedef int (*ecs_cli_writer_fn)(ecs_client_t *c, ecs_cli_srv_t *s, ecs_cli_wr_t *w, size_t n,
+                                 uint64_t deadline);
+/* RESERVE -> write -> COMMIT for one server's share of a batch (a key that
+ * repeats in the batch is written once and the repeats settled after); an
+ * ecs_cli_ops_t put. */
+int ecs__cli_put_inplace(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                         const size_t *idx, size_t m, int *status, uint64_t deadline,
+                         ecs_cli_writer_fn write);
+
+/* ---- the paths ------------------------------------------------------- */
+
+extern const ecs_cli_ops_t ecs__cli_tcp_ops;  /* client_tcp.c */
+extern const ecs_cli_ops_t ecs__cli_shm_ops;  /* client_shm.c */
+extern const ecs_cli_ops_t ecs__cli_rdma_ops; /* client_rdma.c */
+
+/* client_tcp.c: a put over the socket (also the put of a read-only shm
+ * mapping, whose socket is the Unix one). */
+int ecs__tcp_put(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, const ecs_tensor_t *ts,
+                 const size_t *idx, size_t m, int *status, uint64_t deadline);
+
+/* client_tcp.c: one item of a get's reply. */
+typedef struct ecs_cli_get_item {
+  ecs_get_reply_t rep; /* its record */
+  uint64_t zoff;       /* a compressed item: where it lands in the scratch buffer */
+} ecs_cli_get_item_t;
+
+/* client_tcp.c: the pure step of a get over the socket, for the fuzz
+ * target tests/fuzz/fuzz_client_reply.c.  Reads the reply's records (in
+ * c->rmeta) into items[] and sets each bufs[idx[j]] status; points iov[]
+ * at where each raw payload goes (allocating it with alloc) and places
+ * compressed ones at items[j].zoff in a scratch area of *ztotal bytes.
+ * Returns the number of iovecs, or a negative error (ECS_EPROTO for a
+ * reply whose sizes break the bounds). */
+int ecs__tcp_plan_payloads(ecs_client_t *c, const ecs_hdr_t *h, ecs_get_buf_t *bufs, const size_t *idx,
+                           size_t m, int alloc, ecs_cli_get_item_t *items, struct iovec *iov,
+                           size_t *iov_item, uint64_t *ztotal);
+
+/* client_shm.c: unmaps a mapping that no view holds any more. */
+void ecs__shm_map_put(ecs_shm_map_t *m);
+
+/* client_rdma.c: the client's RDMA device context and registered buffers. */
+int ecs__rdma_client_open(ecs_client_t *c, char *errbuf, size_t errlen);
+void ecs__rdma_client_close(ecs_client_t *c);
+
+#endif
