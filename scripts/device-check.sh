@@ -349,11 +349,11 @@ tag_csv() { # tag_csv FILE STEP THREADS
 
 # durations: the device's, the dry run's (2 busy cores), --quick's
 if [ "$QUICK" = 1 ]; then
-  REPS=1 SECS=0.05 THREADS="1 2" CONNS=1,2 BIG=1M MH_N=4 MH_SIZE=256K MH_REPS=2 H2D_ARGS=--quick
+  REPS=1 SECS=0.05 THREADS="1 2" CONNS=1,2 BIG=1M MH_N=4 MH_SIZE=256K MH_REPS=2 H2D_ARGS=--quick CUDA_POOL=256M
 elif [ "$MODE" = dry ]; then
-  REPS=2 SECS=0.1 THREADS="1 2" CONNS=1,2 BIG=1M,4M MH_N=8 MH_SIZE=1M MH_REPS=5 H2D_ARGS=--quick
+  REPS=2 SECS=0.1 THREADS="1 2" CONNS=1,2 BIG=1M,4M MH_N=8 MH_SIZE=1M MH_REPS=5 H2D_ARGS=--quick CUDA_POOL=256M
 else
-  REPS=3 SECS=0.25 THREADS="1 2 4 8" CONNS=1,2,4,8 BIG=1M,16M MH_N=32 MH_SIZE=16M MH_REPS=15 H2D_ARGS=""
+  REPS=3 SECS=0.25 THREADS="1 2 4 8" CONNS=1,2,4,8 BIG=1M,16M MH_N=32 MH_SIZE=16M MH_REPS=15 H2D_ARGS="" CUDA_POOL=1G
 fi
 
 # ---- 1. CUDA ------------------------------------------------------------------
@@ -363,7 +363,7 @@ cuda_server() {
   local rp=$RPORT
   MP=$(free_port)
   LD_LIBRARY_PATH=$BUNDLE/lib${CUDART:+:$CUDART} start_server srv-cuda --redis "127.0.0.1:$rp" --ns devcheck \
-    --pool-size 1G --cuda-register --metrics-listen "127.0.0.1:$MP" --shm-socket "$TMP/cuda.sock" || return 1
+    --pool-size "$CUDA_POOL" --cuda-register --metrics-listen "127.0.0.1:$MP" --shm-socket "$TMP/cuda.sock" || return 1
   CPORT=$SPORT
   CRPORT=$rp
   local m ready
