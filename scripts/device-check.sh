@@ -236,24 +236,29 @@ if [ "$MODE" = run ]; then
   [ "$(nproc)" -ge 8 ] || say "warning: $(nproc) cores: the 8-connection cells share them"
 fi
 
-# libcudart for the server's cudaHostRegister (it dlopens libcudart.so): the
-# toolkit's, or torch's own (only a versioned name there: linked here).
+# libcudart for cudaHostRegister (the pool dlopens "libcudart.so"): torch's
+# own copy first, so that the pool in device_cuda.py's process shares
+# torch's runtime (dlopen of a link to a file already loaded returns it),
+# else the toolkit's.  torch's wheels have only a versioned name: it is
+# linked under the plain one in a temp dir on the library path.
 CUDART=""
 if [ "$GPU" = 3 ] || [ "$MODE" = dry ]; then
-  c=$(ldconfig -p 2>/dev/null | awk '$1 == "libcudart.so" { print $NF; exit }')
-  [ -n "$c" ] || c=$(ls /usr/local/cuda/lib64/libcudart.so /usr/local/cuda*/lib*/libcudart.so 2>/dev/null | head -n 1)
-  [ -n "$c" ] || c=$("$PY" - <<'EOF' 2>/dev/null
+  c=$("$PY" - <<'EOF' 2>/dev/null
 import glob, os, torch
 d = os.path.dirname(torch.__file__)
-for p in glob.glob(d + "/lib/libcudart.so*") + glob.glob(d + "/../nvidia/*/lib/libcudart.so*") + glob.glob(d + "/../nvidia/cuda_runtime/lib/libcudart.so*"):
-    print(os.path.realpath(p)); break
+for pat in ("/lib/libcudart.so*", "/../nvidia/*/lib/libcudart.so*", "/../nvidia/cuda_runtime/lib/libcudart.so*"):
+    for p in sorted(glob.glob(d + pat)):
+        print(os.path.realpath(p))
+        raise SystemExit
 EOF
   )
+  [ -n "$c" ] || c=$(ldconfig -p 2>/dev/null | awk '$1 == "libcudart.so" { print $NF; exit }')
+  [ -n "$c" ] || c=$(ls /usr/local/cuda/lib64/libcudart.so /usr/local/cuda*/lib*/libcudart.so 2>/dev/null | head -n 1)
   if [ -n "$c" ]; then
     mkdir -p "$TMP/cudart"
     ln -sf "$(readlink -f "$c")" "$TMP/cudart/libcudart.so"
     CUDART=$TMP/cudart
-    echo "libcudart for the server: $c"
+    echo "libcudart for the pool: $c"
   else
     echo "libcudart: not found (the pool cannot be registered with CUDA)"
   fi
