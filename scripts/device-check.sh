@@ -199,6 +199,10 @@ STATUS=() # one "name: result" per step, for the summary
 echo "== environment ($(date -u +%Y-%m-%dT%H:%M:%SZ), mode $MODE$([ "$QUICK" = 1 ] && echo ', quick'))"
 [ -d "$BUNDLE/bin" ] || stop "FAILED: no bundle at $BUNDLE (run --bundle here and carry out/device-bundle)" 2
 sed -n '1,4p' "$BUNDLE/MANIFEST" 2>/dev/null
+if head=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null); then
+  bc=$(sed -n 's/^commit \([0-9a-f]*\).*/\1/p' "$BUNDLE/MANIFEST" 2>/dev/null)
+  [ "$bc" = "$head" ] || say "warning: the bundle was made at commit ${bc:-?}, the tree is at $head (scripts/device-check.sh --bundle)"
+fi
 echo "machine: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(ldd --version | head -n 1)"
 echo "load: $(cat /proc/loadavg)"
 missing=""
@@ -271,8 +275,8 @@ free_port() {
   "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 wait_port() { # wait_port PORT PID
-  local i
-  for i in $(seq 200); do
+  local _
+  for _ in $(seq 200); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     kill -0 "$2" 2>/dev/null || return 1
     sleep 0.05
@@ -296,7 +300,7 @@ start_server() { # start_server NAME ARGS... -> port in SPORT, pid in SPID
   SPORT=$(free_port)
   ecstore-server --listen "127.0.0.1:$SPORT" --unprotected --log-level info "$@" >"$TMP/$name.log" 2>&1 &
   SPID=$!
-  PIDS+=($SPID)
+  PIDS+=("$SPID")
   wait_port "$SPORT" $SPID || {
     tail -n 5 "$TMP/$name.log"
     return 1

@@ -77,8 +77,8 @@ free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 wait_port() {
-  local i
-  for i in $(seq 200); do
+  local _
+  for _ in $(seq 200); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     kill -0 "$2" 2>/dev/null || return 1
     sleep 0.05
