@@ -372,7 +372,8 @@ cuda_server() {
   local rp=$RPORT
   MP=$(free_port)
   LD_LIBRARY_PATH=$BUNDLE/lib${CUDART:+:$CUDART} start_server srv-cuda --redis "127.0.0.1:$rp" --ns devcheck \
-    --pool-size "$CUDA_POOL" --cuda-register --metrics-listen "127.0.0.1:$MP" --shm-socket "$TMP/cuda.sock" || return 1
+    --pool-size "$CUDA_POOL" --cuda-register --metrics-listen "127.0.0.1:$MP" --shm-socket "$TMP/cuda.sock" \
+    --lease-timeout-ms 300000 || return 1
   CPORT=$SPORT
   CRPORT=$rp
   local m ready

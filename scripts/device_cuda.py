@@ -411,15 +411,16 @@ def main():
     report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
               "cuda": torch.version.cuda}
     ok = True
-    store = ecstore.Store(servers=args.server, namespace=args.ns, transport="shm", timeout_ms=20000)
+    store = None
     try:
-        try:
-            ok &= h2d(args, dev, store, report)
-        except Exception as e:  # noqa: BLE001 - reported, and the connector check still runs
-            report["h2d"] = {"result": "failed: %s: %s" % (type(e).__name__, e)}
-            ok = False
+        store = ecstore.Store(servers=args.server, namespace=args.ns, transport="shm", timeout_ms=20000)
+        ok &= h2d(args, dev, store, report)
+    except Exception as e:  # noqa: BLE001 - reported, and the connector check still runs
+        report["h2d"] = {"result": "failed: %s: %s" % (type(e).__name__, e)}
+        ok = False
     finally:
-        store.close()
+        if store is not None:
+            store.close()
     ok &= connector(args, dev, report)
     report["ok"] = bool(ok)
     with open(args.json, "w") as f:
