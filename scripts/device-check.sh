@@ -105,13 +105,20 @@ make_bundle() {
   copy_deps "$so" "$BUNDLE/lib" || return 1
   # redis-server keeps its libraries apart (libssl, libstdc++, ...): on
   # LD_LIBRARY_PATH they would shadow the machine's for torch.
+  # Its libstdc++ and libgcc_s are Debian 12's and need glibc 2.36 and 2.35,
+  # more than everything else here (2.34): they sit in lib/redis/cxx, and
+  # ECS_REDIS_SYSTEM_CXX=1 leaves them out for a machine with its own.
   cp -L "$redis" "$BUNDLE/libexec/redis-server" || return 1
   copy_deps "$redis" "$BUNDLE/lib/redis" || return 1
+  mkdir -p "$BUNDLE/lib/redis/cxx"
+  mv "$BUNDLE"/lib/redis/libstdc++.so* "$BUNDLE"/lib/redis/libgcc_s.so* "$BUNDLE/lib/redis/cxx/" 2>/dev/null
   cat >"$BUNDLE/bin/redis-server" <<'EOF'
 #!/bin/sh
-# The bundle's redis-server with its own libraries (scripts/device-check.sh).
+# The bundle's redis-server with its own libraries (scripts/device-check.sh);
+# ECS_REDIS_SYSTEM_CXX=1: the machine's libstdc++ and libgcc_s instead.
 d=${0%/*}
-LD_LIBRARY_PATH=$d/../lib/redis
+LD_LIBRARY_PATH=$d/../lib/redis:$d/../lib/redis/cxx
+[ -z "${ECS_REDIS_SYSTEM_CXX:-}" ] || LD_LIBRARY_PATH=$d/../lib/redis
 export LD_LIBRARY_PATH
 exec "$d/../libexec/redis-server" "$@"
 EOF
@@ -125,14 +132,17 @@ EOF
   if [ -n "$venv" ] && [ -d "$venv/vllm" ]; then
     vsz="$(du -sm "$venv/vllm" | cut -f1) MiB for vllm/ alone, before transformers and its other dependencies"
   fi
-  local glibc
-  glibc=$(for f in "$BUNDLE"/bin/ecstore-* "$BUNDLE"/bin/ecs-* "$BUNDLE"/lib/*.so* "$BUNDLE"/libexec/* "$BUNDLE"/lib/redis/*; do
+  local glibc cxx
+  glibc=$(for f in "$BUNDLE"/bin/ecstore-* "$BUNDLE"/bin/ecs-* "$BUNDLE"/lib/*.so* "$BUNDLE"/libexec/* "$BUNDLE"/lib/redis/*.so*; do
+    objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9.]*'
+  done | sort -V -u | tail -n 1)
+  cxx=$(for f in "$BUNDLE"/lib/redis/cxx/*; do
     objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9.]*'
   done | sort -V -u | tail -n 1)
   {
     echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with local changes)')"
     echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -n 1)"
-    echo "needs glibc ${glibc#GLIBC_} or newer"
+    echo "needs glibc ${glibc#GLIBC_} or newer (redis-server's bundled libstdc++/libgcc_s: ${cxx#GLIBC_}; ECS_REDIS_SYSTEM_CXX=1 uses the machine's)"
     echo "vllm: $vsz"
     echo "files:"
     (cd "$BUNDLE" && find . -type f | sort | while read -r f; do printf '  %8d %s\n' "$(stat -c %s "$f")" "${f#./}"; done)
@@ -210,11 +220,18 @@ for f in "$BUNDLE"/bin/ecstore-* "$BUNDLE"/bin/ecs-* "$BUNDLE"/lib/libecstore.so
   nf=$(ldd "$f" 2>&1 | grep -E 'not found|version .* not found' | tr -s ' \t' ' ')
   [ -z "$nf" ] || missing="$missing ${f##*/}:$nf;"
 done
-nf=$(LD_LIBRARY_PATH=$BUNDLE/lib/redis ldd "$BUNDLE/libexec/redis-server" 2>&1 | grep 'not found' | tr -s ' \t' ' ')
-[ -z "$nf" ] || missing="$missing redis-server:$nf;"
 [ -z "$missing" ] || stop "FAILED: bundled binaries do not load here:$missing (a newer glibc is needed? see MANIFEST)" 2
 ecstore-server --help >/dev/null 2>&1 || stop "FAILED: ecstore-server --help does not run" 2
-rv=$(redis-server --version 2>&1) || stop "FAILED: the bundle's redis-server does not run: $rv" 2
+if ! rv=$(redis-server --version 2>&1); then
+  # the bundled libstdc++ may want a newer glibc than the machine's: try its own
+  if rv2=$(ECS_REDIS_SYSTEM_CXX=1 redis-server --version 2>&1); then
+    say "redis-server runs with the machine's libstdc++, not the bundle's ($rv)"
+    export ECS_REDIS_SYSTEM_CXX=1
+    rv=$rv2
+  else
+    stop "FAILED: the bundle's redis-server does not run: $rv / with the machine's libstdc++: $rv2" 2
+  fi
+fi
 echo "binaries load: ecstore-server, ecstore-cli, ecstore-bench, ecs-mh-driver, libecstore.so; $rv"
 
 PY=${ECS_DEVICE_PYTHON:-}

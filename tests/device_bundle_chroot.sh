@@ -2,8 +2,9 @@
 # The device bundle (scripts/device-check.sh --bundle) runs with nothing but
 # its own libraries and glibc: a chroot holding only the bundle, glibc's
 # loader, libc and libm, and /bin/sh (for the redis-server wrapper).  In it:
-#   - ecstore-server --help fails without the bundle's lib dir (so no other
-#     copy of hiredis, xxhash, ... can be reached) and runs with it;
+#   - ecstore-server and redis-server fail to load without the bundle's lib
+#     dirs (so no other copy of hiredis, libssl, ... can be reached), and
+#     ecstore-server --help runs with them;
 #   - redis-server and ecstore-server start, the server registers in that
 #     Redis, and the bundle's ecstore-cli (also in the chroot) puts and gets
 #     a file; the cli built here reads the same object from outside and
@@ -70,6 +71,9 @@ if in_root 'exec /b/bin/ecstore-server --help' >"$T/nolib.log" 2>&1; then
 fi
 grep -q "error while loading shared libraries" "$T/nolib.log" || fail "unexpected failure: $(cat "$T/nolib.log")"
 echo "without LD_LIBRARY_PATH: $(head -n 1 "$T/nolib.log")"
+in_root 'exec /b/libexec/redis-server --version' >"$T/nolib-redis.log" 2>&1 &&
+  fail "redis-server ran without the bundle's libraries: the chroot is not bare"
+grep -q "error while loading shared libraries" "$T/nolib-redis.log" || fail "unexpected: $(cat "$T/nolib-redis.log")"
 in_root 'LD_LIBRARY_PATH=/b/lib exec /b/bin/ecstore-server --help' >/dev/null 2>&1 ||
   fail "ecstore-server --help does not run in the chroot"
 
