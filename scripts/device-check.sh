@@ -234,17 +234,24 @@ if ! rv=$(redis-server --version 2>&1); then
 fi
 echo "binaries load: ecstore-server, ecstore-cli, ecstore-bench, ecs-mh-driver, libecstore.so; $rv"
 
+# the first python that imports torch: python3, then the usual other places
+# (a dry run: the project's venv too)
 PY=${ECS_DEVICE_PYTHON:-}
 if [ -z "$PY" ]; then
   PY=python3
-  if [ "$MODE" = dry ] && ! python3 -c 'import torch' 2>/dev/null; then
-    for v in /root/.cache/ecstore/pyenv-*/bin/python; do
-      [ -x "$v" ] && "$v" -c 'import torch' 2>/dev/null && PY=$v && break
-    done
-  fi
+  cands=(python3 python /usr/bin/python3 /usr/local/bin/python3 /opt/conda/bin/python /opt/*/bin/python3)
+  [ "$MODE" = dry ] && cands+=(/root/.cache/ecstore/pyenv-*/bin/python)
+  for v in "${cands[@]}"; do
+    command -v "$v" >/dev/null 2>&1 || continue
+    if timeout 60 "$v" -c 'import torch' 2>/dev/null; then
+      PY=$v
+      break
+    fi
+  done
 fi
-TORCH=$("$PY" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), torch.cuda.device_count())' 2>&1 | tail -n 1)
-echo "python: $PY ($("$PY" --version 2>&1)); torch: $TORCH"
+TORCH=$(timeout 60 "$PY" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), torch.cuda.device_count())' 2>&1 | tail -n 1)
+NUMPY=$(timeout 30 "$PY" -c 'import numpy; print(numpy.__version__)' 2>/dev/null || echo "absent (the connector's pinned load pool needs it)")
+echo "python: $PY ($("$PY" --version 2>&1)); torch: $TORCH; numpy: $NUMPY"
 GPU=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   nvidia-smi -L

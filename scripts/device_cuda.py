@@ -408,7 +408,13 @@ def main():
         print("device_cuda: torch.cuda.is_available() is False", file=sys.stderr)
         return 2
     dev = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
-    report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+    try:
+        import numpy
+
+        np_version = numpy.__version__
+    except ImportError:
+        np_version = "absent (HostPool.tensor, the connector's load pool, needs it)"
+    report = {"numpy": np_version, "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
               "cuda": torch.version.cuda}
     ok = True
     store = None
