@@ -505,6 +505,8 @@ echo
 echo "files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
 fails=$(printf '%s\n' "${STATUS[@]}" | grep -c -E 'failed|timed out|NO ')
 what=$([ "$MODE" = dry ] && echo "dry run (no GPU: CUDA checks skipped), figures are a smoke test only" || echo "GPU run")
+skipped=$(printf '%s\n' "${STATUS[@]}" | grep -c 'skipped (time budget)')
+[ "$skipped" = 0 ] || what="$what; $skipped step(s) skipped for want of time"
 if [ "$fails" = 0 ]; then
   stop "ok: $what; $(elapsed)s; table in $OUT/device-check.md" 0
 fi
