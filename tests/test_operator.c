@@ -463,6 +463,8 @@ static void test_metrics_scrape(void **state) {
   assert_true(ecs_ts_sample(body, "ecstore_objects") == 3);
   assert_true(ecs_ts_sample(body, "ecstore_evictions_total") == 0);
   assert_true(ecs_ts_sample(body, "ecstore_redis_up") == 1);
+  /* started without --cuda-register: the gauge is there, and 0 */
+  assert_true(ecs_ts_sample(body, "ecstore_pool_cuda_registered") == 0);
   assert_true(ecs_ts_sample(body, "ecstore_request_duration_seconds_count{op=\"put\"}") >= 1);
   assert_true(ecs_ts_sample(body, "ecstore_request_duration_seconds_count{op=\"get\"}") >= 1);
   assert_true(check_exposition(body) >= 13); /* one series per named opcode */

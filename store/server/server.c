@@ -872,9 +872,12 @@ static void *loop_thread(void *arg) {
 int ecs_server_run(ecs_server_t *s) {
   ecs_pool_stats_t ps;
   ecs_pool_stats(s->pool, &ps);
-  ECS_LOG_I("ready: listening on %s:%d%s%s; namespace '%s', pool %llu MiB (%s), epoch %llu, %u thread%s",
+  ECS_LOG_I("ready: listening on %s:%d%s%s; namespace '%s', pool %llu MiB (%s%s), epoch %llu, %u thread%s",
             s->o.listen_host, s->port, s->shm_path[0] ? " and shm " : "", s->shm_path, s->o.ns,
             (unsigned long long)(ps.size >> 20), ps.locked ? "pinned" : "NOT pinned",
+            ps.cuda_registered   ? ", CUDA-registered"
+            : s->o.cuda_register ? ", NOT CUDA-registered"
+                                 : "",
             (unsigned long long)s->epoch, s->nloops, s->nloops == 1 ? "" : "s");
   /* From here on no loop waits for Redis: records, deletes, the
    * heartbeat and the re-sync go over the asynchronous link, on loop 0.

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# scripts/device-check.sh --dry-run --quick against this build: the bundle
+# is made (a 'bundle: DIR' line), the GPU steps are said to be skipped, every
+# other step runs on this machine's cores, the last line starts with
+# 'device-check:' and says ok, and $OUT holds the table, the log and the raw
+# numbers (rows of each scaling step).  The figures are not checked: they
+# are a smoke test of the harness on a busy 2-core machine.
+#
+# usage: tests/device_dry_run.sh BUILD_DIR [PYTHON]
+set -u
+BUILD=${1:?usage: device_dry_run.sh BUILD_DIR [PYTHON]}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+T=$(mktemp -d /tmp/ecs-dryrun-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fail() {
+  echo "FAIL: $*"
+  tail -n 40 "$T/run.log"
+  exit 1
+}
+[ -n "${2:-}" ] && export ECS_DEVICE_PYTHON=$2
+ECS_DEVICE_BUILD=$BUILD ECS_DEVICE_BUNDLE=$T/bundle OUT=$T/out \
+  timeout 500 "$SRC/scripts/device-check.sh" --dry-run --quick --no-build >"$T/run.log" 2>&1
+rc=$?
+grep -qx "bundle: $T/bundle" "$T/run.log" || fail "no 'bundle: DIR' line"
+grep -q "no GPU: CUDA checks skipped" "$T/run.log" || fail "no 'no GPU: CUDA checks skipped' line"
+last=$(tail -n 1 "$T/run.log")
+case $last in
+device-check:\ ok:*) ;;
+*) fail "rc $rc, last line: $last" ;;
+esac
+[ "$rc" = 0 ] || fail "rc $rc with an ok last line"
+for f in device-check.md device-check.log raw.csv; do
+  [ -s "$T/out/$f" ] || fail "$f not written to \$OUT"
+done
+for s in big small shm located; do
+  grep -q "^$s," "$T/out/raw.csv" || fail "raw.csv has no rows of step '$s'"
+done
+grep -q "^## Targets" "$T/out/device-check.md" || fail "device-check.md has no targets table"
+n=$(ls "$T/out" | wc -l)
+[ "$n" -le 8 ] || fail "$n files in \$OUT (the device run brings back 8 at most)"
+if grep -q "device_cuda.py --device cpu (at most" "$T/run.log"; then
+  [ -s "$T/out/cuda.json" ] || fail "device_cuda.py ran but wrote no cuda.json"
+  grep -q '"ok": true' "$T/out/cuda.json" || fail "device_cuda.py's plumbing check failed: $(cat "$T/out/cuda.json")"
+  echo "device_cuda.py (CPU plumbing) ok"
+fi
+echo "ok: $last"
