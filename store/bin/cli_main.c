@@ -157,11 +157,13 @@ static int cmd_put(ecs_client_t *c, int argc, char **argv, const char *dtype, co
   int rc = ecs_put_batch(c, &k, &t, 1, &st);
   free(data);
   if (rc == ECS_OK && st == ECS_EREDIS) { /* stored: only its Redis record is late */
-    fprintf(stderr, "ecstore-cli: put %s: stored, but %s\n", argv[0], ecs_client_errmsg(c));
+    /* the client's message is the whole sentence ("1 of 1 items stored
+     * but not yet published to Redis ...") */
+    fprintf(stderr, "ecstore-cli: put %s: %s\n", argv[0], why(c, st));
     return 0;
   }
   if (rc || st) {
-    fprintf(stderr, "ecstore-cli: put %s: %s\n", argv[0], rc ? why(c, rc) : ecs_strerror(st));
+    fprintf(stderr, "ecstore-cli: put %s: %s\n", argv[0], why(c, rc ? rc : st));
     return 1;
   }
   size_t stored = 0, wanted = 0;
@@ -419,11 +421,36 @@ int main(int argc, char **argv) {
   if (json && strcmp(cmd, "stat"))
     return die_usage("--json goes with stat", NULL);
 
+  if (cfg.redis_url && *cfg.redis_url) { /* a port out of range: say which, not "bad Redis URL" */
+    char shown[256], port[256];
+    ecs__rds_url_t u;
+    const char *pw = ecs__rds_url_parse(cfg.redis_url, &u) != ECS_OK
+                         ? ecs__rds_url_port_problem(cfg.redis_url, port, sizeof port)
+                         : NULL;
+    memset(&u, 0, sizeof u); /* it may hold the password */
+    if (pw) {
+      fprintf(stderr, "ecstore-cli: Redis URL '%s': %s\n",
+              ecs__rds_url_redact(cfg.redis_url, shown, sizeof shown), pw);
+      return 2;
+    }
+  }
   ecs_client_t *c;
   char err[300];
   int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
   if (rc) {
     fprintf(stderr, "ecstore-cli: %s\n", err[0] ? err : ecs_strerror(rc));
+    return 1;
+  }
+  /* Servers from Redis's registry, and none there: a wrong --ns (or a
+   * Redis other than the servers') would otherwise read as an empty
+   * store (stat printing nothing, ping answering pong). */
+  if ((!cfg.servers || !*cfg.servers) && cfg.redis_url && *cfg.redis_url && ecs_client_server_count(c) == 0) {
+    char shown[256];
+    fprintf(stderr,
+            "ecstore-cli: no servers registered in namespace '%s' (Redis %s); check --ns (or "
+            "ECSTORE_NS) against the servers' --ns, or name them with --server\n",
+            cfg.ns && *cfg.ns ? cfg.ns : "default", ecs__rds_url_redact(cfg.redis_url, shown, sizeof shown));
+    ecs_client_close(c);
     return 1;
   }
   int ret;
