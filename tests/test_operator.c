@@ -801,6 +801,44 @@ static void test_cli_wrong_ns(void **state) {
   ecs_ts_stop(&redis, 5000);
 }
 
+/* ecstore-cli wait: ready once the server answers; a namespace refused
+ * ends it at once; nobody there ends it at its limit, with the cause. */
+static void test_cli_wait(void **state) {
+  (void)state;
+  char server[32], out[OUT_CAP], bin[512];
+  int port = ecs_ts_free_port();
+  snprintf(server, sizeof server, "127.0.0.1:%d", port);
+  snprintf(bin, sizeof bin, "%s", ecs_ts_bin("ecstore-cli"));
+  char *none[] = {bin, "--server", server, "--redis", "none", "--ns", "test", "wait", "1", NULL};
+  uint64_t t0 = ecs_now_ms();
+  int st = run(none, NULL, out, sizeof out);
+  show("ecstore-cli wait 1, nobody listening", out);
+  assert_int_equal(st, 1);
+  assert_true(ecs_now_ms() - t0 >= 900);
+  char want[200];
+  snprintf(want, sizeof want,
+           "ecstore-cli: wait: not ready after 1 s: cannot connect to %s: connection refused", server);
+  assert_int_equal(lines_with(out, want), 1);
+  ecs_ts_proc_t srv = {0};
+  srv.port = port;
+  assert_int_equal(ecs_ts_server_start(&srv, 1, (const char *const[]){"--redis", "none", NULL}), 0);
+  char *ok[] = {bin, "--server", server, "--redis", "none", "--ns", "test", "wait", NULL};
+  st = run(ok, NULL, out, sizeof out);
+  show("ecstore-cli wait", out);
+  assert_int_equal(st, 0);
+  assert_non_null(strstr(out, "ready: 1 server answered in "));
+  char *ns[] = {bin, "--server", server, "--redis", "none", "--ns", "other", "wait", "30", NULL};
+  t0 = ecs_now_ms();
+  st = run(ns, NULL, out, sizeof out);
+  show("ecstore-cli wait, another namespace", out);
+  assert_int_equal(st, 1);
+  assert_true(ecs_now_ms() - t0 < 10000);
+  assert_non_null(strstr(out, "refused the namespace 'other'"));
+  char *bad[] = {bin, "wait", "soon", NULL};
+  assert_int_equal(run(bad, NULL, out, sizeof out), 2);
+  assert_int_equal(ecs_ts_stop(&srv, 5000), 0);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -820,6 +858,7 @@ int main(void) {
       cmocka_unit_test(test_pool_size_decimal),
       cmocka_unit_test(test_redis_port_named),
       cmocka_unit_test(test_cli_wrong_ns),
+      cmocka_unit_test(test_cli_wait),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,10 +1,11 @@
-/* ecstore-cli: put, get, exists, rm, stat and ping from the shell. */
+/* ecstore-cli: put, get, exists, rm, stat, ping and wait from the shell. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "ecstore/ecstore.h"
 #include "store/core/parse.h"
@@ -23,6 +24,10 @@ static void usage(FILE *f) {
           "  stat [--json]                            counters of every server (--json: one JSON\n"
           "                                           array, an object per server)\n"
           "  ping                                     round trip to every server\n"
+          "  wait [SECONDS]                           until every server answers (a server starting\n"
+          "                                           up is populating its pool), at most SECONDS\n"
+          "                                           (default 60); with servers from Redis, until\n"
+          "                                           one is registered in the namespace\n"
           "\n"
           "options:\n"
           "  --server HOST:PORT[,...]  servers (default 127.0.0.1:7700, or $ECSTORE_SERVERS; with\n"
@@ -46,6 +51,12 @@ static void usage(FILE *f) {
           "\n"
           "Exit status: 0 on success, 1 when an operation failed (a missing key for\n"
           "get, a failed put), 2 on bad usage.\n");
+}
+
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* The reason for a failed call: the client's message names the server and
@@ -325,6 +336,57 @@ static int cmd_stat(ecs_client_t *c) {
   return ret;
 }
 
+/* wait [SECONDS]: connects and pings until every server answers, retrying
+ * what a server still starting causes (connection refused, no answer yet,
+ * not yet in Redis's registry) every 200 ms; anything else (a namespace or
+ * token refused) ends it at once.  0 when ready, 1 otherwise. */
+static int cmd_wait(ecs_client_config_t *cfg, int argc, char **argv) {
+  long long secs = 60;
+  if (argc > 1 || (argc == 1 && ecs_parse_int(argv[0], 1, 86400, &secs)))
+    return die_usage("wait takes [SECONDS], 1..86400", argc ? argv[0] : NULL);
+  int discover = (!cfg->servers || !*cfg->servers) && cfg->redis_url && *cfg->redis_url;
+  uint64_t t0 = mono_ms(), deadline = t0 + (uint64_t)secs * 1000u;
+  char last[300] = "";
+  for (;;) {
+    uint64_t now = mono_ms();
+    if (now >= deadline)
+      break;
+    int left = (int)(deadline - now);
+    cfg->connect_timeout_ms = left < 1000 ? left : 1000;
+    cfg->timeout_ms = left < 2000 ? left : 2000;
+    ecs_client_t *c = NULL;
+    char err[300] = "";
+    int rc = ecs_client_connect(cfg, &c, err, sizeof err);
+    if (rc == ECS_OK && discover && ecs_client_server_count(c) == 0) {
+      char shown[256];
+      snprintf(last, sizeof last, "no servers registered in namespace '%s' (Redis %s)",
+               cfg->ns && *cfg->ns ? cfg->ns : "default",
+               ecs__rds_url_redact(cfg->redis_url, shown, sizeof shown));
+      rc = ECS_ECONN;
+    } else if (rc == ECS_OK) {
+      rc = ecs_ping(c);
+      if (rc == ECS_OK) {
+        printf("ready: %zu server%s answered in %.1f s\n", ecs_client_server_count(c),
+               ecs_client_server_count(c) == 1 ? "" : "s", (double)(mono_ms() - t0) / 1000.0);
+        ecs_client_close(c);
+        return 0;
+      }
+      snprintf(last, sizeof last, "%s", why(c, rc));
+    } else {
+      snprintf(last, sizeof last, "%s", err[0] ? err : ecs_strerror(rc));
+    }
+    ecs_client_close(c);
+    if (rc != ECS_ECONN && rc != ECS_ETIMEDOUT) {
+      fprintf(stderr, "ecstore-cli: wait: %s\n", last);
+      return 1;
+    }
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  fprintf(stderr, "ecstore-cli: wait: not ready after %lld s: %s\n", secs, last[0] ? last : "no answer");
+  return 1;
+}
+
 int main(int argc, char **argv) {
   ecs_client_config_t cfg;
   ecs_client_config_init(&cfg);
@@ -410,7 +472,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[optind];
   int cargc = argc - optind - 1;
   char **cargv = argv + optind + 1;
-  static const char *known[] = {"put", "get", "exists", "rm", "stat", "ping"};
+  static const char *known[] = {"put", "get", "exists", "rm", "stat", "ping", "wait"};
   int ok = 0;
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
     ok |= !strcmp(cmd, known[i]);
@@ -434,6 +496,8 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (!strcmp(cmd, "wait"))
+    return cmd_wait(&cfg, cargc, cargv);
   ecs_client_t *c;
   char err[300];
   int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
