@@ -486,13 +486,13 @@ int main(int argc, char **argv) {
   if (cfg.redis_url && *cfg.redis_url) { /* a port out of range: say which, not "bad Redis URL" */
     char shown[256], port[256];
     ecs__rds_url_t u;
-    const char *pw = ecs__rds_url_parse(cfg.redis_url, &u) != ECS_OK
-                         ? ecs__rds_url_port_problem(cfg.redis_url, port, sizeof port)
-                         : NULL;
+    const char *bad = ecs__rds_url_parse(cfg.redis_url, &u) != ECS_OK
+                          ? ecs__rds_url_port_problem(cfg.redis_url, port, sizeof port)
+                          : NULL;
     memset(&u, 0, sizeof u); /* it may hold the password */
-    if (pw) {
+    if (bad) {
       fprintf(stderr, "ecstore-cli: Redis URL '%s': %s\n",
-              ecs__rds_url_redact(cfg.redis_url, shown, sizeof shown), pw);
+              ecs__rds_url_redact(cfg.redis_url, shown, sizeof shown), bad);
       return 2;
     }
   }

@@ -689,7 +689,8 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     goto fail;
   s->pop_t0_ms = s->pop_log_ms = ecs_now_ms();
   if (o->pool_size >= (1ull << 30)) /* about a second per GiB or two: say so before it starts */
-    ECS_LOG_I("pool: populating and pinning %llu MiB", (unsigned long long)(o->pool_size >> 20));
+    ECS_LOG_I("pool: populating%s %llu MiB", o->lock_pool ? " and pinning" : "",
+              (unsigned long long)(o->pool_size >> 20));
   rc = ecs_pool_create(&po, &s->pool);
   if (rc) {
     pool_fail_log(o, rc);

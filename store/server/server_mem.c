@@ -46,10 +46,11 @@ static int has_ipc_lock(void) {
   return (cap >> 14) & 1;
 }
 
-/* Reads one number from a cgroup file; 0 when absent or "max". */
+/* Reads one number from a cgroup file; 0 when absent, "max" (v2) or
+ * unlimited (v1 shows a number near 2^63). */
 static unsigned long long cg_value(const char *dir, const char *file) {
   char path[600], buf[64];
-  snprintf(path, sizeof path, "/sys/fs/cgroup%s/%s", dir, file);
+  snprintf(path, sizeof path, "%s/%s", dir, file);
   FILE *f = fopen(path, "r");
   if (!f)
     return 0;
@@ -57,29 +58,59 @@ static unsigned long long cg_value(const char *dir, const char *file) {
   if (fgets(buf, sizeof buf, f) && strncmp(buf, "max", 3) != 0)
     v = strtoull(buf, NULL, 10);
   fclose(f);
-  return v;
+  return v >= (1ull << 62) ? 0 : v;
 }
 
-/* Room left under this process's cgroup v2 memory.max (bytes), or 0 when
- * there is no limit (or no cgroup v2). */
-static unsigned long long cgroup_room(unsigned long long *limit_out) {
-  *limit_out = 0;
-  FILE *f = fopen("/proc/self/cgroup", "r");
-  char line[512], dir[512] = "";
+/* One "NAME N" line of a cgroup's memory.stat; 0 when absent. */
+static unsigned long long cg_stat(const char *dir, const char *name) {
+  char path[600], line[128];
+  snprintf(path, sizeof path, "%s/memory.stat", dir);
+  FILE *f = fopen(path, "r");
+  unsigned long long v = 0;
+  size_t n = strlen(name);
   while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "0::", 3)) {
-      snprintf(dir, sizeof dir, "%s", line + 3);
-      dir[strcspn(dir, "\n")] = '\0';
+    if (!strncmp(line, name, n) && line[n] == ' ') {
+      v = strtoull(line + n + 1, NULL, 10);
       break;
     }
   if (f)
     fclose(f);
-  if (!dir[0])
+  return v;
+}
+
+/* Room left under this process's cgroup memory limit (bytes), or 0 when
+ * there is none: cgroup v2's memory.max, else v1's memory.limit_in_bytes.
+ * The usage counts the page cache, which the kernel reclaims before it
+ * kills: what cannot be reclaimed is the usage less the file pages that
+ * are not shmem (a memfd pool is shmem). */
+static unsigned long long cgroup_room(unsigned long long *limit_out) {
+  *limit_out = 0;
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  char line[512], v2[560] = "", v1[560] = "";
+  while (f && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = '\0';
+    if (!strncmp(line, "0::", 3))
+      snprintf(v2, sizeof v2, "/sys/fs/cgroup%s", line + 3);
+    const char *m = strstr(line, ":memory:");
+    if (m)
+      snprintf(v1, sizeof v1, "/sys/fs/cgroup/memory%s", m + 8);
+  }
+  if (f)
+    fclose(f);
+  unsigned long long max = 0, cur = 0, file = 0, shmem = 0;
+  if (v2[0] && (max = cg_value(v2, "memory.max")) != 0) {
+    cur = cg_value(v2, "memory.current");
+    file = cg_stat(v2, "file");
+    shmem = cg_stat(v2, "shmem");
+  } else if (v1[0] && (max = cg_value(v1, "memory.limit_in_bytes")) != 0) {
+    cur = cg_value(v1, "memory.usage_in_bytes");
+    file = cg_stat(v1, "total_cache");
+    shmem = cg_stat(v1, "total_shmem");
+  } else {
     return 0;
-  unsigned long long max = cg_value(dir, "memory.max");
-  if (!max)
-    return 0;
-  unsigned long long cur = cg_value(dir, "memory.current");
+  }
+  unsigned long long cache = file > shmem ? file - shmem : 0;
+  cur = cur > cache ? cur - cache : 0;
   *limit_out = max;
   return cur < max ? max - cur : 1; /* at the limit: room for nothing */
 }
@@ -111,7 +142,7 @@ int ecs__server_pool_fits(const ecs_server_opts_t *o) {
   unsigned long long room = avail + swap;
   if (cg && cg < room) {
     room = cg;
-    snprintf(cgwhat, sizeof cgwhat, "left under this cgroup's memory.max of %llu MiB", cg_limit >> 20);
+    snprintf(cgwhat, sizeof cgwhat, "left under this cgroup's memory limit of %llu MiB", cg_limit >> 20);
     what = cgwhat;
   }
   if (want <= room)
