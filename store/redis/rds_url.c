@@ -507,8 +507,10 @@ int ecs__rds_url_resolve(const char *url, ecs__rds_url_t *u, char *err, size_t e
     return ECS_EINVAL;
   }
   if (ecs__rds_url_parse(url, u) != ECS_OK) {
-    char shown[256];
-    snprintf(err, errlen, "bad redis_url \"%.200s\"", ecs__rds_url_redact(url, shown, sizeof shown));
+    char shown[256], port[256];
+    const char *bad = ecs__rds_url_port_problem(url, port, sizeof port);
+    snprintf(err, errlen, "bad redis_url \"%.200s\"%s%s", ecs__rds_url_redact(url, shown, sizeof shown),
+             bad ? ": " : "", bad ? bad : "");
     memset(u, 0, sizeof *u);
     return ECS_EINVAL;
   }
