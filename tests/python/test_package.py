@@ -134,10 +134,31 @@ def test_pip_install_from_the_source_tree_builds_the_library(tmp_path, cluster):
                        timeout=180, env=env)
     assert r.returncode == 0, r.stderr
     py = vdir / "bin" / "python"
-    have_wheel = subprocess.run([str(py), "-c", "import setuptools, wheel"], env=env, timeout=60).returncode == 0
+    # Offline where this interpreter has what the install needs (numpy; a
+    # setuptools that builds wheels itself, >= 70.1): its site-packages are
+    # put behind the venv's own (a .pth file) and the venv's older
+    # setuptools removed.  Else pip fetches them from PyPI.
+    import sysconfig
+    offline = False
+    try:
+        import numpy  # noqa: F401
+        import setuptools
+        offline = tuple(int(x) for x in setuptools.__version__.split(".")[:2]) >= (70, 1)
+    except (ImportError, ValueError):
+        pass
+    if offline:
+        venv_site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, env=env, timeout=60).stdout.strip()
+        (pathlib.Path(venv_site) / "zz_outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        subprocess.run([str(py), "-m", "pip", "uninstall", "-y", "-q", "setuptools"], env=env, timeout=120,
+                       capture_output=True)
     argv = [str(py), "-m", "pip", "install", "--disable-pip-version-check", str(repo / "ec_connector" / "python")]
-    if have_wheel:  # else pip fetches setuptools and wheel for an isolated build (PyPI)
-        argv.insert(4, "--no-build-isolation")
+    if offline:
+        argv[4:4] = ["--no-build-isolation", "--no-index"]
+    else:
+        have_wheel = subprocess.run([str(py), "-c", "import setuptools, wheel"], env=env, timeout=60).returncode == 0
+        if have_wheel:  # else pip fetches setuptools and wheel for an isolated build (PyPI)
+            argv.insert(4, "--no-build-isolation")
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
