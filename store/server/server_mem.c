@@ -126,10 +126,11 @@ int ecs__server_pool_fits(const ecs_server_opts_t *o) {
   int locked =
       o->lock_pool && (has_ipc_lock() || (have_rl && (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)));
   if (o->lock_pool && !locked && have_rl)
-    ECS_LOG_W("pool: %llu MiB is over RLIMIT_MEMLOCK (%llu KiB) and this process lacks CAP_IPC_LOCK: the "
-              "pool will not be pinned (raise it with ulimit -l or systemd's LimitMEMLOCK=, run as root, or "
-              "pass --no-mlock to say so)",
-              want >> 20, (unsigned long long)rl.rlim_cur / 1024);
+    ECS_LOG_W(
+        "pool: %llu MiB is over RLIMIT_MEMLOCK (%llu KiB) and this process lacks CAP_IPC_LOCK: the "
+        "pool will not be pinned (raise it with ulimit -l or systemd's LimitMEMLOCK=, or grant CAP_IPC_LOCK; "
+        "--no-mlock says not to pin it)",
+        want >> 20, (unsigned long long)rl.rlim_cur / 1024);
   unsigned long long kb_avail = ecs__meminfo("MemAvailable");
   if (kb_avail == 0) /* no /proc/meminfo (or a kernel without the field): nothing to compare with */
     return ECS_OK;
