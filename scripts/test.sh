@@ -27,7 +27,8 @@ run_preset() {
 
 # Skipped tests, listed at the very end so that none passes unnoticed: every
 # ctest entry that exited 77 (with its "skip:" reason line) and every cmocka
-# test skipped inside a binary that passed, from ctest's output and log.
+# test skipped inside a binary that passed (with the "skip:" line it printed
+# before skip()), from ctest's output and log.
 skips_dir=$(mktemp -d)
 trap 'rm -rf "$skips_dir"' EXIT
 report_skips() {
@@ -36,12 +37,21 @@ report_skips() {
   sed -n 's/.*Test *#[0-9]*: \([^ ]*\) .*\*\*\*Skipped.*/\1/p' "$out" | sort >"$skips_dir/$preset.names"
   awk -v preset="$preset" -v names="$skips_dir/$preset.names" '
     BEGIN { while ((getline n < names) > 0) skipped[n] = 1 }
-    /^[0-9]+\/[0-9]+ Testing: / { t = $3; next }
-    /^skip: / && (t in skipped) { reason[t] = reason[t] (reason[t] ? "; " : "") substr($0, 7); next }
-    /^\[  SKIPPED \] [A-Za-z_]/ && !((t, $4) in seen) { seen[t, $4] = 1; inner[++ni] = t ": " $4 }
+    /^[0-9]+\/[0-9]+ Testing: / { t = $3; last = ""; next }
+    /^\[ RUN      \] / { last = ""; next }
+    /^skip: / {
+      last = substr($0, 7)
+      if (t in skipped) reason[t] = reason[t] (reason[t] ? "; " : "") last
+      next
+    }
+    /^\[  SKIPPED \] [A-Za-z_]/ && !((t, $4) in seen) {
+      seen[t, $4] = 1
+      if (index(last, $4 ": ") == 1) last = substr(last, length($4) + 3) # "skip: NAME: why"
+      inner[++ni] = t ": " $4 ": skipped inside the binary: " (last != "" ? last : "(no reason printed)")
+    }
     END {
       for (n in skipped) printf "%s: %s: skipped: %s\n", preset, n, (n in reason) ? reason[n] : "(no reason printed)"
-      for (i = 1; i <= ni; i++) printf "%s: %s: skipped inside the binary (cmocka skip())\n", preset, inner[i]
+      for (i = 1; i <= ni; i++) printf "%s: %s\n", preset, inner[i]
     }' "$dir/Testing/Temporary/LastTest.log" | sort >>"$skips_dir/report"
 }
 

@@ -6,8 +6,10 @@
 # (other agents and test runs make their own at the same time); mh_cleanup
 # undoes everything and is safe to call twice.
 #
-#   mh_init TAG        namespaces are named "${TAG}$$-NAME"; exit 77 where
-#                      `ip netns add` cannot be used (not root, no support)
+#   mh_init TAG        namespaces are named "${TAG}$$-NAME"; exit 77, with
+#                      a "skip:" reason, where `ip netns add`, `ip netns
+#                      exec` (its mounts: a chroot refuses them) or a veth
+#                      pair cannot be used (not root, no support)
 #   mh_host NAME IDX   a host namespace with eth0 = 10.77.0.IDX/24 and lo up
 #   mh_exec NAME CMD   runs CMD in host NAME
 #   mh_bg NAME LOG CMD starts CMD in host NAME in the background, output to
@@ -30,6 +32,26 @@ mh_init() {
     exit 77
   fi
   MH_NETNS="$MH_PFX-sw"
+  # `ip netns exec` needs more than `ip netns add`: a mount namespace in
+  # which / can be made a slave and /sys remounted, which a chroot or a
+  # container without CAP_SYS_ADMIN over its mounts refuses ("mount
+  # --make-rslave /: Permission denied").  Try it, as every host command
+  # will, and skip with its reason rather than fail later.
+  local why
+  if ! why=$(ip netns exec "$MH_PFX-sw" true 2>&1); then
+    ip netns del "$MH_PFX-sw" 2>/dev/null
+    MH_NETNS=""
+    echo "skip: ip netns exec fails here ($(echo "$why" | head -n 1)): namespaces can be made but not entered" >&2
+    exit 77
+  fi
+  # And the veth pair and bridge the hosts are joined with.
+  if ! why=$(ip -n "$MH_PFX-sw" link add mhprobe0 type veth peer name mhprobe1 2>&1); then
+    ip netns del "$MH_PFX-sw" 2>/dev/null
+    MH_NETNS=""
+    echo "skip: cannot make a veth pair here ($(echo "$why" | head -n 1))" >&2
+    exit 77
+  fi
+  ip -n "$MH_PFX-sw" link del mhprobe0 2>/dev/null
   ip -n "$MH_PFX-sw" link add br0 type bridge || return 1
   ip -n "$MH_PFX-sw" link set br0 up || return 1
   ip -n "$MH_PFX-sw" link set lo up

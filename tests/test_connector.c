@@ -504,7 +504,8 @@ static void test_save_backend_down(void **state) {
 static void test_wait_bounded(void **state) {
   const be_t *b = *state;
   if (b->backend == ECS_EC_BACKEND_DISK) {
-    skip(); /* a local directory cannot be stalled from here */
+    printf("skip: test_wait_bounded: backend disk: a local directory cannot be stalled from here\n");
+    skip();
     return;
   }
   ecs_ts_proc_t redis, server;
@@ -564,7 +565,8 @@ static void test_wait_bounded(void **state) {
 static void test_has_redis_down(void **state) {
   const be_t *b = *state;
   if (b->backend == ECS_EC_BACKEND_DISK) {
-    skip(); /* disk has() touches no Redis */
+    printf("skip: test_has_redis_down: backend disk: its has() touches no Redis\n");
+    skip();
     return;
   }
   ecs_ts_proc_t redis, server;

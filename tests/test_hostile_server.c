@@ -304,8 +304,10 @@ static pid_t squat(const char *path, int report_fd) {
 
 static void test_shm_squatter(void **state) {
   (void)state;
-  if (geteuid() != 0)
-    skip(); /* needs setuid to play another user */
+  if (geteuid() != 0) {
+    printf("skip: test_shm_squatter: needs root (setuid to play another user)\n");
+    skip();
+  }
   char dir[] = "/tmp/ecs-squat-XXXXXX", path[128];
   assert_non_null(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/shm.sock", dir);

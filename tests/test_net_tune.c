@@ -81,6 +81,7 @@ static void test_helper_sets_reno_on_ipv6_loopback(void **state) {
   (void)state;
   int l;
   if (ecs_net_listen("::1", 0, 4, &l) != ECS_OK) {
+    printf("skip: test_helper_sets_reno_on_ipv6_loopback: cannot listen on ::1 (no IPv6 loopback here)\n");
     skip();
     return;
   }
@@ -120,6 +121,9 @@ static void test_helper_sets_reno_to_own_address(void **state) {
   }
   int l;
   if (!host[0] || ecs_net_listen(host, 0, 4, &l) != ECS_OK) {
+    printf("skip: test_helper_sets_reno_to_own_address: %s\n",
+           host[0] ? "cannot listen on this host's own address"
+                   : "this host has no non-loopback IPv4 address");
     skip();
     return;
   }

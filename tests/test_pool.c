@@ -1028,8 +1028,10 @@ static void test_populate_progress(void **state) {
   o.on_populate = on_pop;
   o.populate_ctx = &seen;
   ecs_pool_t *p = NULL;
-  if (ecs_pool_create(&o, &p) != 0)
-    skip(); /* not enough memory on this machine */
+  if (ecs_pool_create(&o, &p) != 0) {
+    printf("skip: test_populate_progress: cannot make a 520 MiB pool (not enough memory here)\n");
+    skip();
+  }
   assert_int_equal(seen.calls, 3);
   assert_false(seen.backwards);
   assert_int_equal(seen.last, seen.total);
@@ -1137,6 +1139,7 @@ static void test_asan_poison(void **state) {
     assert_false(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
 #else
+  printf("skip: test_asan_poison: poisoning is checked only in ASan builds (preset asan)\n");
   skip();
 #endif
 }

@@ -59,6 +59,8 @@ EOF
   if [ "$mode" = 1E1P1D ]; then
     echo "  --fault kv-stall         prefill stalls every 2nd request past decode's KV timeout"
   fi
+  echo "  --check-options          check the options and exit 0, starting nothing (scripts/demo.sh"
+  echo "                           asks this before it installs or builds)"
   echo "  --help                   this text"
 }
 
@@ -213,7 +215,7 @@ ex_main() {
   shift
   local backend=ecstore protocol=auto encoders=1 pds=1 prefills=1 decodes=1
   local requests=100 ipr=1 image_size=700x728 prompt=150 output=100 unique="" conc=4 seed=1
-  local build_dir="" allow_fail=0 fault="" pool_size=512M kv_timeout=10000 summary_out=""
+  local build_dir="" allow_fail=0 fault="" pool_size=512M kv_timeout=10000 summary_out="" check_only=0
   while [ $# -gt 0 ]; do
     local opt=$1
     case "$opt" in
@@ -221,9 +223,16 @@ ex_main() {
       ex_usage "$mode"
       exit 0
       ;;
+    --check-options) check_only=1; shift; continue ;;
     --allow-failures) allow_fail=1; shift; continue ;;
     --keep) EX_KEEP=1; shift; continue ;;
     --strict) EX_STRICT=1; shift; continue ;;
+    esac
+    case " --backend --protocol --encoders --pds --prefills --decodes --requests --images-per-request --image-size
+      --prompt-tokens --output-tokens --unique-images --concurrency --seed --build-dir --pool-size --kv-timeout-ms
+      --summary-out --fault " in
+    *[[:space:]]"$opt"[[:space:]]*) ;;
+    *) ex_die "unknown option $opt (see --help)" ;;
     esac
     [ $# -ge 2 ] || ex_die "$opt needs a value (see --help)"
     local v=$2
@@ -275,6 +284,9 @@ ex_main() {
   *) ex_die "unknown --fault $fault" ;;
   esac
   [ "$fault" != evict ] || [ "$backend" = ecstore ] || ex_die "--fault evict needs --backend ecstore"
+  [[ "$pool_size" =~ ^[0-9]+(\.[0-9]+)?([KkMmGgTt](i?[Bb])?)?$ ]] ||
+    ex_die "--pool-size wants a size such as 512M, 4G or 1.5G"
+  [ "$check_only" = 0 ] || exit 0
 
   if [ -z "$build_dir" ]; then
     for d in "$EX_REPO/build" "$EX_REPO/build-ex"; do

@@ -1,10 +1,11 @@
-/* ecstore-cli: put, get, exists, rm, stat and ping from the shell. */
+/* ecstore-cli: put, get, exists, rm, stat, ping and wait from the shell. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "ecstore/ecstore.h"
 #include "store/core/parse.h"
@@ -23,6 +24,10 @@ static void usage(FILE *f) {
           "  stat [--json]                            counters of every server (--json: one JSON\n"
           "                                           array, an object per server)\n"
           "  ping                                     round trip to every server\n"
+          "  wait [SECONDS]                           until every server answers (a server starting\n"
+          "                                           up is populating its pool), at most SECONDS\n"
+          "                                           (default 60); with servers from Redis, until\n"
+          "                                           one is registered in the namespace\n"
           "\n"
           "options:\n"
           "  --server HOST:PORT[,...]  servers (default 127.0.0.1:7700, or $ECSTORE_SERVERS; with\n"
@@ -46,6 +51,12 @@ static void usage(FILE *f) {
           "\n"
           "Exit status: 0 on success, 1 when an operation failed (a missing key for\n"
           "get, a failed put), 2 on bad usage.\n");
+}
+
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* The reason for a failed call: the client's message names the server and
@@ -157,11 +168,13 @@ static int cmd_put(ecs_client_t *c, int argc, char **argv, const char *dtype, co
   int rc = ecs_put_batch(c, &k, &t, 1, &st);
   free(data);
   if (rc == ECS_OK && st == ECS_EREDIS) { /* stored: only its Redis record is late */
-    fprintf(stderr, "ecstore-cli: put %s: stored, but %s\n", argv[0], ecs_client_errmsg(c));
+    /* the client's message is the whole sentence ("1 of 1 items stored
+     * but not yet published to Redis ...") */
+    fprintf(stderr, "ecstore-cli: put %s: %s\n", argv[0], why(c, st));
     return 0;
   }
   if (rc || st) {
-    fprintf(stderr, "ecstore-cli: put %s: %s\n", argv[0], rc ? why(c, rc) : ecs_strerror(st));
+    fprintf(stderr, "ecstore-cli: put %s: %s\n", argv[0], why(c, rc ? rc : st));
     return 1;
   }
   size_t stored = 0, wanted = 0;
@@ -323,6 +336,57 @@ static int cmd_stat(ecs_client_t *c) {
   return ret;
 }
 
+/* wait [SECONDS]: connects and pings until every server answers, retrying
+ * what a server still starting causes (connection refused, no answer yet,
+ * not yet in Redis's registry) every 200 ms; anything else (a namespace or
+ * token refused) ends it at once.  0 when ready, 1 otherwise. */
+static int cmd_wait(ecs_client_config_t *cfg, int argc, char **argv) {
+  long long secs = 60;
+  if (argc > 1 || (argc == 1 && ecs_parse_int(argv[0], 1, 86400, &secs)))
+    return die_usage("wait takes [SECONDS], 1..86400", argc ? argv[0] : NULL);
+  int discover = (!cfg->servers || !*cfg->servers) && cfg->redis_url && *cfg->redis_url;
+  uint64_t t0 = mono_ms(), deadline = t0 + (uint64_t)secs * 1000u;
+  char last[300] = "";
+  for (;;) {
+    uint64_t now = mono_ms();
+    if (now >= deadline)
+      break;
+    int left = (int)(deadline - now);
+    cfg->connect_timeout_ms = left < 1000 ? left : 1000;
+    cfg->timeout_ms = left < 2000 ? left : 2000;
+    ecs_client_t *c = NULL;
+    char err[300] = "";
+    int rc = ecs_client_connect(cfg, &c, err, sizeof err);
+    if (rc == ECS_OK && discover && ecs_client_server_count(c) == 0) {
+      char shown[256];
+      snprintf(last, sizeof last, "no servers registered in namespace '%s' (Redis %s)",
+               cfg->ns && *cfg->ns ? cfg->ns : "default",
+               ecs__rds_url_redact(cfg->redis_url, shown, sizeof shown));
+      rc = ECS_ECONN;
+    } else if (rc == ECS_OK) {
+      rc = ecs_ping(c);
+      if (rc == ECS_OK) {
+        printf("ready: %zu server%s answered in %.1f s\n", ecs_client_server_count(c),
+               ecs_client_server_count(c) == 1 ? "" : "s", (double)(mono_ms() - t0) / 1000.0);
+        ecs_client_close(c);
+        return 0;
+      }
+      snprintf(last, sizeof last, "%s", why(c, rc));
+    } else {
+      snprintf(last, sizeof last, "%s", err[0] ? err : ecs_strerror(rc));
+    }
+    ecs_client_close(c);
+    if (rc != ECS_ECONN && rc != ECS_ETIMEDOUT) {
+      fprintf(stderr, "ecstore-cli: wait: %s\n", last);
+      return 1;
+    }
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  fprintf(stderr, "ecstore-cli: wait: not ready after %lld s: %s\n", secs, last[0] ? last : "no answer");
+  return 1;
+}
+
 int main(int argc, char **argv) {
   ecs_client_config_t cfg;
   ecs_client_config_init(&cfg);
@@ -408,7 +472,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[optind];
   int cargc = argc - optind - 1;
   char **cargv = argv + optind + 1;
-  static const char *known[] = {"put", "get", "exists", "rm", "stat", "ping"};
+  static const char *known[] = {"put", "get", "exists", "rm", "stat", "ping", "wait"};
   int ok = 0;
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
     ok |= !strcmp(cmd, known[i]);
@@ -419,11 +483,38 @@ int main(int argc, char **argv) {
   if (json && strcmp(cmd, "stat"))
     return die_usage("--json goes with stat", NULL);
 
+  if (cfg.redis_url && *cfg.redis_url) { /* a port out of range: say which, not "bad Redis URL" */
+    char shown[256], port[256];
+    ecs__rds_url_t u;
+    const char *bad = ecs__rds_url_parse(cfg.redis_url, &u) != ECS_OK
+                          ? ecs__rds_url_port_problem(cfg.redis_url, port, sizeof port)
+                          : NULL;
+    memset(&u, 0, sizeof u); /* it may hold the password */
+    if (bad) {
+      fprintf(stderr, "ecstore-cli: Redis URL '%s': %s\n",
+              ecs__rds_url_redact(cfg.redis_url, shown, sizeof shown), bad);
+      return 2;
+    }
+  }
+  if (!strcmp(cmd, "wait"))
+    return cmd_wait(&cfg, cargc, cargv);
   ecs_client_t *c;
   char err[300];
   int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
   if (rc) {
     fprintf(stderr, "ecstore-cli: %s\n", err[0] ? err : ecs_strerror(rc));
+    return 1;
+  }
+  /* Servers from Redis's registry, and none there: a wrong --ns (or a
+   * Redis other than the servers') would otherwise read as an empty
+   * store (stat printing nothing, ping answering pong). */
+  if ((!cfg.servers || !*cfg.servers) && cfg.redis_url && *cfg.redis_url && ecs_client_server_count(c) == 0) {
+    char shown[256];
+    fprintf(stderr,
+            "ecstore-cli: no servers registered in namespace '%s' (Redis %s); check --ns (or "
+            "ECSTORE_NS) against the servers' --ns, or name them with --server\n",
+            cfg.ns && *cfg.ns ? cfg.ns : "default", ecs__rds_url_redact(cfg.redis_url, shown, sizeof shown));
+    ecs_client_close(c);
     return 1;
   }
   int ret;

@@ -36,7 +36,8 @@ static void usage(FILE *f) {
           "\n"
           "  --listen HOST:PORT        address to serve on (default 127.0.0.1:7700; port 0 picks one)\n"
           "  --advertise HOST:PORT     address clients should use, put in the registry (default: listen)\n"
-          "  --pool-size SIZE          pool bytes, e.g. 512M, 4G (default 1G)\n"
+          "  --pool-size SIZE          pool bytes, e.g. 512M, 4G, 1.5G (default 1G); at most the\n"
+          "                            memory available (MemAvailable), else refused at start\n"
           "  --min-block SIZE          smallest pool block, a power of two >= 4K (default 4K)\n"
           "  --hugepages off|try|require  back the pool with huge pages (default off)\n"
           "  --no-mlock                do not pin the pool\n"
@@ -293,7 +294,7 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
   }
   case O_POOL:
     if (ecs_parse_size(arg, &sz) || sz < (1u << 20))
-      return bad("pool-size", arg, "expected a size of at least 1M, e.g. 512M or 4G");
+      return bad("pool-size", arg, "expected a size of at least 1M, e.g. 512M, 4G or 1.5G");
     o->pool_size = sz;
     return 0;
   case O_MINBLOCK:
@@ -504,11 +505,16 @@ static int settle_redis_password(ecs_server_opts_t *o) {
     return 0;
   ecs__rds_url_t u;
   if (ecs__rds_url_parse(o->redis_url, &u) != ECS_OK) {
-    char shown[256];
-    fprintf(stderr,
-            "ecstore-server: --redis '%s': expected redis://[USER:PASS@]HOST:PORT[/DB] or "
-            "redis-sentinel://[USER:PASS@]H1:P1,H2:P2/MASTER[/DB]\n",
-            ecs__rds_url_redact(o->redis_url, shown, sizeof shown));
+    char shown[256], port[256];
+    const char *why = ecs__rds_url_port_problem(o->redis_url, port, sizeof port);
+    if (why)
+      fprintf(stderr, "ecstore-server: --redis '%s': %s\n",
+              ecs__rds_url_redact(o->redis_url, shown, sizeof shown), why);
+    else
+      fprintf(stderr,
+              "ecstore-server: --redis '%s': expected redis://[USER:PASS@]HOST:PORT[/DB] or "
+              "redis-sentinel://[USER:PASS@]H1:P1,H2:P2/MASTER[/DB]\n",
+              ecs__rds_url_redact(o->redis_url, shown, sizeof shown));
     return 2;
   }
   int rc = 0;

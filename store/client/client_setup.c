@@ -246,11 +246,16 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     mo.timeout_ms = c->cfg.timeout_ms < 2000 ? c->cfg.timeout_ms : 2000;
     rc = ecs_meta_open(&mo, &c->meta);
     if (rc) {
-      char shown[256]; /* never the password */
-      snprintf(errbuf, errlen,
-               "bad Redis URL '%s' (a user needs a password, in the URL or ECSTORE_REDIS_PASSWORD; "
-               "a sentinel_user in the URL or ECSTORE_SENTINEL_PASSWORD)",
-               ecs__rds_url_redact(c->redis_s, shown, sizeof shown));
+      char shown[256], port[256]; /* never the password */
+      const char *bad = ecs__rds_url_port_problem(c->redis_s, port, sizeof port);
+      if (bad)
+        snprintf(errbuf, errlen, "bad Redis URL '%s': %s",
+                 ecs__rds_url_redact(c->redis_s, shown, sizeof shown), bad);
+      else
+        snprintf(errbuf, errlen,
+                 "bad Redis URL '%s' (a user needs a password, in the URL or ECSTORE_REDIS_PASSWORD; "
+                 "a sentinel_user in the URL or ECSTORE_SENTINEL_PASSWORD)",
+                 ecs__rds_url_redact(c->redis_s, shown, sizeof shown));
       goto fail;
     }
     /* A Redis that is down is not a reason to refuse: puts and gets go to

@@ -17,6 +17,22 @@ int ecs_parse_size(const char *s, uint64_t *out) {
   unsigned long long v = strtoull(s, &end, 10);
   if (errno)
     return ECS_EINVAL;
+  /* A decimal fraction ("1.5G"): its digits, at most 9 of them, kept as
+   * frac / 10^fdig and applied after the unit (bytes need no fraction). */
+  unsigned long long frac = 0, fscale = 1;
+  int has_frac = 0;
+  if (*end == '.') {
+    end++;
+    if (!isdigit((unsigned char)*end))
+      return ECS_EINVAL;
+    has_frac = 1;
+    for (int d = 0; isdigit((unsigned char)*end); d++, end++) {
+      if (d >= 9)
+        return ECS_EINVAL;
+      frac = frac * 10 + (unsigned long long)(*end - '0');
+      fscale *= 10;
+    }
+  }
   unsigned shift = 0;
   switch (*end) {
   case '\0': break;
@@ -44,6 +60,8 @@ int ecs_parse_size(const char *s, uint64_t *out) {
   case 'B': break;
   default: return ECS_EINVAL;
   }
+  if (has_frac && !shift) /* "1.5" or "1.5B": a fraction of a byte */
+    return ECS_EINVAL;
   if (shift && *end == 'i')
     end++;
   if (*end == 'B' || *end == 'b')
@@ -52,7 +70,20 @@ int ecs_parse_size(const char *s, uint64_t *out) {
     return ECS_EINVAL;
   if (shift && v > (~0ull >> shift))
     return ECS_EINVAL;
-  *out = (uint64_t)v << shift;
+  uint64_t r = (uint64_t)v << shift;
+  if (has_frac) {
+    /* frac < fscale <= 10^9 < 2^30 and shift <= 40: the product fits in
+     * 70 bits, so divide before the last shift: (frac << (shift-20)) stays
+     * below 2^50, and the remainder's 20 bits are exact enough (the result
+     * is rounded down to whole bytes). */
+    unsigned hi = shift > 20 ? shift - 20 : 0, lo = shift - hi;
+    uint64_t add = (((uint64_t)frac << hi) / fscale) << lo;
+    add += ((((uint64_t)frac << hi) % fscale) << lo) / fscale;
+    if (r > UINT64_MAX - add)
+      return ECS_EINVAL;
+    r += add;
+  }
+  *out = r;
   return ECS_OK;
 }
 

@@ -10,8 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* "4096", "64K", "16M", "4G", "1T" (also "4GiB", "4GB": powers of 1024).
- * ECS_OK or ECS_EINVAL (junk, overflow). */
+/* "4096", "64K", "16M", "4G", "1T" (also "4GiB", "4GB": powers of 1024),
+ * and decimal fractions of a unit ("1.5G", at most 9 digits after the
+ * point; rounded down to whole bytes).  ECS_OK or ECS_EINVAL (junk, a
+ * fraction of a byte, overflow). */
 int ecs_parse_size(const char *s, uint64_t *out);
 
 /* A decimal integer in [lo, hi].  ECS_OK or ECS_EINVAL. */

@@ -152,6 +152,13 @@ void ecs__rds_set_route(ecs__rds_t *r, const char *key);
  * link calls before its AUTH (ecs__rds_auth_argv). */
 int ecs__rds_url_resolve(const char *url, ecs__rds_url_t *u, char *err, size_t errlen);
 
+/* Why url's HOST:PORT part(s) do not parse, when it is a port: empty, not
+ * a number, or outside 1..65535 ("port 99999 of '127.0.0.1:99999' is out
+ * of range (1..65535)"), into out; NULL when the ports are fine.  For
+ * messages about a URL that ecs__rds_url_parse refused; the userinfo (a
+ * password) is never part of what it quotes. */
+const char *ecs__rds_url_port_problem(const char *url, char *out, size_t cap);
+
 /* url with its password replaced by "***" (and nothing else changed), for
  * messages and logs; a URL that does not parse is shown as "<bad url>"
  * when it holds an '@'.  Returns out. */

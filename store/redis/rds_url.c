@@ -507,8 +507,10 @@ int ecs__rds_url_resolve(const char *url, ecs__rds_url_t *u, char *err, size_t e
     return ECS_EINVAL;
   }
   if (ecs__rds_url_parse(url, u) != ECS_OK) {
-    char shown[256];
-    snprintf(err, errlen, "bad redis_url \"%.200s\"", ecs__rds_url_redact(url, shown, sizeof shown));
+    char shown[256], port[256];
+    const char *bad = ecs__rds_url_port_problem(url, port, sizeof port);
+    snprintf(err, errlen, "bad redis_url \"%.200s\"%s%s", ecs__rds_url_redact(url, shown, sizeof shown),
+             bad ? ": " : "", bad ? bad : "");
     memset(u, 0, sizeof *u);
     return ECS_EINVAL;
   }
@@ -548,4 +550,50 @@ int ecs__rds_url_resolve(const char *url, ecs__rds_url_t *u, char *err, size_t e
     return ECS_EINVAL;
   }
   return ECS_OK;
+}
+
+const char *ecs__rds_url_port_problem(const char *url, char *out, size_t cap) {
+  if (url == NULL)
+    return NULL;
+  const char *p = strstr(url, "://");
+  p = p ? p + 3 : url;
+  const char *end = p + strcspn(p, "/?");
+  const char *at = NULL; /* userinfo ends at the last '@' before the path */
+  for (const char *q = p; q < end; q++)
+    if (*q == '@')
+      at = q;
+  if (at != NULL)
+    p = at + 1;
+  while (p < end) {
+    const char *e = memchr(p, ',', (size_t)(end - p));
+    if (e == NULL)
+      e = end;
+    const char *colon;
+    if (*p == '[') {
+      const char *rb = memchr(p, ']', (size_t)(e - p));
+      colon = rb && rb + 1 < e && rb[1] == ':' ? rb + 1 : NULL;
+    } else {
+      colon = memchr(p, ':', (size_t)(e - p));
+    }
+    if (colon != NULL) {
+      int hlen = (int)(colon - p), plen = (int)(e - colon - 1);
+      uint64_t v;
+      if (plen == 0) {
+        snprintf(out, cap, "'%.*s' has an empty port", hlen + 1, p);
+        return out;
+      }
+      if (ecs__rds_parse_u64(colon + 1, (size_t)plen, &v) != 0) {
+        snprintf(out, cap, "port '%.*s' of '%.*s' is not a number", plen > 32 ? 32 : plen, colon + 1,
+                 (int)(e - p) > 160 ? 160 : (int)(e - p), p);
+        return out;
+      }
+      if (v == 0 || v > 65535) {
+        snprintf(out, cap, "port %llu of '%.*s' is out of range (1..65535)", (unsigned long long)v,
+                 (int)(e - p) > 160 ? 160 : (int)(e - p), p);
+        return out;
+      }
+    }
+    p = e < end ? e + 1 : end;
+  }
+  return NULL;
 }

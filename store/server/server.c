@@ -525,28 +525,12 @@ static void on_populate(void *ctx, size_t done, size_t total) {
     ECS_LOG_I("pool: %zu MiB populated in %.1f s", total >> 20, (double)(now - s->pop_t0_ms) / 1000.0);
 }
 
-/* Reads "NAME: N" from /proc/meminfo (0 when absent). */
-static unsigned long long meminfo(const char *name) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  char line[128];
-  unsigned long long v = 0;
-  size_t n = strlen(name);
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, name, n) && line[n] == ':') {
-      v = strtoull(line + n + 1, NULL, 10);
-      break;
-    }
-  if (f)
-    fclose(f);
-  return v;
-}
-
 /* Why the pool could not be made.  With huge pages required, the usual
  * cause is that none are reserved: say so, not "out of memory". */
 static void pool_fail_log(const ecs_server_opts_t *o, int rc) {
   unsigned long long mib = (unsigned long long)(o->pool_size >> 20);
   if (o->hugepages == 2 && rc == ECS_ENOMEM) {
-    unsigned long long kb = meminfo("Hugepagesize"), nfree = meminfo("HugePages_Free");
+    unsigned long long kb = ecs__meminfo("Hugepagesize"), nfree = ecs__meminfo("HugePages_Free");
     if (nfree * kb * 1024 < o->pool_size) {
       ECS_LOG_E(
           "cannot start: --hugepages require: a %llu MiB pool needs %llu huge pages of %llu kB, %llu are "
@@ -700,9 +684,13 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   po.cuda_register = o->cuda_register;
   po.on_populate = on_populate;
   po.populate_ctx = s;
+  rc = ecs__server_pool_fits(o); /* before populating: the OOM killer says nothing */
+  if (rc)
+    goto fail;
   s->pop_t0_ms = s->pop_log_ms = ecs_now_ms();
   if (o->pool_size >= (1ull << 30)) /* about a second per GiB or two: say so before it starts */
-    ECS_LOG_I("pool: populating and pinning %llu MiB", (unsigned long long)(o->pool_size >> 20));
+    ECS_LOG_I("pool: populating%s %llu MiB", o->lock_pool ? " and pinning" : "",
+              (unsigned long long)(o->pool_size >> 20));
   rc = ecs_pool_create(&po, &s->pool);
   if (rc) {
     pool_fail_log(o, rc);

@@ -255,6 +255,12 @@ static inline uint64_t ecs__now_ns(void) {
 }
 
 /* server.c: the lock (pthread_mutex; uncontended with --threads 1). */
+/* server_mem.c: "NAME: N" of /proc/meminfo (0 when absent); and whether a
+ * pool of o->pool_size fits in the memory available (ECS_OK), or
+ * ECS_ENOMEM after logging the numbers and a --pool-size that fits. */
+unsigned long long ecs__meminfo(const char *name);
+int ecs__server_pool_fits(const ecs_server_opts_t *o);
+
 void ecs__lock(ecs_server_t *s);
 void ecs__unlock(ecs_server_t *s);
 

@@ -31,6 +31,17 @@ def test_bad_config_values(cluster):
         ecstore.connect(cluster.config(timeout_ms="10"))
 
 
+def test_redis_port_out_of_range_is_named(cluster):
+    # Not "a user needs a password": the port, and never the password.
+    with pytest.raises(ecstore.InvalidArgumentError,
+                       match=r"bad Redis URL 'redis://127\.0\.0\.1:99999': port 99999 of '127\.0\.0\.1:99999' "
+                             r"is out of range \(1\.\.65535\)"):
+        ecstore.connect(cluster.config(redis_url="redis://127.0.0.1:99999"))
+    with pytest.raises(ecstore.InvalidArgumentError, match="port 'x' of 'h:x' is not a number") as e:
+        ecstore.connect(cluster.config(redis_url="redis://u:s3cret@h:x"))
+    assert "s3cret" not in str(e.value)
+
+
 def test_wrong_namespace_names_server(cluster):
     with pytest.raises(ecstore.EcstoreError, match="refused the namespace 'other'"):
         ecstore.connect(cluster.config(namespace="other"))

@@ -10,9 +10,12 @@ changed without this file.
 Where the library comes from, first match wins:
 
 1. the ``ECSTORE_LIB`` environment variable (a path to the ``.so``);
-2. ``build/lib/libecstore.so`` of the repository this package sits in
+2. the ``libecstore.so`` shipped inside the package (``pip install
+   ./ec_connector/python`` builds it with CMake and puts it next to this
+   file; see ``ec_connector/python/setup.py``);
+3. ``build/lib/libecstore.so`` of the repository this package sits in
    (``<repo>/ec_connector/python/ecstore/``), for runs from a source tree;
-3. the system loader (``libecstore.so.0``, then ``libecstore.so``), for an
+4. the system loader (``libecstore.so.0``, then ``libecstore.so``), for an
    installed library (``cmake --install``).
 
 The GIL: ``ctypes.CDLL`` releases the global interpreter lock around every
@@ -282,6 +285,9 @@ def _candidates():
         # library would hide a typo.
         return [env]
     out = []
+    shipped = pathlib.Path(__file__).resolve().parent / "libecstore.so"
+    if shipped.exists():
+        out.append(str(shipped))
     repo = pathlib.Path(__file__).resolve().parents[3]
     local = repo / "build" / "lib" / "libecstore.so"
     if local.exists():
