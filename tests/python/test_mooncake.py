@@ -516,7 +516,10 @@ def test_zero_local_buffer(mc, key):
     assert s.put_from(k, p, 8) == 0 and s.is_exist(k) == 1
     assert s.get_into(there, p + 16, 16) == 5 and bytes(a[16:21]) == b"hello"
     assert s.batch_get_into([there], [p + 32], [16]) == [5]
-    assert s.put_tensor(key(), torch.zeros(3)) == -200
+    # Mooncake: -200 when the master places the tensor in another client's
+    # segment (it is staged through the local buffer), 0 when in this
+    # client's own; ecstore's pool is never the client's: -200
+    assert s.put_tensor(key(), torch.zeros(3)) in ((-200, 0) if mc.mooncake else (-200,))
     kt = key()
     assert mc.store.put_tensor(kt, torch.ones(3)) == 0
     assert s.get_tensor(kt) is None

@@ -33,14 +33,14 @@ import random
 import re
 import socket
 
-from . import _lib
-from . import codes as _c
-from . import tensors as _t
-from .errors import EcstoreError
-from .store import Store, _keys
-from ._mooncake_place import Placement
-from ._mooncake_tensor import TensorCalls
-from ._mooncake_base import (  # noqa: F401 - the public names are re-exported
+from .. import _lib
+from .. import codes as _c
+from .. import tensors as _t
+from ..errors import EcstoreError
+from ..store import Store, _keys
+from .._mooncake_place import Placement
+from .._mooncake_tensor import TensorCalls
+from .._mooncake_base import (  # noqa: F401 - the public names are re-exported
     BUFFER_OVERFLOW,
     INTERNAL_ERROR,
     INVALID_KEY,
@@ -927,6 +927,6 @@ class MooncakeDistributedStore(TensorCalls):
 
 
 def _err_text(code, detail):
-    from .errors import err_name, strerror
+    from ..errors import err_name, strerror
 
     return "%s (%s)%s" % (strerror(code), err_name(code), ": " + detail if detail else "")
