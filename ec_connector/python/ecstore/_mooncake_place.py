@@ -126,18 +126,22 @@ class Placement:
         return self.located() or self.main
 
     def _preferred_server(self, segments):
-        """The listed (or registered) server on the host of the first
-        segment that names a host with a server, as "host:port", or None."""
+        """(server "host:port" or None, whether the segment is on this
+        host) for the first segment that names a host: the listed server
+        on exactly that host, else, for a segment on this host, the first
+        listed server on this host."""
         for seg in segments:
             host = self.hostname.rpartition(":")[0] if seg == self.hostname else _host_of(seg)
             want = _addresses(host)
             local = _local(host)
             for srv in self.servers:
-                h = _host_of(srv)
-                if h in want or (local and _local(h)) or want & _addresses(h):
+                if want & _addresses(_host_of(srv)):
                     return srv, local
-            if not self.servers:
-                return None, local
+            if local:
+                for srv in self.servers:
+                    if _local(_host_of(srv)):
+                        return srv, True
+            return None, local
         return None, False
 
     def target(self, what, config):
