@@ -850,6 +850,28 @@ def test_lmcache_call_shapes(mc, key):
     assert s.close() == 0
 
 
+def test_lmcache_prefer_local_alloc_call_shapes(mc, key):
+    """LMCache with mooncake_prefer_local_alloc: its ReplicateConfig names
+    this client (preferred_segment = get_hostname()) and every put_from
+    carries it; the puts must store (issue 25: they returned -600)."""
+    s = mc.new()
+    rc = mc.mod.ReplicateConfig()
+    rc.replica_num = 1
+    rc.preferred_segment = s.get_hostname()
+    chunk = torch.randint(0, 255, (1 << 16,), dtype=torch.uint8)
+    out = torch.zeros_like(chunk)
+    assert s.register_buffer(chunk.data_ptr(), chunk.numel()) == 0
+    assert s.register_buffer(out.data_ptr(), out.numel()) == 0
+    k, k2, k3 = key(), key(), key()
+    assert s.put_from(k, chunk.data_ptr(), chunk.numel(), rc) == 0
+    assert s.batch_put_from([k2, k3], [chunk.data_ptr(), chunk.data_ptr() + 4096], [4096, 4096], rc) == [0, 0]
+    assert s.batch_is_exist([k, k2, k3]) == [1, 1, 1]
+    assert s.get_into(k, out.data_ptr(), out.numel()) == chunk.numel() and torch.equal(out, chunk)
+    assert mc.store.get(k3) == bytes(chunk[4096:8192].numpy())  # another client reads it too
+    assert s.unregister_buffer(chunk.data_ptr()) == 0 and s.unregister_buffer(out.data_ptr()) == 0
+    assert s.close() == 0
+
+
 # ---- the signatures ---------------------------------------------------------------
 
 

@@ -141,7 +141,8 @@ class Placement:
                 for srv in self.servers:
                     if _local(_host_of(srv)):
                         return srv, True
-            return None, local
+                if not self.servers:
+                    return None, True
         return None, False
 
     def target(self, what, config):
