@@ -143,6 +143,24 @@ def _shape(desc):
     return tuple(desc.shape[: desc.ndim])
 
 
+def _gather(ptrs, sizes):
+    """(ptr, nbytes, keepalive) of the concatenation of the regions: the
+    region itself when there is one, else one copy into a fresh block (not
+    zeroed first: every byte is written)."""
+    regions = [(p, z) for p, z in zip(ptrs, sizes) if z]
+    if len(regions) == 1:
+        return regions[0][0], regions[0][1], None
+    import numpy as np
+
+    total = sum(z for _, z in regions)
+    block = np.empty(max(total, 1), np.uint8)
+    base, off = block.ctypes.data, 0
+    for p, z in regions:
+        ctypes.memmove(base + off, p, z)
+        off += z
+    return base, total, block
+
+
 class _BadConfig(ValueError):
     """A setup(config) value Mooncake refuses with INVALID_PARAMS."""
 
@@ -613,10 +631,10 @@ class MooncakeDistributedStore(TensorCalls):
             return INVALID_PARAMS
         if not parts:  # Mooncake: 0, nothing stored
             return 0
-        joined = b"".join(bytes(memoryview(p)) for p in parts)
-        ptr, n, keep = _addr_of(joined)
+        held = [_addr_of(p) for p in parts]
+        ptr, n, keep = _gather([h[0] for h in held], [h[1] for h in held])
         rc = self._raw_put(what, [key], [ptr], [n], config, upsert)[0]
-        del keep
+        del keep, held
         return rc
 
     def put_parts(self, key, *args, config=None):
@@ -825,24 +843,25 @@ class MooncakeDistributedStore(TensorCalls):
         return self._raw_get("batch_get_into", keys, buffer_ptrs, sizes)[0]
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        """Stores, per key, the concatenation of several regions (gathered
-        here with one copy: an ecstore object is one region)."""
+        """Stores, per key, the concatenation of several regions: one region
+        straight from the caller's memory, several gathered with one copy
+        (an ecstore object is one region)."""
+        _check_keys("batch_put_from_multi_buffers", keys)
+        for ptrs, sizes in zip(all_buffer_ptrs, all_sizes):
+            _check_uints("batch_put_from_multi_buffers", ptrs, sizes)
         n = len(keys)
         if len(all_buffer_ptrs) != n or len(all_sizes) != n:
             log.error("batch_put_from_multi_buffers: mismatched list lengths")
             return [INVALID_PARAMS] * n
-        bufs, out = [], [None] * n
+        held, out = [None] * n, [None] * n
         for i in range(n):
-            if len(all_buffer_ptrs[i]) != len(all_sizes[i]) or any(
-                    (not isinstance(s, int)) or s < 0 for s in all_sizes[i]):
+            if len(all_buffer_ptrs[i]) != len(all_sizes[i]):
                 out[i] = INVALID_PARAMS
-                bufs.append(b"")
-                continue
-            bufs.append(b"".join(ctypes.string_at(p, s) for p, s in zip(all_buffer_ptrs[i], all_sizes[i])))
+            else:
+                held[i] = _gather(all_buffer_ptrs[i], all_sizes[i])
         todo = [i for i in range(n) if out[i] is None]
-        held = [_addr_of(bufs[i]) for i in todo]
-        st = self._raw_put("batch_put_from_multi_buffers", [keys[i] for i in todo], [h[0] for h in held],
-                           [h[1] for h in held], config, False)
+        st = self._raw_put("batch_put_from_multi_buffers", [keys[i] for i in todo], [held[i][0] for i in todo],
+                           [held[i][1] for i in todo], config, False)
         for j, i in enumerate(todo):
             out[i] = st[j]
         return out
