@@ -35,7 +35,6 @@ import socket
 
 from .. import _lib
 from .. import codes as _c
-from .. import tensors as _t
 from ..errors import EcstoreError
 from ..store import Store, _keys
 from .._mooncake_place import Placement
@@ -63,16 +62,12 @@ from .._mooncake_base import (  # noqa: F401 - the public names are re-exported
     mooncake_code,
     _ECS_TO_MC,
     _HDR,
-    _MAX_DIMS,
     _Owned,
-    _TORCH_NAMES,
     _addr_of,
     _buffer_handle,
     _config_refusal,
-    _decode_header,
     _encode_header,
     _redis_scan,
-    _torch_view,
     parse_size,
 )
 
@@ -675,7 +670,8 @@ class MooncakeDistributedStore(TensorCalls):
             return [None] * len(keys)
         if not keys:
             return []
-        return [_buffer_handle(o, p, n) if s == 0 else None for s, o, p, n, _ in self._alloc_get("batch_get_buffer", keys)]
+        got = self._alloc_get("batch_get_buffer", keys)
+        return [_buffer_handle(o, p, n) if s == 0 else None for s, o, p, n, _ in got]
 
     def get_size(self, key):
         """The object's byte count as get() gives it (a tensor's with its
