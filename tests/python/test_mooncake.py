@@ -548,6 +548,33 @@ def test_replicate_config_types(mc, key):
     assert mc.store.put(k, b"x", zero) == -600 and mc.store.is_exist(k) == 0
 
 
+def test_replicas_and_preferred_segment_outlive_their_writer(mc, key):
+    """A second client puts with replica_num 2, and with a preferred segment
+    naming the first client, then closes: both objects are still read (on
+    Mooncake from the copy or the segment of a client still up; on ecstore
+    from the server, which no client owns).  Soft pins are taken; a hard pin
+    is refused on ecstore (DIFF: it cannot promise never to evict)."""
+    w = mc.new()
+    rc = mc.mod.ReplicateConfig()
+    rc.replica_num = 2
+    pref = mc.mod.ReplicateConfig()
+    pref.preferred_segment = mc.store.get_hostname()
+    soft = mc.mod.ReplicateConfig()
+    soft.soft_pin_action = mc.mod.SoftPinAction.ENABLE
+    soft.soft_pin_ttl_ms = 5000
+    hard = mc.mod.ReplicateConfig()
+    hard.with_hard_pin = True
+    kr, kp, ks, kh = key(), key(), key(), key()
+    assert w.put(kr, b"two copies", rc) == 0
+    assert w.put(kp, b"on the first client's segment", pref) == 0
+    assert w.put(ks, b"soft", soft) == 0
+    assert w.put(kh, b"hard", hard) == (0 if mc.mooncake else -600)
+    assert w.close() == 0
+    time.sleep(0.2)
+    assert mc.store.get(kr) == b"two copies"
+    assert mc.store.get(kp) == b"on the first client's segment"
+
+
 def test_long_key(mc, key):
     k = key() + "k" * 300
     # DIFF: ecstore keys are 1..256 bytes.
