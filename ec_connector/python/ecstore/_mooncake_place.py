@@ -102,7 +102,8 @@ class Placement:
         try:
             st = Store(cfg)
         except EcstoreError as e:
-            log.warning("ecstore.mooncake: cannot open the %s client: %s", name, e)
+            (log.debug if name in self._failed else log.warning)(
+                "ecstore.mooncake: cannot open the %s client (tried again after %.0f s): %s", name, _RETRY_S, e)
             with self._lock:
                 self._failed[name] = time.monotonic() + _RETRY_S
             return None
