@@ -148,6 +148,30 @@ def test_without_redis_one_copy_and_success(cluster):
     assert s.close() == 0
 
 
+def test_no_servers_listed_uses_the_registry(cluster):
+    """master_server_addr "" with a Redis metadata server: the servers come
+    from Redis's registry; replica_num and this host's segment are
+    honoured there too."""
+    redis, servers, addrs = cluster
+    s = mc.MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "redis://127.0.0.1:%d" % redis.port, 0, 16 << 20, "tcp", "", "",
+                   tenant_id=NS) == 0, s.last_error
+    rc = mc.ReplicateConfig()
+    rc.replica_num = 2
+    keys = ["reg-%d-%d" % (os.getpid(), i) for i in range(4)]
+    assert s.put_batch(keys, [b"r"] * 4, rc) == 0
+    assert all(len(_holders(addrs, k)) == 2 for k in keys)
+    assert s.get_batch(keys) == [b"r"] * 4
+    own = mc.ReplicateConfig()
+    own.preferred_segment = s.get_hostname()
+    k = "reg-own-%d" % os.getpid()
+    assert s.put(k, b"o", own) == 0 and len(_holders(addrs, k)) == 1 and s.get(k) == b"o"
+    assert s.remove(keys[0]) == 0 and _holders(addrs, keys[0]) == []
+    assert s.close() == 0
+    bare = mc.MooncakeDistributedStore()
+    assert bare.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", "") == -1  # nowhere to find servers
+
+
 def test_replica_survives_its_holder_stopping(cluster):
     """Last (it stops a server): two copies, one holder stopped; every key
     is still read (from the other holder, found through Redis)."""

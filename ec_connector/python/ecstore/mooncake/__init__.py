@@ -301,9 +301,10 @@ class MooncakeDistributedStore(TensorCalls):
         else:
             redis_url = meta if meta.startswith("redis://") else "redis://" + meta
         servers = p["master_server_addr"].strip() or os.environ.get("ECSTORE_SERVERS", "")
-        if not servers or servers.startswith("etcd://"):
-            raise ValueError("master_server_addr %r: give the ecstore servers as host:port[,host:port...]"
-                             % p["master_server_addr"])
+        if servers.startswith("etcd://") or (not servers and not redis_url):
+            raise ValueError("master_server_addr %r: give the ecstore servers as host:port[,host:port...], or a "
+                             "Redis metadata_server to find them in its registry" % p["master_server_addr"])
+        servers = servers or None  # none listed: the servers in Redis's registry (docs/multihost.md)
         ns = p.get("namespace")
         if ns is None:
             tenant = p.get("tenant_id", "default")
