@@ -403,6 +403,8 @@ void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
     o->checksum = sum;
     o->desc = sl->item.desc;
     o->commit_ms = now;
+    o->keep_until_ms =
+        (sl->item.flags & ECS_PUT_F_SOFT_PIN) && s->o.soft_pin_ttl_ms ? now + s->o.soft_pin_ttl_ms : 0;
     ecs_objstore_commit(s->os, o);
     s->puts++;
     sl->status = ecs__pub_record(s, w, (uint32_t)i, o);
@@ -716,6 +718,8 @@ static void handle_commit(ecs_server_t *s, conn_t *c) {
     } else {
       o->checksum = sl->sum;
       o->commit_ms = now;
+      o->keep_until_ms =
+          (sl->item.flags & ECS_PUT_F_SOFT_PIN) && s->o.soft_pin_ttl_ms ? now + s->o.soft_pin_ttl_ms : 0;
       ecs_objstore_commit(s->os, o);
       s->puts++;
       st = ecs__pub_record(s, w, i, o);
