@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BIN_DIR, _die_with_parent, free_port, start_redis
+from conftest import BIN_DIR, _die_with_parent, free_port, start_redis, start_server
 
 import ecstore
 import ecstore.mooncake as mc
@@ -170,6 +170,39 @@ def test_no_servers_listed_uses_the_registry(cluster):
     assert s.close() == 0
     bare = mc.MooncakeDistributedStore()
     assert bare.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", "") == -1  # nowhere to find servers
+
+
+@pytest.mark.parametrize("ttl_ms,kept", [(60000, True), (200, False)], ids=["pinned", "pin-expired"])
+def test_soft_pin_evicted_last(ttl_ms, kept):
+    """A soft-pinned put (ReplicateConfig soft_pin_action ENABLE) is evicted
+    only after every unpinned object, for the server's --soft-pin-ttl-ms:
+    the server's pool (8 MiB) is filled three times over after it, and it
+    is still there; once its pin expired it goes in FIFO order, first."""
+    redis = start_redis()
+    server = start_server(redis.port, "--soft-pin-ttl-ms", str(ttl_ms), ns=NS + "-pin", pool="8M")
+    try:
+        s = mc.MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "redis://127.0.0.1:%d" % redis.port, 0, 16 << 20, "tcp", "",
+                       "127.0.0.1:%d" % server.port, tenant_id=NS + "-pin") == 0, s.last_error
+        pin = mc.ReplicateConfig()
+        pin.soft_pin_action = mc.SoftPinAction.ENABLE
+        blob = bytes(1 << 20)
+        assert s.put("pinned", b"p" + blob[1:], pin) == 0
+        assert s.put("plain", b"q" + blob[1:]) == 0  # the next oldest, unpinned
+        if not kept:
+            time.sleep(ttl_ms / 1000.0 + 0.2)
+        for i in range(24):
+            assert s.put("fill-%d" % i, bytes([i]) * (1 << 20)) == 0
+        assert s.is_exist("plain") == 0
+        assert s.is_exist("pinned") == (1 if kept else 0)
+        if kept:
+            assert s.get("pinned")[:1] == b"p"
+            # later puts go on without the pin
+            assert s.put("after", b"a" + blob[1:]) == 0 and s.is_exist("pinned") == 1
+        assert s.close() == 0
+    finally:
+        server.stop()
+        redis.stop()
 
 
 def test_replica_survives_its_holder_stopping(cluster):

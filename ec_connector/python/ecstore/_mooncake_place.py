@@ -150,9 +150,9 @@ class Placement:
         """The client a put with this ReplicateConfig goes through."""
         if config is None:
             return self.main
-        if int(getattr(config, "soft_pin_action", 0)) == 1 or getattr(config, "soft_pin_ttl_ms", None):
-            self._warn_once(what, "soft pins are taken but not kept: ecstore's servers evict in FIFO order, a "
-                                  "soft-pinned object is not evicted last (docs/mooncake.md)")
+        if getattr(config, "soft_pin_ttl_ms", None):
+            self._warn_once(what, "soft_pin_ttl_ms: the pin lasts the server's --soft-pin-ttl-ms, not the "
+                                  "config's (docs/mooncake.md)")
         n = getattr(config, "replica_num", 1)
         segs = [s for s in list(getattr(config, "preferred_segments", []) or []) if s]
         one = getattr(config, "preferred_segment", "")

@@ -138,6 +138,14 @@ def _shape(desc):
     return tuple(desc.shape[: desc.ndim])
 
 
+def _soft_pinned(config):
+    """Whether a ReplicateConfig asks for a soft pin (Mooncake: ENABLE, or
+    a TTL given)."""
+    if config is None:
+        return False
+    return int(getattr(config, "soft_pin_action", 0)) == 1 or getattr(config, "soft_pin_ttl_ms", None) is not None
+
+
 def _gather(ptrs, sizes):
     """(ptr, nbytes, keepalive) of the concatenation of the regions: the
     region itself when there is one, else one copy into a fresh block (not
@@ -436,13 +444,20 @@ class MooncakeDistributedStore(TensorCalls):
         st = (ctypes.c_int * m)()
         store = self._place.target(what, config)
         fn = getattr(store._lib, "ecs_upsert_batch", None) if upsert else store._lib.ecs_put_batch
+        pin = getattr(store._lib, "ecs_client_set_soft_pin", None) if _soft_pinned(config) else None
         if fn is None:
             log.error("%s: this libecstore has no ecs_upsert_batch (older than upserts)", what)
             for i in todo:
                 out[i] = INVALID_PARAMS
             return
         try:
-            rc, detail = store._call(fn, karr, tarr, m, st)
+            if pin is not None:  # on this thread's handle, for this call only
+                store._call(pin, 1)
+            try:
+                rc, detail = store._call(fn, karr, tarr, m, st)
+            finally:
+                if pin is not None:
+                    store._call(pin, 0)
         except EcstoreError as e:  # closed meanwhile
             rc, detail = e.code, str(e)
         for j, i in enumerate(todo):
