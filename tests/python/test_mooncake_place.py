@@ -172,17 +172,20 @@ def test_no_servers_listed_uses_the_registry(cluster):
     assert bare.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", "") == -1  # nowhere to find servers
 
 
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
 @pytest.mark.parametrize("ttl_ms,kept", [(60000, True), (200, False)], ids=["pinned", "pin-expired"])
-def test_soft_pin_evicted_last(ttl_ms, kept):
+def test_soft_pin_evicted_last(ttl_ms, kept, transport):
     """A soft-pinned put (ReplicateConfig soft_pin_action ENABLE) is evicted
     only after every unpinned object, for the server's --soft-pin-ttl-ms:
     the server's pool (8 MiB) is filled three times over after it, and it
-    is still there; once its pin expired it goes in FIFO order, first."""
+    is still there; once its pin expired it goes in FIFO order, first.
+    Over tcp (the flag rides the PUT) and shm (it rides the RESERVE; the
+    COMMIT has none)."""
     redis = start_redis()
     server = start_server(redis.port, "--soft-pin-ttl-ms", str(ttl_ms), ns=NS + "-pin", pool="8M")
     try:
         s = mc.MooncakeDistributedStore()
-        assert s.setup("127.0.0.1", "redis://127.0.0.1:%d" % redis.port, 0, 16 << 20, "tcp", "",
+        assert s.setup("127.0.0.1", "redis://127.0.0.1:%d" % redis.port, 0, 16 << 20, transport, "",
                        "127.0.0.1:%d" % server.port, tenant_id=NS + "-pin") == 0, s.last_error
         pin = mc.ReplicateConfig()
         pin.soft_pin_action = mc.SoftPinAction.ENABLE
