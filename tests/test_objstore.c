@@ -408,6 +408,76 @@ static void test_fifo_eviction_order(void **state) {
   assert_int_equal(ecs_pool_validate(f->pool), ECS_OK);
 }
 
+/* put() with a soft pin until `until` (wall-clock ms; 1: long expired). */
+static int put_kept(fx_t *f, const char *key, uint64_t nbytes, uint64_t until) {
+  ecs_obj_t *o = NULL;
+  int rc = ecs_objstore_reserve(f->os, key, (uint16_t)strlen(key), nbytes, &o);
+  if (rc != ECS_OK)
+    return rc;
+  if (nbytes) {
+    uint8_t *p = ecs_objstore_data(f->os, o);
+    p[0] = p[nbytes - 1] = (uint8_t)key[0];
+  }
+  o->raw_nbytes = nbytes;
+  o->keep_until_ms = until;
+  ecs_objstore_commit(f->os, o);
+  return ECS_OK;
+}
+
+#define FAR_FUTURE (UINT64_MAX / 2)
+
+/* Soft pins (Mooncake's ReplicateConfig soft pin): a soft-pinned object is
+ * evicted only when no unpinned one can be; an expired pin is no pin; when
+ * only soft-pinned objects are left, they go oldest first.  Background
+ * eviction keeps the same order. */
+static void test_soft_pin_evicted_last(void **state) {
+  fx_t *f = *state;
+  assert_int_equal(put_kept(f, "p0", MiB, FAR_FUTURE), ECS_OK);
+  assert_int_equal(put_kept(f, "x0", MiB, 1), ECS_OK); /* pin expired long ago */
+  fill(f, "o", 61, MiB);
+  assert_int_equal(put_kept(f, "p1", MiB, FAR_FUTURE), ECS_OK); /* 64 MiB: full */
+  fill(f, "n", 3, MiB);
+  assert_int_equal(f->nev, 3);
+  assert_string_equal(f->ev[0].key, "x0");
+  assert_string_equal(f->ev[1].key, "o0");
+  assert_string_equal(f->ev[2].key, "o1");
+  assert_non_null(ecs_objstore_find(f->os, "p0", 2));
+  /* Everything unpinned referenced: the pinned go, oldest first. */
+  ecs_obj_t *held[65];
+  size_t nheld = 0;
+  for (ecs_obj_t *o = NULL; nheld < 64; nheld++) {
+    char key[16];
+    snprintf(key, sizeof key, nheld < 59 ? "o%zu" : "n%zu", nheld < 59 ? nheld + 2 : nheld - 59);
+    o = get(f, key);
+    if (!o)
+      break;
+    held[nheld] = o;
+  }
+  assert_int_equal(nheld, 62); /* o2..o60 and n0..n2 */
+  assert_int_equal(put(f, "z0", MiB), ECS_OK);
+  assert_string_equal(f->ev[3].key, "p0");
+  assert_int_equal(put(f, "z1", MiB), ECS_OK); /* z0 unpinned and not held: before p1 */
+  assert_string_equal(f->ev[4].key, "z0");
+  held[nheld++] = get(f, "z1");
+  assert_int_equal(put(f, "z2", MiB), ECS_OK);
+  assert_string_equal(f->ev[5].key, "p1");
+  for (size_t i = 0; i < nheld; i++)
+    ecs_objstore_release(f->os, held[i]);
+  assert_int_equal(ecs_pool_validate(f->pool), ECS_OK);
+}
+
+static void test_soft_pin_background(void **state) {
+  fx_t *f = fx_new(0.5, 0.25); /* high 32 MiB, low 16 MiB */
+  *state = f;
+  assert_int_equal(put_kept(f, "a0", MiB, FAR_FUTURE), ECS_OK);
+  fill(f, "b", 39, MiB); /* 40 MiB */
+  assert_int_equal(ecs_objstore_evict_background(f->os, 100), 24);
+  for (size_t i = 0; i < f->nev; i++)
+    assert_string_not_equal(f->ev[i].key, "a0");
+  assert_non_null(ecs_objstore_find(f->os, "a0", 2));
+  assert_int_equal(in_use(f->pool), f->base_in_use + 16ull * MiB);
+}
+
 static void collect_seq(void *ctx, const ecs_obj_t *obj) {
   uint64_t *v = ctx;
   assert_true(obj->state == ECS_OBJ_COMMITTED);
@@ -443,7 +513,7 @@ static void test_referenced_not_evicted(void **state) {
   assert_string_equal(f->ev[1].key, "o0");
 
   /* Everything referenced: ENOSPC and nothing evicted. */
-  ecs_obj_t *held[64];
+  ecs_obj_t *held[65];
   size_t nheld = 0;
   for (int i = 2; i < 64; i++) {
     char k[16];
@@ -1100,6 +1170,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_replace_edges, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_fifo_eviction_order, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_foreach_order, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_soft_pin_evicted_last, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_soft_pin_background, NULL, fx_teardown),
       cmocka_unit_test_setup_teardown(test_referenced_not_evicted, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_pending_not_evicted, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_too_big, fx_setup, fx_teardown),

@@ -136,6 +136,9 @@ static void test_put_item_errors(void **state) {
     assert_int_equal(back.flags, ECS_PUT_F_UPSERT);
   }
   expect_record(&w, read_put, ECS_OK);
+  it.flags = ECS_PUT_F_UPSERT | ECS_PUT_F_SOFT_PIN; /* a soft pin (Mooncake's) travels too */
+  ecs_proto_put_item_write(&w, &it);
+  expect_record(&w, read_put, ECS_OK);
   it.flags = 0x80;
   ecs_proto_put_item_write(&w, &it);
   expect_record(&w, read_put, ECS_EINVAL);

@@ -148,6 +148,14 @@ ECS_API void ecs_client_close(ecs_client_t *c);
 /* Detail of the last whole-batch error of this handle ("" if none). */
 ECS_API const char *ecs_client_errmsg(const ecs_client_t *c);
 
+/* Soft pin: on (non-zero), every later put and upsert on this handle asks
+ * the servers to evict its objects only when no unpinned object can be
+ * evicted, for the server's --soft-pin-ttl-ms (Mooncake's soft pin;
+ * docs/mooncake.md); off (0) stops asking.  A server older than the flag
+ * fails such an item with ECS_EINVAL.  Returns ECS_OK, or ECS_EINVAL for a
+ * NULL handle. */
+ECS_API int ecs_client_set_soft_pin(ecs_client_t *c, int on);
+
 /* Copies stored by the last put or upsert on this handle, and the copies
  * it asked for (items sent x config.replicas; without replicas both count
  * items).  stored < wanted: some items have fewer copies than asked for (a

@@ -89,6 +89,8 @@ static void usage(FILE *f) {
           "                            and root); others put by copy over the socket\n"
           "  --lease-timeout-ms MS     drop a shm/RDMA lease or reservation held this long (default 30000)\n"
           "  --max-pins-per-conn N     leases plus reservations one connection may hold (default 4096)\n"
+          "  --soft-pin-ttl-ms MS      a soft-pinned put (Mooncake's soft pin) is evicted only after\n"
+          "                            every unpinned object for this long (default 1800000; 0: no pins)\n"
           "  --max-pinned-per-conn SIZE  bytes one connection may hold pinned (default: 3/4 of\n"
           "                            the pool; one object always)\n"
           "  --rdma auto|on|off        register the pool for RDMA clients: auto uses a device when one\n"
@@ -146,6 +148,7 @@ enum {
   O_AUTHDELAY,
   O_UNPROT,
   O_MAXPINS,
+  O_SOFTPINTTL,
   O_MAXPINBYTES,
   O_MAXOBJ,
   O_SCRUB,
@@ -193,6 +196,7 @@ static const struct option long_opts[] = {
     {"auth-fail-delay-ms", required_argument, 0, O_AUTHDELAY},
     {"unprotected", no_argument, 0, O_UNPROT},
     {"max-pins-per-conn", required_argument, 0, O_MAXPINS},
+    {"soft-pin-ttl-ms", required_argument, 0, O_SOFTPINTTL},
     {"max-pinned-per-conn", required_argument, 0, O_MAXPINBYTES},
     {"max-objects", required_argument, 0, O_MAXOBJ},
     {"scrub-freed", no_argument, 0, O_SCRUB},
@@ -414,6 +418,11 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     if (ecs_parse_int(arg, 1, 1 << 24, &v))
       return bad("max-pins-per-conn", arg, "expected 1..16777216");
     o->max_pins = (uint32_t)v;
+    return 0;
+  case O_SOFTPINTTL:
+    if (ecs_parse_int(arg, 0, 1ll << 40, &v))
+      return bad("soft-pin-ttl-ms", arg, "expected 0..2^40");
+    o->soft_pin_ttl_ms = (uint64_t)v;
     return 0;
   case O_MAXPINBYTES:
     if (ecs_parse_size(arg, &sz) || sz == 0)

@@ -209,3 +209,13 @@ int ecs__cli_deliver(ecs_client_t *c, ecs_get_buf_t *b, const void *src, uint8_t
   b->nbytes = raw_nbytes;
   return ECS_OK;
 }
+
+int ecs_client_set_soft_pin(ecs_client_t *c, int on) {
+  if (!c)
+    return ECS_EINVAL;
+  if (on)
+    c->sticky_put_flags |= ECS_PUT_F_SOFT_PIN;
+  else
+    c->sticky_put_flags &= (uint8_t)~ECS_PUT_F_SOFT_PIN;
+  return ECS_OK;
+}

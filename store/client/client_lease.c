@@ -93,7 +93,7 @@ static int reserve(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, con
     ecs_put_item_t it = {.key = keys[idx[j]].data,
                          .key_len = (uint16_t)keys[idx[j]].len,
                          .codec = ECS_CODEC_NONE,
-                         .flags = c->put_flags,
+                         .flags = (uint8_t)(c->put_flags | c->sticky_put_flags),
                          .desc = t->desc,
                          .nbytes = t->nbytes,
                          .raw_nbytes = t->nbytes,

@@ -95,7 +95,7 @@ static int put_send(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, co
     ecs_put_item_t it = {.key = keys[idx[j]].data,
                          .key_len = (uint16_t)keys[idx[j]].len,
                          .codec = codec,
-                         .flags = c->put_flags,
+                         .flags = (uint8_t)(c->put_flags | c->sticky_put_flags),
                          .desc = t->desc,
                          .nbytes = slen,
                          .raw_nbytes = t->nbytes,

@@ -113,7 +113,10 @@ const uint8_t *ecs_rbuf_bytes(ecs_rbuf_t *r, size_t n);
  * content is replaced by this item, atomically, instead of ECS_ECONFLICT.
  * Other bits are reserved: an item with one set fails with ECS_EINVAL. */
 #define ECS_PUT_F_UPSERT 0x01u
-#define ECS_PUT_F_KNOWN ECS_PUT_F_UPSERT
+/* SOFT_PIN: the server evicts this object only when no unpinned one can
+ * be, for its --soft-pin-ttl-ms (Mooncake's soft pin; docs/mooncake.md). */
+#define ECS_PUT_F_SOFT_PIN 0x02u
+#define ECS_PUT_F_KNOWN (ECS_PUT_F_UPSERT | ECS_PUT_F_SOFT_PIN)
 
 /* PUT request item.  The item's payload (nbytes) follows in the data
  * section, in item order. */

@@ -49,6 +49,7 @@ struct ecs_objstore {
   ecs_obj_t *tail;   /* FIFO: newest committed object */
   ecs_obj_t *doomed; /* dropped objects still referenced, through fnext */
 
+  size_t kept;             /* committed objects with a soft pin (expired ones too) */
   uint64_t next_seq;       /* the seq the next commit gets */
   ecs_objstore_stats_t st; /* counters returned by ecs_objstore_stats() */
 };
@@ -219,6 +220,8 @@ static uint64_t drop(ecs_objstore_t *os, ecs_obj_t *o, ecs_drop_reason_t why) {
   assert(o->state == ECS_OBJ_COMMITTED);
   table_unlink(os, o);
   fifo_unlink(os, o);
+  if (o->keep_until_ms)
+    os->kept--;
   os->st.objects--;
   os->st.bytes_live -= o->nbytes;
   if (why == ECS_DROP_EVICTED)
@@ -237,28 +240,50 @@ static uint64_t drop(ecs_objstore_t *os, ecs_obj_t *o, ecs_drop_reason_t why) {
   return o->refs ? 0 : obj_free(os, o);
 }
 
-/* The oldest object at or after from that no one holds: the only kind
- * whose eviction gives bytes back now. */
-static ecs_obj_t *first_unreferenced(ecs_obj_t *from) {
-  while (from && from->refs)
+/* The oldest object at or after from that no one holds (the only kind
+ * whose eviction gives bytes back now) and, unless pinned_too, that no
+ * live soft pin keeps. */
+static ecs_obj_t *first_evictable(ecs_obj_t *from, uint64_t now, int pinned_too) {
+  while (from && (from->refs || (!pinned_too && from->keep_until_ms > now)))
     from = from->fnext;
   return from;
 }
 
-/* Evicts oldest-first until the pool can serve nbytes and the index has
- * room for one more object.  The count matters for zero-byte objects,
- * which hold no block: bounded by bytes alone, a flood of them grew the
- * index (host memory) without end and was never evicted.  The scan resumes
- * after the last victim instead of at the head: the referenced objects
- * it skipped cannot be released meanwhile (one thread, and the callback
- * must not call back), so one reserve costs O(skipped + evicted). */
+/* The next victim at or after *cur: an unpinned one first; when none is
+ * left, the scan starts again at the head with soft-pinned objects
+ * allowed (*pinned_too set), oldest first.  With no soft-pinned object
+ * in the store, one pass as before (no clock read). */
+static ecs_obj_t *next_victim(ecs_objstore_t *os, ecs_obj_t **cur, uint64_t *now, int *pinned_too) {
+  if (!*pinned_too && !os->kept)
+    *pinned_too = 1;
+  if (!*pinned_too && !*now)
+    *now = now_ms();
+  ecs_obj_t *v = first_evictable(*cur, *now, *pinned_too);
+  if (!v && !*pinned_too) {
+    *pinned_too = 1;
+    v = first_evictable(os->head, *now, 1);
+  }
+  if (v)
+    *cur = v->fnext;
+  return v;
+}
+
+/* Evicts oldest-first (soft-pinned objects last) until the pool can serve
+ * nbytes and the index has room for one more object.  The count matters
+ * for zero-byte objects, which hold no block: bounded by bytes alone, a
+ * flood of them grew the index (host memory) without end and was never
+ * evicted.  The scan resumes after the last victim instead of at the
+ * head: the referenced objects it skipped cannot be released meanwhile
+ * (one thread, and the callback must not call back), so one reserve costs
+ * O(skipped + evicted), twice that when it reaches the soft-pinned. */
 static int make_room(ecs_objstore_t *os, uint64_t nbytes) {
   ecs_obj_t *cur = os->head;
+  uint64_t now = 0;
+  int pinned_too = 0;
   while (os->nkeys >= os->max_objects || (nbytes && !ecs_pool_can_fit(os->pool, nbytes))) {
-    ecs_obj_t *victim = first_unreferenced(cur);
+    ecs_obj_t *victim = next_victim(os, &cur, &now, &pinned_too);
     if (!victim)
       return ECS_ENOSPC;
-    cur = victim->fnext;
     drop(os, victim, ECS_DROP_EVICTED);
   }
   return ECS_OK;
@@ -400,6 +425,8 @@ void ecs_objstore_commit(ecs_objstore_t *os, ecs_obj_t *obj) {
   obj->seq = os->next_seq++;
   if (!obj->commit_ms) /* a caller may stamp a whole batch with one time */
     obj->commit_ms = now_ms();
+  if (obj->keep_until_ms)
+    os->kept++;
   obj->refs--;
   fifo_append(os, obj);
   if (os->bg_stalled && obj->refs == 0)
@@ -459,10 +486,12 @@ unsigned ecs_objstore_evict_background(ecs_objstore_t *os, unsigned max_objects)
     return 0;
   unsigned n = 0;
   ecs_obj_t *cur = os->head;
+  uint64_t now = 0;
+  int pinned_too = 0;
   while (in_use > os->low_bytes) {
     if (n == max_objects)
       return n; /* budget spent; stay active for the next call */
-    ecs_obj_t *victim = first_unreferenced(cur);
+    ecs_obj_t *victim = next_victim(os, &cur, &now, &pinned_too);
     if (!victim) {
       /* The rest is referenced, or still being written (PENDING objects
        * are not in the FIFO yet).  Stop, and go on once a commit or a last
@@ -472,7 +501,6 @@ unsigned ecs_objstore_evict_background(ecs_objstore_t *os, unsigned max_objects)
       os->bg_stalled = 1;
       return n;
     }
-    cur = victim->fnext;
     in_use -= drop(os, victim, ECS_DROP_EVICTED);
     n++;
   }

@@ -55,6 +55,8 @@ typedef struct ecs_obj {
   uint64_t checksum;        /* xxh3-64 of the stored bytes */
   uint64_t seq;             /* commit order (0 while pending) */
   uint64_t commit_ms;       /* wall-clock ms at commit */
+  uint64_t keep_until_ms;   /* soft pin: evicted only after every unpinned object, until
+                               this wall-clock ms (0: none); set before commit */
   ecs_tensor_desc_t desc;   /* dtype and shape */
   /* Internal links (hash chain, FIFO list); not for callers. */
   struct ecs_obj *hnext;

@@ -51,6 +51,7 @@ void ecs_server_opts_init(ecs_server_opts_t *o) {
   o->max_preauth_conns = 64;
   o->auth_fail_delay_ms = 1000;
   o->max_pins = 4096;
+  o->soft_pin_ttl_ms = 1800000;
   snprintf(o->rdma, sizeof o->rdma, "auto");
 }
 

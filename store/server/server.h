@@ -60,6 +60,7 @@ typedef struct ecs_server_opts {
   uint32_t max_pins;           /* leases + reservations one connection may hold (4096) */
   uint64_t max_pinned_bytes;   /* bytes one connection may hold pinned (0: 3/4 of the pool) */
   uint64_t max_objects;        /* objects held, empty ones included (0: pool size / min block) */
+  uint64_t soft_pin_ttl_ms;    /* how long a put's soft pin keeps its object from eviction (1800000) */
   int scrub_freed;             /* zero an object's pool bytes when it is freed */
   int unprotected;             /* allow a non-loopback listen address without an auth token */
   const struct ecs__acl *acl;  /* --acl-file: rights per token and namespace (store/server/acl.h), owned

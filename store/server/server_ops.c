@@ -403,6 +403,8 @@ void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
     o->checksum = sum;
     o->desc = sl->item.desc;
     o->commit_ms = now;
+    o->keep_until_ms =
+        (sl->item.flags & ECS_PUT_F_SOFT_PIN) && s->o.soft_pin_ttl_ms ? now + s->o.soft_pin_ttl_ms : 0;
     ecs_objstore_commit(s->os, o);
     s->puts++;
     sl->status = ecs__pub_record(s, w, (uint32_t)i, o);
@@ -632,6 +634,10 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
           o->codec = it.codec;
           o->raw_nbytes = it.raw_nbytes;
           o->desc = it.desc;
+          /* COMMIT carries no flags: a soft pin is set here, from the reserve */
+          o->keep_until_ms = (it.flags & ECS_PUT_F_SOFT_PIN) && s->o.soft_pin_ttl_ms
+                                 ? ecs_wall_ms() + s->o.soft_pin_ttl_ms
+                                 : 0;
           rr.off = o->off;
           rr.resv_id = ecs__pin_add(c, o, PIN_RESV, dl);
           int wrc = rr.resv_id ? ecs__pin_window(s, c, rr.resv_id, PIN_RESV, &rr.rkey) : ECS_ENOMEM;

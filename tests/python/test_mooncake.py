@@ -212,8 +212,7 @@ def test_put_batch_get_batch(mc, key):
     assert s.get_batch([a, b, miss]) == [b"1", b"22", b""]
     assert s.put_batch([a, b], [b"1"]) == -600
     assert s.put_batch([], []) == 0
-    # DIFF: Mooncake answers an empty get_batch with one empty value.
-    assert s.get_batch([]) == ([b""] if mc.mooncake else [])
+    assert s.get_batch([]) == [b""]  # Mooncake's answer to an empty list: one empty value
 
 
 def test_put_from_get_into_keywords_small_buffers_and_lengths(mc, key):
@@ -232,10 +231,11 @@ def test_put_from_get_into_keywords_small_buffers_and_lengths(mc, key):
     assert s.batch_get_into([k, k2], [dp, dp], [64]) == [-600, -600]
     assert s.batch_put_from([], [], []) == []
     assert s.batch_get_into([], [], []) == []
-    # DIFF: Mooncake's put_from of 0 bytes reports success and stores nothing
-    # (its batch_put_from refuses 0 bytes); ecstore refuses both.
+    # a put_from of 0 bytes reports success and stores nothing (Mooncake's
+    # answer); its batch form refuses 0 bytes
     z = key("zero")
-    assert s.put_from(z, sp, 0) == (0 if mc.mooncake else -600)
+    assert s.put_from(z, sp, 0) == 0
+    assert s.upsert_from(z, sp, 0) == 0
     assert s.batch_put_from([z], [sp], [0]) == [-600]
     assert s.is_exist(z) == 0
 
@@ -343,14 +343,236 @@ def test_replicate_config(mc, key):
     two.replica_num = 2
     pin = mc.mod.ReplicateConfig()
     pin.soft_pin_action = mc.mod.SoftPinAction.ENABLE
-    # DIFF: with one segment Mooncake stores a single copy and reports
-    # success; a soft pin is honoured by Mooncake.  ecstore can do neither and
-    # says so: INVALID_PARAMS, nothing stored.
-    want = 0 if mc.mooncake else -600
+    pin.soft_pin_ttl_ms = 60000
+    # One server (one segment): replica_num 2 stores the one copy there
+    # and succeeds; a soft pin is taken (docs/mooncake.md: how ecstore
+    # keeps it).
     k2, kp = key(), key()
-    assert s.put(k2, b"abc", two) == want
-    assert s.put(kp, b"abc", config=pin) == want
-    assert s.is_exist(k2) == (1 if mc.mooncake else 0)
+    assert s.put(k2, b"abc", two) == 0 and s.get(k2) == b"abc"
+    assert s.put(kp, b"abc", config=pin) == 0 and s.get(kp) == b"abc"
+    assert s.batch_put_from([key()], [buf(4)[1]], [4], two) == [0]
+
+
+# ---- Mooncake's error semantics (issue 25: the cases a differential fuzz found) ----
+
+
+def test_wrong_argument_types_raise_typeerror(mc, key):
+    """A key that is not a str (None, an int), a negative size or pointer:
+    TypeError from every call, as pybind11 raises in Mooncake; nothing is
+    stored.  bytes keys are taken (pybind11 converts them)."""
+    s, k = mc.store, key()
+    a, p = buf(16)
+    calls = [
+        lambda: s.put(None, b"x"), lambda: s.put(1, b"x"), lambda: s.get(None), lambda: s.get(1),
+        lambda: s.get_size(1), lambda: s.is_exist(None), lambda: s.remove(None), lambda: s.upsert(None, b"x"),
+        lambda: s.put_from(None, p, 4), lambda: s.get_into(1, p, 4), lambda: s.get_into(k, p, -1),
+        lambda: s.put_from(k, p, -1), lambda: s.put_from(k, -1, 4), lambda: s.upsert_from(k, p, -4),
+        lambda: s.batch_put_from([None], [p], [4]), lambda: s.batch_get_into([1], [p], [4]),
+        lambda: s.batch_get_into([k], [p], [-1]), lambda: s.batch_is_exist([None]), lambda: s.get_batch([None]),
+        lambda: s.put_batch([None], [b"x"]), lambda: s.batch_remove([3]), lambda: s.get_buffer(None),
+        lambda: s.batch_upsert_from([k, None], [p, p], [4, 4]),
+    ]
+    for i, call in enumerate(calls):
+        with pytest.raises(TypeError):
+            call()
+            pytest.fail("call %d did not raise" % i)
+    assert s.is_exist(k) == 0
+    assert s.put(k.encode(), b"bytes key") == 0 and s.get(k) == b"bytes key"
+
+
+def test_batches_are_all_or_nothing(mc, key):
+    """put_batch / upsert_batch with an empty value store no item (-600);
+    a bad key ("") fails alone, as Mooncake's."""
+    s = mc.store
+    a, b = key(), key()
+    assert s.put_batch([a, b], [b"a", b""]) == -600
+    assert s.batch_is_exist([a, b]) == [0, 0]
+    assert s.upsert_batch([a, b], [b"a", b""]) == -600
+    assert s.batch_is_exist([a, b]) == [0, 0]
+    assert s.put_batch([a, ""], [b"a", b"b"]) == -600
+    assert s.is_exist(a) == 1
+
+
+def test_empty_parts_and_zero_sizes(mc, key):
+    s, k = mc.store, key()
+    assert s.put_parts(k) == 0 and s.upsert_parts(k) == 0  # no parts: 0, nothing stored
+    a, p = buf(8)
+    assert s.upsert_from(k, p, 0) == 0
+    assert s.is_exist(k) == 0
+
+
+def test_duplicate_keys_in_one_batch(mc, key):
+    """A key given twice in one batch: 0 for both, one object stored:
+    batch_put_from / batch_upsert_from keep the last, put_batch /
+    upsert_batch the first (what Mooncake keeps)."""
+    s = mc.store
+    src = np.arange(16, dtype=np.uint8)
+    p = src.ctypes.data
+    k1, k2, k3, k4 = key(), key(), key(), key()
+    assert s.batch_put_from([k1, k1], [p, p + 8], [4, 4]) == [0, 0]
+    assert s.get(k1) == bytes([8, 9, 10, 11])
+    assert s.batch_upsert_from([k2, k2], [p, p + 8], [4, 4]) == [0, 0]
+    assert s.get(k2) == bytes([8, 9, 10, 11])
+    assert s.put_batch([k3, k3], [b"ab", b"cd"]) == 0
+    assert s.get(k3) == b"ab"
+    assert s.upsert_batch([k4, k4], [b"ab", b"cd"]) == 0
+    assert s.get(k4) == b"ab"
+
+
+def test_empty_key(mc):
+    """"" names no object: reads miss (-704), writes are -600."""
+    s = mc.store
+    a, p = buf(8)
+    assert s.get_size("") == -704 and s.get("") == b"" and s.is_exist("") == 0
+    assert s.remove("") == -704 and s.get_into("", p, 8) == -704
+    assert s.batch_get_into(["", ""], [p, p], [8, 8]) == [-704, -704]
+    assert s.put("", b"x") == -600 and s.upsert("", b"x") == -600 and s.put_from("", p, 4) == -600
+    assert s.batch_put_from([""], [p], [4]) == [-600]
+    assert s.put_tensor("", torch.zeros(2)) == -600 and s.get_tensor("") is None
+
+
+def test_tensor_keys_through_byte_calls(mc, key):
+    """A tensor key read with the byte calls is Mooncake's [304-byte
+    metadata][data]: get_size counts the metadata, get and get_into give
+    it; get_tensor of plain bytes is None unless they are such a buffer."""
+    s = mc.store
+    k, ku8, kb, kh = key(), key(), key(), key()
+    t = torch.arange(4, dtype=torch.float32)
+    assert s.put_tensor(k, t) == 0
+    assert s.get_size(k) == HDR + 16
+    raw = s.get(k)
+    assert len(raw) == HDR + 16 and raw[HDR:] == t.numpy().tobytes()
+    assert struct.unpack_from("<I", raw)[0] == 0x4D4F4F4E
+    small, sp = buf(64)
+    assert s.get_into(k, sp, 64) == -600
+    big, bp = buf(400)
+    assert s.get_into(k, bp, 400) == HDR + 16 and bytes(big[:HDR + 16]) == raw
+    assert s.batch_get_into([k], [bp], [400]) == [HDR + 16]
+    h = s.get_buffer(k)
+    assert h.size() == HDR + 16 and bytes(memoryview(h)) == raw
+    assert s.put_tensor(ku8, torch.arange(4, dtype=torch.uint8)) == 0  # a 1-D uint8 tensor too
+    assert s.get_size(ku8) == HDR + 4
+    assert _same(s.get_tensor(ku8), torch.arange(4, dtype=torch.uint8))
+    assert s.put(kb, b"hello") == 0
+    assert s.get_tensor(kb) is None and s.batch_get_tensor([kb]) == [None]
+    assert s.put_from(kh, bp, HDR + 16) == 0  # bytes that are a tensor buffer
+    assert _same(s.get_tensor(kh), t)
+    st = torch.zeros(HDR + 64, dtype=torch.uint8)
+    assert _same(s.get_tensor_into(kh, st.data_ptr(), st.numel()), t)
+
+
+def test_get_hostname_names_a_port(mc):
+    """Without a port in local_hostname, get_hostname() adds the one this
+    client holds (12300..14300, as Mooncake's transfer engine); with one,
+    it is kept."""
+    s = mc.mod.MooncakeDistributedStore()
+    assert s.setup(*mc.env.args, **mc.env.kwargs) == 0
+    host, _, port = s.get_hostname().rpartition(":")
+    assert host == "127.0.0.1" and 12300 <= int(port) <= 14300
+    s2 = mc.mod.MooncakeDistributedStore()
+    assert s2.setup(*mc.env.args, **mc.env.kwargs) == 0
+    assert s2.get_hostname() != s.get_hostname()  # two clients, two names
+    assert s2.close() == 0 and s.close() == 0
+    p = free_port()
+    s3 = mc.mod.MooncakeDistributedStore()
+    assert s3.setup("127.0.0.1:%d" % p, *mc.env.args[1:], **mc.env.kwargs) == 0
+    assert s3.get_hostname() == "127.0.0.1:%d" % p
+    assert s3.close() == 0
+
+
+def test_setup_config_dict_sizes(mc, key):
+    """setup(config) takes Mooncake's size strings ("16MB", "16 MB", "1.5GB",
+    "2 G", "512K"); "50%" or "16MiB" fail with -600, as a dict lacking a
+    required key does."""
+    for seg, buf_size in (("16MB", "16 MB"), ("0.0625GB", "2 M"), (16 << 20, "512K")):
+        s = mc.mod.MooncakeDistributedStore()
+        assert s.setup(dict(mc.env.config, global_segment_size=seg, local_buffer_size=buf_size)) == 0, seg
+        k = key()
+        assert s.put(k, b"sized") == 0 and s.get(k) == b"sized"
+        assert s.close() == 0
+    for seg in ("50%", "16MiB", -1):
+        s = mc.mod.MooncakeDistributedStore()
+        assert s.setup(dict(mc.env.config, global_segment_size=seg)) == -600, seg
+        s.close()
+    s = mc.mod.MooncakeDistributedStore()
+    assert s.setup({"local_hostname": "127.0.0.1"}) == -600
+
+
+def test_zero_local_buffer(mc, key):
+    """local_buffer_size 0: the calls that stage a Python value through
+    the local buffer fail (put -600, get b"", put_tensor -200, ...); the
+    zero-copy calls work."""
+    s = mc.mod.MooncakeDistributedStore()
+    args = list(mc.env.args)
+    args[3] = 0
+    assert s.setup(*args, **mc.env.kwargs) == 0
+    k, there = key(), key()
+    assert mc.store.put(there, b"hello") == 0
+    assert s.put(k, b"abc") == -600 and s.is_exist(k) == 0
+    assert s.put_batch([k], [b"x"]) == -600 and s.upsert(k, b"x") == -600 and s.put_parts(k, b"x") == -600
+    assert s.get(there) == b"" and s.get_batch([there]) == [b""] and s.get_buffer(there) is None
+    assert s.get_size(there) == 5
+    a, p = buf(64, 5)
+    assert s.put_from(k, p, 8) == 0 and s.is_exist(k) == 1
+    assert s.get_into(there, p + 16, 16) == 5 and bytes(a[16:21]) == b"hello"
+    assert s.batch_get_into([there], [p + 32], [16]) == [5]
+    # Mooncake: -200 when the master places the tensor in another client's
+    # segment (it is staged through the local buffer), 0 when in this
+    # client's own; ecstore's pool is never the client's: -200
+    assert s.put_tensor(key(), torch.zeros(3)) in ((-200, 0) if mc.mooncake else (-200,))
+    kt = key()
+    assert mc.store.put_tensor(kt, torch.ones(3)) == 0
+    assert s.get_tensor(kt) is None
+    assert s.close() == 0
+
+
+def test_replicate_config_types(mc, key):
+    """ReplicateConfig's fields check their types as Mooncake's binding:
+    a negative count or TTL, or a wrong type, raises TypeError; an unknown
+    attribute AttributeError; replica_num 0 makes a put fail (-600)."""
+    rc = mc.mod.ReplicateConfig()
+    for field, bad in (("soft_pin_ttl_ms", -1), ("replica_num", -1), ("replica_num", "2"),
+                       ("with_hard_pin", "yes"), ("preferred_segment", 3), ("soft_pin_action", 1)):
+        with pytest.raises(TypeError):
+            setattr(rc, field, bad)
+    with pytest.raises(AttributeError):
+        rc.with_soft_pin = True
+    rc.soft_pin_ttl_ms = 1000
+    rc.replica_num = 3
+    rc.preferred_segments = ["a:1", "b:2"]
+    assert rc.soft_pin_ttl_ms == 1000 and rc.preferred_segments == ["a:1", "b:2"]
+    assert "replica_num: 3" in str(rc) and "soft_pin_ttl_ms: 1000" in str(rc)
+    zero = mc.mod.ReplicateConfig()
+    zero.replica_num = 0
+    k = key()
+    assert mc.store.put(k, b"x", zero) == -600 and mc.store.is_exist(k) == 0
+
+
+def test_replicas_and_preferred_segment_outlive_their_writer(mc, key):
+    """A second client puts with replica_num 2, and with a preferred segment
+    naming the first client, then closes: both objects are still read (on
+    Mooncake from the copy or the segment of a client still up; on ecstore
+    from the server, which no client owns).  Soft pins are taken; a hard pin
+    is refused on ecstore (DIFF: it cannot promise never to evict)."""
+    w = mc.new()
+    rc = mc.mod.ReplicateConfig()
+    rc.replica_num = 2
+    pref = mc.mod.ReplicateConfig()
+    pref.preferred_segment = mc.store.get_hostname()
+    soft = mc.mod.ReplicateConfig()
+    soft.soft_pin_action = mc.mod.SoftPinAction.ENABLE
+    soft.soft_pin_ttl_ms = 5000
+    hard = mc.mod.ReplicateConfig()
+    hard.with_hard_pin = True
+    kr, kp, ks, kh = key(), key(), key(), key()
+    assert w.put(kr, b"two copies", rc) == 0
+    assert w.put(kp, b"on the first client's segment", pref) == 0
+    assert w.put(ks, b"soft", soft) == 0
+    assert w.put(kh, b"hard", hard) == (0 if mc.mooncake else -600)
+    assert w.close() == 0
+    time.sleep(0.2)
+    assert mc.store.get(kr) == b"two copies"
+    assert mc.store.get(kp) == b"on the first client's segment"
 
 
 def test_long_key(mc, key):
@@ -474,6 +696,44 @@ def test_tensor_errors_and_shapes(mc, key):
     # DIFF: Mooncake gives a 0-d tensor back as shape (1,); ecstore keeps ().
     got = s.get_tensor(sc)
     assert got.item() == 3.5 and tuple(got.shape) == ((1,) if mc.mooncake else ())
+
+
+def test_tensor_with_tp(mc, key):
+    """Tensor parallelism as Mooncake's *_with_tp: tp_size equal parts
+    along split_dim under "{key}_tp_{r}", read back per rank; an uneven
+    split is -600; tp_size 1 is the key itself; a rank past tp_size None."""
+    s, k = mc.store, key()
+    t = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    assert s.put_tensor_with_tp(k, t, tp_size=2, split_dim=0) == 0
+    assert s.batch_is_exist([k, k + "_tp_0", k + "_tp_1", k + "_tp_2"]) == [0, 1, 1, 0]
+    for r in range(2):
+        assert _same(s.get_tensor_with_tp(k, tp_rank=r, tp_size=2), t[2 * r:2 * r + 2])
+        assert _same(s.get_tensor(k + "_tp_%d" % r), t[2 * r:2 * r + 2])
+    assert s.get_size(k + "_tp_1") == HDR + 48
+    assert s.get_tensor_with_tp(k, tp_rank=2, tp_size=2) is None
+    k3 = key()
+    assert s.put_tensor_with_tp(k3, t, tp_size=3, split_dim=1) == 0
+    assert _same(s.get_tensor_with_tp(k3, 2, 3), t[:, 4:6].contiguous())
+    assert s.put_tensor_with_tp(key(), t, tp_size=5) == -600  # 4 rows do not split into 5
+    assert s.put_tensor_with_tp(key(), t, tp_size=2, split_dim=2) == -600
+    one = key()
+    assert s.put_tensor_with_tp(one, t, tp_size=1) == 0 and _same(s.get_tensor(one), t)
+    assert _same(s.get_tensor_with_tp(one, 0, 1), t)
+    z = key()
+    assert s.put_tensor_with_tp(z, torch.empty((2, 0, 3)), tp_size=2) == 0
+    assert tuple(s.get_tensor_with_tp(z, 1, 2).shape) == (1, 0, 3)
+    b1, b2 = key(), key()
+    assert s.batch_put_tensor_with_tp([b1, b2], [t, t * 2], tp_size=2) == [0, 0]
+    got = s.batch_get_tensor_with_tp([b1, b2, key("miss")], tp_rank=1, tp_size=2)
+    assert _same(got[0], t[2:]) and _same(got[1], t[2:] * 2) and got[2] is None
+    st = torch.zeros(1024, dtype=torch.uint8)
+    g = s.get_tensor_with_tp_into(k, st.data_ptr(), 1024, tp_rank=1, tp_size=2)
+    assert _same(g, t[2:]) and g.data_ptr() == st.data_ptr() + HDR
+    # a buffer get_tensor_with_tp_into wrote (a part's metadata) is split again
+    f = key()
+    assert s.put_tensor_with_tp_from(f, st.data_ptr(), HDR + 48, tp_size=2) == 0
+    assert _same(s.get_tensor_with_tp(f, 1, 2), t[3:4])
+    assert s.batch_get_tensor_with_tp_into([f], [st.data_ptr()], [1024], tp_rank=0, tp_size=2)[0] is not None
 
 
 def test_tensor_metadata_layout_is_mooncakes(mooncake_env, ecstore_env, request):
@@ -614,6 +874,28 @@ def test_lmcache_call_shapes(mc, key):
     time.sleep(0.6)  # Mooncake's 500 ms read lease
     assert s.remove(k) == 0
     assert s.is_exist(k) == 0
+    assert s.close() == 0
+
+
+def test_lmcache_prefer_local_alloc_call_shapes(mc, key):
+    """LMCache with mooncake_prefer_local_alloc: its ReplicateConfig names
+    this client (preferred_segment = get_hostname()) and every put_from
+    carries it; the puts must store (issue 25: they returned -600)."""
+    s = mc.new()
+    rc = mc.mod.ReplicateConfig()
+    rc.replica_num = 1
+    rc.preferred_segment = s.get_hostname()
+    chunk = torch.randint(0, 255, (1 << 16,), dtype=torch.uint8)
+    out = torch.zeros_like(chunk)
+    assert s.register_buffer(chunk.data_ptr(), chunk.numel()) == 0
+    assert s.register_buffer(out.data_ptr(), out.numel()) == 0
+    k, k2, k3 = key(), key(), key()
+    assert s.put_from(k, chunk.data_ptr(), chunk.numel(), rc) == 0
+    assert s.batch_put_from([k2, k3], [chunk.data_ptr(), chunk.data_ptr() + 4096], [4096, 4096], rc) == [0, 0]
+    assert s.batch_is_exist([k, k2, k3]) == [1, 1, 1]
+    assert s.get_into(k, out.data_ptr(), out.numel()) == chunk.numel() and torch.equal(out, chunk)
+    assert mc.store.get(k3) == bytes(chunk[4096:8192].numpy())  # another client reads it too
+    assert s.unregister_buffer(chunk.data_ptr()) == 0 and s.unregister_buffer(out.data_ptr()) == 0
     assert s.close() == 0
 
 

@@ -38,6 +38,7 @@ def test_pip_install_then_vllm_loads_it_by_module_path(tmp_path):
     target = _install(tmp_path)
     code = (
         "import ecstore, ecstore.vllm\n"
+        "import ecstore.mooncake.store, ecstore.mooncake.structured_object_store\n"  # the subpackage is installed
         "from vllm.config import ECTransferConfig\n"
         "from vllm.distributed.ec_transfer.ec_connector.factory import ECConnectorFactory\n"
         "tc = ECTransferConfig(ec_connector='ECStoreConnector', ec_connector_module_path='ecstore.vllm',"

@@ -247,6 +247,7 @@ _OPTIONAL_PROTOS = {
     "ecs_unregister_buffer": (ctypes.c_int, [_P, ctypes.c_void_p]),
     "ecs_upsert_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), ctypes.POINTER(Tensor), _S, c_int_p]),
     "ecs_client_put_copies": (None, [_P, ctypes.POINTER(_S), ctypes.POINTER(_S)]),
+    "ecs_client_set_soft_pin": (ctypes.c_int, [_P, ctypes.c_int]),
     # the pinned pool (include/ecstore/pool.h), for ecstore.pinned
     "ecs_pool_opts_init": (None, [ctypes.POINTER(PoolOpts)]),
     "ecs_pool_create": (ctypes.c_int, [ctypes.POINTER(PoolOpts), ctypes.POINTER(_P)]),

@@ -10,6 +10,7 @@ import enum
 import functools
 import logging
 import os
+import re
 import socket
 import struct
 import urllib.parse
@@ -96,52 +97,145 @@ class ObjectDataType(enum.IntEnum):
     GENERAL = 9
 
 
+class _Field:
+    """A ReplicateConfig attribute whose setter checks the type as
+    Mooncake's pybind11 property does (a wrong type, or a negative count
+    where Mooncake's field is unsigned, raises TypeError)."""
+
+    def __init__(self, name, check, default):
+        self.name, self.check, self.default = "_" + name, check, default
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        v = getattr(obj, self.name, self.default)
+        return list(v) if isinstance(v, list) else v
+
+    def __set__(self, obj, value):
+        object.__setattr__(obj, self.name, self.check(self.name[1:], value))
+
+
+def _uint(name, v):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v >= 1 << 64:
+        raise TypeError("ReplicateConfig.%s: incompatible value %r (an unsigned int)" % (name, v))
+    return v
+
+
+def _opt_uint(name, v):
+    return None if v is None else _uint(name, v)
+
+
+def _boolean(name, v):
+    if not isinstance(v, bool):
+        raise TypeError("ReplicateConfig.%s: incompatible value %r (a bool)" % (name, v))
+    return v
+
+
+def _text(name, v):
+    if not isinstance(v, str):
+        raise TypeError("ReplicateConfig.%s: incompatible value %r (a str)" % (name, v))
+    return v
+
+
+def _texts(name, v):
+    if isinstance(v, (str, bytes)) or not all(isinstance(x, str) for x in v):
+        raise TypeError("ReplicateConfig.%s: incompatible value %r (a list of str)" % (name, v))
+    return list(v)
+
+
+def _enum(cls):
+    def check(name, v):
+        if isinstance(v, cls):
+            return v
+        raise TypeError("ReplicateConfig.%s: incompatible value %r (a %s)" % (name, v, cls.__name__))
+
+    return check
+
+
+def _ints(name, v):
+    if isinstance(v, (str, bytes)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise TypeError("ReplicateConfig.%s: incompatible value %r (a list of int)" % (name, v))
+    return list(v)
+
+
 class ReplicateConfig:
-    """Mooncake's placement options, with its field names and defaults.
-    ecstore keeps one copy, on the server the key hashes to: a config asking
-    for more (replica_num > 1, other-tier replicas, soft or hard pins,
-    preferred segments or same-node placement) makes the call return
-    INVALID_PARAMS rather than succeed without honouring it.  data_type is a
-    label and is accepted."""
+    """Mooncake's placement options, with its field names, defaults and type
+    checks (a wrong type raises TypeError, as Mooncake's binding does; an
+    unknown attribute raises AttributeError).  How each is honoured on
+    ecstore is in docs/mooncake.md ("ReplicateConfig")."""
 
-    def __init__(self):
-        self.replica_num = 1
-        self.nof_replica_num = 0
-        self.dfs_replica_num = 0
-        self.soft_pin_action = SoftPinAction.PRESERVE
-        self.soft_pin_ttl_ms = None
-        self.with_hard_pin = False
-        self.preferred_segment = ""
-        self.preferred_segments = []
-        self.preferred_nof_segments = []
-        self.prefer_alloc_in_same_node = False
-        self.data_type = ObjectDataType.UNKNOWN
-        self.group_ids = []
+    __slots__ = ("_replica_num", "_nof_replica_num", "_dfs_replica_num", "_soft_pin_action", "_soft_pin_ttl_ms",
+                 "_with_hard_pin", "_preferred_segment", "_preferred_segments", "_preferred_nof_segments",
+                 "_prefer_alloc_in_same_node", "_data_type", "_group_ids")
 
-    def __repr__(self):
-        return "ReplicateConfig(replica_num=%r, soft_pin_action=%r, with_hard_pin=%r)" % (
-            self.replica_num, self.soft_pin_action, self.with_hard_pin)
+    replica_num = _Field("replica_num", _uint, 1)
+    nof_replica_num = _Field("nof_replica_num", _uint, 0)
+    dfs_replica_num = _Field("dfs_replica_num", _uint, 0)
+    soft_pin_action = _Field("soft_pin_action", _enum(SoftPinAction), SoftPinAction.PRESERVE)
+    soft_pin_ttl_ms = _Field("soft_pin_ttl_ms", _opt_uint, None)
+    with_hard_pin = _Field("with_hard_pin", _boolean, False)
+    preferred_segment = _Field("preferred_segment", _text, "")
+    preferred_segments = _Field("preferred_segments", _texts, [])
+    preferred_nof_segments = _Field("preferred_nof_segments", _texts, [])
+    prefer_alloc_in_same_node = _Field("prefer_alloc_in_same_node", _boolean, False)
+    data_type = _Field("data_type", _enum(ObjectDataType), ObjectDataType.UNKNOWN)
+    group_ids = _Field("group_ids", _ints, [])
+
+    def __str__(self):
+        ttl = "default" if self.soft_pin_ttl_ms is None else str(self.soft_pin_ttl_ms)
+        segs = list(self.preferred_segments) or ([self.preferred_segment] if self.preferred_segment else [])
+        return ("ReplicateConfig: { replica_num: %d, nof_replica_num: %d, dfs_replica_num: %d, soft_pin_action: %s, "
+                "soft_pin_ttl_ms: %s, with_hard_pin: %d, preferred_segments: [%s], preferred_nof_segments: [%s], "
+                "prefer_alloc_in_same_node: %d, data_type: %s }"
+                % (self.replica_num, self.nof_replica_num, self.dfs_replica_num, self.soft_pin_action.name, ttl,
+                   self.with_hard_pin, ", ".join(segs), ", ".join(self.preferred_nof_segments),
+                   self.prefer_alloc_in_same_node, self.data_type.name))
+
+    __repr__ = __str__
 
 
 def _config_refusal(config):
     """Why ecstore cannot honour config (a ReplicateConfig of ours or of
-    Mooncake's), or None."""
+    Mooncake's), or None.  replica_num, preferred segments and pins are
+    honoured by the store class (docs/mooncake.md); what is left here is
+    what no ecstore deployment has: replicas on other tiers."""
     if config is None:
         return None
     g = functools.partial(getattr, config)
-    if g("replica_num", 1) != 1:
-        return "replica_num=%r: ecstore keeps one copy of an object" % g("replica_num", 1)
+    if g("replica_num", 1) == 0:
+        return "replica_num=0: no copy to store"
     if g("nof_replica_num", 0) or g("dfs_replica_num", 0):
-        return "replicas on other tiers (nof/dfs) are not supported"
-    if int(g("soft_pin_action", 0)) == int(SoftPinAction.ENABLE) or g("soft_pin_ttl_ms", None):
-        return "soft pins are not supported (objects leave in FIFO order)"
+        return "replicas on other tiers (nof/dfs) are not supported: ecstore keeps objects in server memory"
+    if g("preferred_nof_segments", []):
+        return "preferred_nof_segments: ecstore has no NoF tier"
     if g("with_hard_pin", False):
-        return "hard pins are not supported (objects leave in FIFO order)"
-    if g("preferred_segment", "") or g("preferred_segments", []) or g("preferred_nof_segments", []):
-        return "preferred segments are not supported (keys are placed by hashing over the servers)"
-    if g("prefer_alloc_in_same_node", False):
-        return "prefer_alloc_in_same_node is not supported (keys are placed by hashing over the servers)"
+        return ("with_hard_pin: ecstore's servers cannot exempt an object from eviction (a hard pin is a "
+                "guarantee; it is refused rather than not kept)")
     return None
+
+
+# ---- setup(config) sizes ----------------------------------------------------------
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kmgKMG]?)(?:[bB])?\s*$")
+_SIZE_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(v):
+    """A setup(config) size: an int >= 0, or a string as Mooncake's config
+    takes it ("16MB", "16 MB", "1.5GB", "2 G", "512K", "1024"); anything
+    else ("50%", "16MiB", negative, a bool or a float) raises ValueError."""
+    if isinstance(v, bool) or v is None:
+        raise ValueError("size %r: an integer or a string such as \"16MB\"" % (v,))
+    if isinstance(v, int):
+        if v < 0:
+            raise ValueError("size %r is negative" % v)
+        return v
+    if not isinstance(v, str):
+        raise ValueError("size %r: an integer or a string such as \"16MB\"" % (v,))
+    m = _SIZE_RE.match(v)
+    if not m or (not m.group(2) and v.strip()[-1:] in "bB"):
+        raise ValueError("size %r: a number with an optional K/KB, M/MB or G/GB unit" % v)
+    return int(float(m.group(1)) * _SIZE_UNIT[m.group(2).lower()])
 
 
 # ---- buffers ------------------------------------------------------------------
@@ -265,7 +359,9 @@ def _decode_header(ptr, size):
         raise ValueError("unknown Mooncake dtype %d" % mdt)
     if not 0 <= ndim <= _MAX_DIMS:
         raise ValueError("ndim %d out of 0..%d" % (ndim, _MAX_DIMS))
-    shape = struct.unpack_from("<8q", raw, 40)[:ndim]
+    # The second shape is the tensor's own (the first, for a part of a
+    # tensor-parallel split, is the whole tensor's; otherwise they agree).
+    shape = struct.unpack_from("<8q", raw, 104)[:ndim]
     if any(d < 0 for d in shape):
         raise ValueError("negative dimension in %r" % (shape,))
     code = _MC_DTYPES[mdt]

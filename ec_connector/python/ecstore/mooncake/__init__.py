@@ -29,14 +29,17 @@ meaning here (the pool is the server's) and are accepted.
 import ctypes
 import logging
 import os
+import random
 import re
+import socket
 
-from . import _lib
-from . import codes as _c
-from . import tensors as _t
-from .errors import EcstoreError
-from .store import Store, _keys
-from ._mooncake_base import (  # noqa: F401 - the public names are re-exported
+from .. import _lib
+from .. import codes as _c
+from ..errors import EcstoreError
+from ..store import Store, _keys
+from .._mooncake_place import Placement
+from .._mooncake_tensor import TensorCalls
+from .._mooncake_base import (  # noqa: F401 - the public names are re-exported
     BUFFER_OVERFLOW,
     INTERNAL_ERROR,
     INVALID_KEY,
@@ -59,16 +62,13 @@ from ._mooncake_base import (  # noqa: F401 - the public names are re-exported
     mooncake_code,
     _ECS_TO_MC,
     _HDR,
-    _MAX_DIMS,
     _Owned,
-    _TORCH_NAMES,
     _addr_of,
     _buffer_handle,
     _config_refusal,
-    _decode_header,
     _encode_header,
     _redis_scan,
-    _torch_view,
+    parse_size,
 )
 
 log = logging.getLogger("ecstore.mooncake")
@@ -91,7 +91,84 @@ _ECSTORE_KEYS = {"namespace", "auth_token", "timeout_ms", "connect_timeout_ms", 
 _PROTOCOLS = {"tcp": "tcp", "rdma": "rdma", "shm": "shm", "auto": "auto"}
 
 
-class MooncakeDistributedStore:
+# Statuses after which a list-placed get asks the holders Redis names.
+_ASK_HOLDERS = (_c.ENOTFOUND, _c.ECONN, _c.ENOTCONN)
+_MAX_KEY = 256  # ecstore's key limit (ECS_MAX_KEY)
+
+
+def _key_bytes(k):
+    return k.encode() if isinstance(k, str) else bytes(k)
+
+
+def _readable(k):
+    """Whether a key can name an ecstore object (1..256 bytes): others are
+    misses on the read side, as in Mooncake where nothing is stored under
+    them."""
+    return 0 < len(_key_bytes(k)) <= _MAX_KEY
+
+
+def _check_keys(what, keys):
+    """TypeError unless keys is a sequence of str/bytes (as pybind11's
+    List[str] argument)."""
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
+        raise TypeError("%s(): incompatible function arguments: keys are a list of str, not %s"
+                        % (what, type(keys).__name__))
+    for k in keys:
+        if not isinstance(k, (str, bytes)):
+            raise TypeError("%s(): incompatible function arguments: a key is a str, not %s" % (what, type(k).__name__))
+
+
+def _check_uints(what, *seqs):
+    """TypeError unless every value is an int >= 0 (Mooncake's pointers and
+    sizes are unsigned: a negative one does not convert)."""
+    for seq in seqs:
+        for v in seq:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v >= 1 << 64:
+                raise TypeError("%s(): incompatible function arguments: pointers and sizes are unsigned ints, "
+                                "not %r" % (what, v))
+
+
+def _is_tensor(desc):
+    """A tensor object (what Mooncake stores with its 304-byte metadata):
+    any description but ecstore's raw bytes (u8, one dimension)."""
+    return desc.dtype in _ECS_TO_MC and not (desc.dtype == _lib.DTYPE_U8 and desc.ndim == 1)
+
+
+def _shape(desc):
+    return tuple(desc.shape[: desc.ndim])
+
+
+def _soft_pinned(config):
+    """Whether a ReplicateConfig asks for a soft pin (Mooncake: ENABLE, or
+    a TTL given)."""
+    if config is None:
+        return False
+    return int(getattr(config, "soft_pin_action", 0)) == 1 or getattr(config, "soft_pin_ttl_ms", None) is not None
+
+
+def _gather(ptrs, sizes):
+    """(ptr, nbytes, keepalive) of the concatenation of the regions: the
+    region itself when there is one, else one copy into a fresh block (not
+    zeroed first: every byte is written)."""
+    regions = [(p, z) for p, z in zip(ptrs, sizes) if z]
+    if len(regions) == 1:
+        return regions[0][0], regions[0][1], None
+    import numpy as np
+
+    total = sum(z for _, z in regions)
+    block = np.empty(max(total, 1), np.uint8)
+    base, off = block.ctypes.data, 0
+    for p, z in regions:
+        ctypes.memmove(base + off, p, z)
+        off += z
+    return base, total, block
+
+
+class _BadConfig(ValueError):
+    """A setup(config) value Mooncake refuses with INVALID_PARAMS."""
+
+
+class MooncakeDistributedStore(TensorCalls):
     """``mooncake.store.MooncakeDistributedStore`` over ecstore (see the
     module doc and docs/mooncake.md)."""
 
@@ -102,6 +179,9 @@ class MooncakeDistributedStore:
         self._ns = "default"
         self._timeout_s = 10.0
         self._regions = {}  # register_buffer: start -> size (for get_into_ranges bounds)
+        self._place = None  # the extra clients ReplicateConfig asks for (_mooncake_place)
+        self._port_sock = None  # holds the port of get_hostname()
+        self._local_buffer = 0  # setup()'s local_buffer_size (0: the staging calls fail, as Mooncake's)
         self.last_error = ""  # why the last setup() failed
 
     # ---- life cycle ----------------------------------------------------------
@@ -118,6 +198,8 @@ class MooncakeDistributedStore:
             params = self._parse_setup(args, kwargs)
         except TypeError:
             raise
+        except _BadConfig as e:  # setup(config) with a bad value: Mooncake's -600
+            return self._setup_failed(str(e), INVALID_PARAMS)
         except ValueError as e:
             return self._setup_failed(str(e))
         if self._store is not None:
@@ -127,12 +209,36 @@ class MooncakeDistributedStore:
         except EcstoreError as e:
             self._store = None
             return self._setup_failed(str(e))
+        self._hostname = self._segment_name(self._hostname)
+        self._place = Placement(self._store, params, self._hostname)
         return 0
 
-    def _setup_failed(self, why):
+    def _setup_failed(self, why, code=INTERNAL_ERROR):
         self.last_error = why
         log.error("setup failed: %s", why)
-        return INTERNAL_ERROR
+        return code
+
+    def _segment_name(self, host):
+        """local_hostname as Mooncake names the client's segment: with a
+        port as given, else with a port of 12300..14300 held by a socket
+        bound here until close(), as Mooncake's transfer engine holds its
+        RPC port (so two clients on a host never share a name)."""
+        h, sep, port = host.rpartition(":")
+        if sep and port.isdigit() and (h.startswith("[") or ":" not in h):
+            return host
+        rng = random.Random()
+        for _ in range(200):
+            port = rng.randint(12300, 14300)
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            try:
+                sock.bind(("", port))
+            except OSError:
+                sock.close()
+                continue
+            self._port_sock = sock
+            return "%s:%d" % (host, port)
+        log.warning("setup: no free port in 12300..14300 to name this client; get_hostname() has none")
+        return host
 
     def _parse_setup(self, args, kwargs):
         if "device_name" in kwargs:  # the older name of rdma_devices
@@ -143,7 +249,13 @@ class MooncakeDistributedStore:
             cfg = dict(args[0] if args else kwargs["config"])
             for k in ("local_hostname", "metadata_server"):
                 if k not in cfg:
-                    raise ValueError("config dict lacks the required key %r" % k)
+                    raise _BadConfig("config dict lacks the required key %r" % k)
+            for k in ("global_segment_size", "local_buffer_size"):
+                if k in cfg:
+                    try:
+                        cfg[k] = parse_size(cfg[k])
+                    except ValueError as e:
+                        raise _BadConfig("%s: %s" % (k, e)) from None
             p = {"global_segment_size": 16 << 20, "local_buffer_size": 16 << 20, "protocol": "tcp",
                  "rdma_devices": "", "master_server_addr": ""}
             p.update(_SETUP_DEFAULTS)
@@ -178,7 +290,7 @@ class MooncakeDistributedStore:
         for k in ("global_segment_size", "local_buffer_size"):
             v = p[k]
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError("%s must be an integer >= 0, got %r" % (k, v))
+                raise TypeError("setup(): %s must be an unsigned int, got %r" % (k, v))
         if p.get("engine") is not None:
             raise ValueError("engine: ecstore cannot share a Mooncake TransferEngine")
         if p.get("enable_ssd_offload"):
@@ -197,9 +309,10 @@ class MooncakeDistributedStore:
         else:
             redis_url = meta if meta.startswith("redis://") else "redis://" + meta
         servers = p["master_server_addr"].strip() or os.environ.get("ECSTORE_SERVERS", "")
-        if not servers or servers.startswith("etcd://"):
-            raise ValueError("master_server_addr %r: give the ecstore servers as host:port[,host:port...]"
-                             % p["master_server_addr"])
+        if servers.startswith("etcd://") or (not servers and not redis_url):
+            raise ValueError("master_server_addr %r: give the ecstore servers as host:port[,host:port...], or a "
+                             "Redis metadata_server to find them in its registry" % p["master_server_addr"])
+        servers = servers or None  # none listed: the servers in Redis's registry (docs/multihost.md)
         ns = p.get("namespace")
         if ns is None:
             tenant = p.get("tenant_id", "default")
@@ -215,6 +328,7 @@ class MooncakeDistributedStore:
             if k in p:
                 cfg[k] = p[k]
         self._hostname = p["local_hostname"]
+        self._local_buffer = p["local_buffer_size"]
         self._redis_url = redis_url
         self._ns = ns
         self._timeout_s = cfg.get("timeout_ms", 10000) / 1000.0
@@ -228,14 +342,18 @@ class MooncakeDistributedStore:
     def close(self):
         """Closes the connections; returns 0.  setup() may be called again."""
         if self._store is not None:
+            self._place.close()
             self._store.close()
             self._store = None
+        if self._port_sock is not None:
+            self._port_sock.close()
+            self._port_sock = None
         self._regions = {}
         return 0
 
     def get_hostname(self):
-        """The local_hostname given to setup() (Mooncake appends its transfer
-        engine's port; ecstore has no such port)."""
+        """This client's name, host:port: local_hostname as given to setup(),
+        with the port held for it when it had none (as Mooncake's)."""
         return self._hostname
 
     def health_check(self):
@@ -265,9 +383,14 @@ class MooncakeDistributedStore:
             return [whole] * n
         return [mooncake_code(s) for s in st]
 
-    def _raw_put(self, what, keys, ptrs, sizes, config, upsert, descs=None):
-        """Puts (or upserts) n raw regions; returns Mooncake codes."""
+    def _raw_put(self, what, keys, ptrs, sizes, config, upsert, descs=None, keep="last"):
+        """Puts (or upserts) n raw regions; returns Mooncake codes.  A wrong
+        argument type raises TypeError (as Mooncake's binding does); a key
+        given twice is stored once (the occurrence Mooncake keeps: keep
+        "last" or "first") and every occurrence gets its result."""
         n = len(keys)
+        _check_keys(what, keys)
+        _check_uints(what, ptrs, sizes)
         if not self._live(what):
             return [INTERNAL_ERROR] * n
         if len(ptrs) != n or len(sizes) != n or (descs is not None and len(descs) != n):
@@ -280,55 +403,107 @@ class MooncakeDistributedStore:
         if n == 0:
             return []
         out = [None] * n
-        todo = []
-        for i in range(n):
-            if not isinstance(sizes[i], int) or not isinstance(ptrs[i], int):
-                raise TypeError("%s: pointers and sizes are ints" % what)
-            if (descs is None and sizes[i] <= 0) or sizes[i] < 0 or (sizes[i] > 0 and ptrs[i] <= 0):
+        todo, first = [], {}
+        order = range(n) if keep == "first" else range(n - 1, -1, -1)
+        for i in order:
+            k = _key_bytes(keys[i])
+            if k in first:  # a key given again in this batch: the kept one's result
+                continue
+            first[k] = i
+            if (descs is None and sizes[i] <= 0) or (sizes[i] > 0 and ptrs[i] <= 0):
                 log.error("%s: item %d: bad buffer (ptr %#x, size %d)", what, i, ptrs[i], sizes[i])
                 out[i] = INVALID_PARAMS
-            elif not isinstance(keys[i], (str, bytes)) or not keys[i]:
-                log.error("%s: item %d: a key is a non-empty str", what, i)
+            elif not k or len(k) > _MAX_KEY:
+                log.error("%s: item %d: a key is 1 to %d bytes, got %d", what, i, _MAX_KEY, len(k))
                 out[i] = INVALID_PARAMS
             else:
                 todo.append(i)
+        todo.sort()
         if todo:
-            m = len(todo)
-            karr = _keys([keys[i] for i in todo])
-            tarr = (_lib.Tensor * m)()
-            for j, i in enumerate(todo):
-                t = tarr[j]
-                t.data = ptrs[i] or ctypes.addressof(t)
-                t.nbytes = sizes[i]
-                if descs is None:
-                    t.desc.dtype, t.desc.ndim, t.desc.shape[0] = _lib.DTYPE_U8, 1, sizes[i]
-                else:
-                    code, shape = descs[i]
-                    t.desc.dtype, t.desc.ndim = code, len(shape)
-                    for d, v in enumerate(shape):
-                        t.desc.shape[d] = v
-            st = (ctypes.c_int * m)()
-            fn = getattr(self._store._lib, "ecs_upsert_batch", None) if upsert else self._store._lib.ecs_put_batch
-            if fn is None:
-                log.error("%s: this libecstore has no ecs_upsert_batch (older than upserts)", what)
-                for i in todo:
-                    out[i] = INVALID_PARAMS
-                return out
-            try:
-                rc, detail = self._store._call(fn, karr, tarr, m, st)
-            except EcstoreError as e:  # closed meanwhile
-                rc, detail = e.code, str(e)
-            for j, i in enumerate(todo):
-                s = st[j] if st[j] != 0 or rc == 0 else rc
-                if s:
-                    log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
-                out[i] = mooncake_code(s)
+            self._put_items(what, keys, ptrs, sizes, descs, todo, config, upsert, out)
+        for i in range(n):
+            if out[i] is None:
+                out[i] = out[first[_key_bytes(keys[i])]]
         return out
 
-    def _raw_get(self, what, keys, ptrs, sizes, quiet=()):
-        """Reads objects into caller buffers; returns Mooncake results and
-        the GetBuf array (for descriptions)."""
+    def _put_items(self, what, keys, ptrs, sizes, descs, todo, config, upsert, out):
+        m = len(todo)
+        karr = _keys([keys[i] for i in todo])
+        tarr = (_lib.Tensor * m)()
+        for j, i in enumerate(todo):
+            t = tarr[j]
+            t.data = ptrs[i] or ctypes.addressof(t)
+            t.nbytes = sizes[i]
+            if descs is None:
+                t.desc.dtype, t.desc.ndim, t.desc.shape[0] = _lib.DTYPE_U8, 1, sizes[i]
+            else:
+                code, shape = descs[i]
+                t.desc.dtype, t.desc.ndim = code, len(shape)
+                for d, v in enumerate(shape):
+                    t.desc.shape[d] = v
+        st = (ctypes.c_int * m)()
+        store = self._place.target(what, config)
+        fn = getattr(store._lib, "ecs_upsert_batch", None) if upsert else store._lib.ecs_put_batch
+        pin = getattr(store._lib, "ecs_client_set_soft_pin", None) if _soft_pinned(config) else None
+        if fn is None:
+            log.error("%s: this libecstore has no ecs_upsert_batch (older than upserts)", what)
+            for i in todo:
+                out[i] = INVALID_PARAMS
+            return
+        try:
+            if pin is not None:  # on this thread's handle, for this call only
+                store._call(pin, 1)
+            try:
+                rc, detail = store._call(fn, karr, tarr, m, st)
+            finally:
+                if pin is not None:
+                    store._call(pin, 0)
+        except EcstoreError as e:  # closed meanwhile
+            rc, detail = e.code, str(e)
+        for j, i in enumerate(todo):
+            s = st[j] if st[j] != 0 or rc == 0 else rc
+            if s:
+                log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
+            out[i] = mooncake_code(s)
+
+    def _get_batch_call(self, what, keys, bufs, fn_name):
+        """ecs_get_batch / ecs_get_batch_alloc of keys into bufs on the
+        store the keys hash to; the items that miss there (or whose server
+        failed) are asked again of the servers Redis names as holders (a
+        copy placed by replicas or a preferred segment: docs/mooncake.md).
+        Returns per item (status, detail)."""
         n = len(keys)
+        karr = _keys(keys)
+        try:
+            rc, detail = self._store._call(getattr(self._store._lib, fn_name), karr, bufs, n)
+        except EcstoreError as e:
+            rc, detail = e.code, str(e)
+        st = [(b.status if (b.status != 0 or rc == 0) else rc, detail) for b in bufs]
+        again = [i for i in range(n) if st[i][0] in _ASK_HOLDERS]
+        located = self._place.located() if again else None
+        if located is not None:
+            m = len(again)
+            sub = (_lib.GetBuf * m)()
+            for j, i in enumerate(again):
+                sub[j].data, sub[j].capacity = bufs[i].data, bufs[i].capacity
+            try:
+                rc2, detail2 = located._call(getattr(located._lib, fn_name), _keys([keys[i] for i in again]), sub, m)
+            except EcstoreError as e:
+                rc2, detail2 = e.code, str(e)
+            for j, i in enumerate(again):
+                s2 = sub[j].status if (sub[j].status != 0 or rc2 == 0) else rc2
+                if s2 == 0 or s2 not in _ASK_HOLDERS:
+                    ctypes.memmove(ctypes.addressof(bufs[i]), ctypes.addressof(sub[j]), ctypes.sizeof(_lib.GetBuf))
+                    st[i] = (s2, detail2)
+        return st
+
+    def _raw_get(self, what, keys, ptrs, sizes, quiet=(), present=True):
+        """Reads objects into caller buffers; returns Mooncake results and
+        the GetBuf array (for descriptions).  present: a tensor object is
+        given as Mooncake's [304-byte metadata][data] (its get_into does)."""
+        n = len(keys)
+        _check_keys(what, keys)
+        _check_uints(what, ptrs, sizes)
         if not self._live(what):
             return [INTERNAL_ERROR] * n, None
         if len(ptrs) != n or len(sizes) != n:
@@ -337,71 +512,120 @@ class MooncakeDistributedStore:
         if n == 0:
             return [], None
         bufs = (_lib.GetBuf * n)()
+        out = [None] * n
+        ask = []
         for i in range(n):
-            if not isinstance(sizes[i], int) or not isinstance(ptrs[i], int):
-                raise TypeError("%s: pointers and sizes are ints" % what)
             bufs[i].data = ptrs[i] if sizes[i] > 0 else None
-            bufs[i].capacity = max(sizes[i], 0)
-        try:
-            karr = _keys(keys)
-        except TypeError as e:
-            log.error("%s: %s", what, e)
-            return [INVALID_PARAMS] * n, None
-        try:
-            rc, detail = self._store._call(self._store._lib.ecs_get_batch, karr, bufs, n)
-        except EcstoreError as e:
-            rc, detail = e.code, str(e)
-        out = []
-        for i, b in enumerate(bufs):
-            s = b.status if (b.status != 0 or rc == 0) else rc
-            if s == 0:
-                out.append(b.nbytes)
-            else:
-                if s != _c.ENOTFOUND and s not in quiet:
-                    log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
-                out.append(mooncake_code(s))
+            bufs[i].capacity = sizes[i]
+            if _readable(keys[i]):
+                ask.append(i)
+            else:  # "" or longer than ecstore keys: nothing is stored under it
+                bufs[i].status = _c.ENOTFOUND
+                out[i] = OBJECT_NOT_FOUND
+        if ask:
+            sub = bufs if len(ask) == n else (_lib.GetBuf * len(ask))()
+            if sub is not bufs:
+                for j, i in enumerate(ask):
+                    sub[j].data, sub[j].capacity = bufs[i].data, bufs[i].capacity
+            st = self._get_batch_call(what, [keys[i] for i in ask], sub, "ecs_get_batch")
+            for j, i in enumerate(ask):
+                if sub is not bufs:
+                    ctypes.memmove(ctypes.addressof(bufs[i]), ctypes.addressof(sub[j]), ctypes.sizeof(_lib.GetBuf))
+                s, detail = st[j]
+                b = bufs[i]
+                if s == 0 and present and _is_tensor(b.desc):
+                    if b.nbytes + _HDR > sizes[i]:
+                        log.error("%s %r: a tensor of %d bytes and its %d-byte metadata do not fit in %d", what,
+                                  keys[i], b.nbytes, _HDR, sizes[i])
+                        s = _c.EBUFSMALL
+                    else:
+                        if b.nbytes:
+                            ctypes.memmove(ptrs[i] + _HDR, ptrs[i], b.nbytes)
+                        ctypes.memmove(ptrs[i], _encode_header(b.desc.dtype, _shape(b.desc), b.nbytes), _HDR)
+                        b.nbytes += _HDR
+                if s == 0:
+                    out[i] = b.nbytes
+                else:
+                    if s != _c.ENOTFOUND and s not in quiet:
+                        log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
+                    out[i] = mooncake_code(s)
         return out, bufs
 
-    def _alloc_get(self, what, keys):
-        """[(status, owner, ptr, nbytes, desc)] with ecs_get_batch_alloc."""
+    def _alloc_get(self, what, keys, present=True):
+        """[(status, owner, ptr, nbytes, desc)] with ecs_get_batch_alloc;
+        present: a tensor object as [304-byte metadata][data] (one copy)."""
+        _check_keys(what, keys)
         n = len(keys)
-        bufs = (_lib.GetBuf * n)()
-        karr = _keys(keys)
-        try:
-            rc, detail = self._store._call(self._store._lib.ecs_get_batch_alloc, karr, bufs, n)
-        except EcstoreError as e:
-            rc, detail = e.code, str(e)
-        res = []
-        for i, b in enumerate(bufs):
-            owner = _Owned(b.data) if b.status == 0 and b.data else None
-            s = b.status if (b.status != 0 or rc == 0) else rc
+        ask = [i for i in range(n) if _readable(keys[i])]
+        res = [(_c.ENOTFOUND, None, 0, 0, _lib.TensorDesc())] * n
+        if not ask:
+            return res
+        bufs = (_lib.GetBuf * len(ask))()
+        st = self._get_batch_call(what, [keys[i] for i in ask], bufs, "ecs_get_batch_alloc")
+        for j, i in enumerate(ask):
+            b = bufs[j]
+            s, detail = st[j]
+            owner = _Owned(b.data) if s == 0 and b.data else None
             if s and s != _c.ENOTFOUND:
                 log.error("%s %r: %s", what, keys[i], _err_text(s, detail))
-            res.append((s, owner, b.data or 0, b.nbytes if s == 0 else 0, b.desc))
+            ptr, nb = (b.data or 0), (b.nbytes if s == 0 else 0)
+            if s == 0 and present and _is_tensor(b.desc):
+                joined = ctypes.create_string_buffer(_HDR + nb)
+                joined[:_HDR] = _encode_header(b.desc.dtype, _shape(b.desc), nb)
+                if nb:
+                    ctypes.memmove(ctypes.addressof(joined) + _HDR, ptr, nb)
+                owner, ptr, nb = joined, ctypes.addressof(joined), _HDR + nb
+            res[i] = (s, owner, ptr, nb, b.desc)
         return res
 
     # ---- bytes -------------------------------------------------------------------
 
+    def _no_staging(self, what):
+        """Mooncake's put/get of Python values (not put_from/get_into)
+        stage through the local buffer: with local_buffer_size 0 they fail,
+        and so they do here (docs/mooncake.md)."""
+        if self._local_buffer == 0 and self._store is not None:
+            log.error("%s: local_buffer_size is 0: no local buffer to stage the value through "
+                      "(use put_from/get_into, or set a local_buffer_size)", what)
+            return True
+        return False
+
     def put(self, key, value, config=None):
         """Stores the bytes of a buffer-protocol value.  0 or a code."""
+        _check_keys("put", [key])
         ptr, n, keep = _addr_of(value)
+        if self._no_staging("put"):
+            return INVALID_PARAMS
         rc = self._raw_put("put", [key], [ptr], [n], config, False)[0]
         del keep
         return rc
 
     def upsert(self, key, value, config=None):
         """put, replacing what the key holds (insert or update)."""
+        _check_keys("upsert", [key])
         ptr, n, keep = _addr_of(value)
+        if self._no_staging("upsert"):
+            return INVALID_PARAMS
         rc = self._raw_put("upsert", [key], [ptr], [n], config, True)[0]
         del keep
         return rc
 
     def _values(self, what, keys, values, config, upsert):
+        """put_batch / upsert_batch: all or nothing, as Mooncake's: an empty
+        value stores no item; a key given twice is stored once (its first
+        value)."""
+        _check_keys(what, keys)
         if len(keys) != len(values):
             log.error("%s: %d keys but %d values", what, len(keys), len(values))
             return INVALID_PARAMS
         held = [_addr_of(v) for v in values]
-        st = self._raw_put(what, keys, [h[0] for h in held], [h[1] for h in held], config, upsert)
+        if self._no_staging(what):
+            return INVALID_PARAMS
+        empty = [i for i, h in enumerate(held) if h[1] == 0]
+        if empty:
+            log.error("%s: item %d has an empty value; nothing stored", what, empty[0])
+            return INVALID_PARAMS
+        st = self._raw_put(what, keys, [h[0] for h in held], [h[1] for h in held], config, upsert, keep="first")
         bad = [s for s in st if s != 0]
         return bad[0] if bad else 0
 
@@ -412,27 +636,43 @@ class MooncakeDistributedStore:
     def upsert_batch(self, keys, values, config=None):
         return self._values("upsert_batch", keys, values, config, True)
 
+    def _parts(self, what, key, parts, config, upsert):
+        _check_keys(what, [key])
+        if self._no_staging(what):
+            return INVALID_PARAMS
+        if not parts:  # Mooncake: 0, nothing stored
+            return 0
+        held = [_addr_of(p) for p in parts]
+        ptr, n, keep = _gather([h[0] for h in held], [h[1] for h in held])
+        rc = self._raw_put(what, [key], [ptr], [n], config, upsert)[0]
+        del keep, held
+        return rc
+
     def put_parts(self, key, *args, config=None):
         """Stores the concatenation of the parts (args) as one object (one
-        copy here)."""
-        return self.put(key, b"".join(bytes(memoryview(p)) for p in args), config)
+        copy here).  No parts: 0 and nothing stored, as Mooncake."""
+        return self._parts("put_parts", key, args, config, False)
 
     def upsert_parts(self, key, *args, config=None):
-        return self.upsert(key, b"".join(bytes(memoryview(p)) for p in args), config)
+        return self._parts("upsert_parts", key, args, config, True)
 
     def get(self, key):
-        """The object's bytes, or b"" for a miss or an error."""
-        if not self._live("get"):
+        """The object's bytes (a tensor's with Mooncake's 304-byte metadata
+        first), or b"" for a miss or an error."""
+        _check_keys("get", [key])
+        if not self._live("get") or self._no_staging("get"):
             return b""
         s, owner, ptr, n, _ = self._alloc_get("get", [key])[0]
         return ctypes.string_at(ptr, n) if s == 0 and n else b""
 
     def get_batch(self, keys):
-        """[bytes] per key (b"" for a miss or an error)."""
-        if not self._live("get_batch"):
-            return [b""] * len(keys)
+        """[bytes] per key (b"" for a miss or an error).  An empty list gives
+        [b""], as Mooncake's."""
+        _check_keys("get_batch", keys)
         if not keys:
-            return []
+            return [b""]
+        if not self._live("get_batch") or self._no_staging("get_batch"):
+            return [b""] * len(keys)
         return [ctypes.string_at(p, n) if s == 0 and n else b"" for s, o, p, n, _ in self._alloc_get("get_batch", keys)]
 
     def get_buffer(self, key):
@@ -441,17 +681,20 @@ class MooncakeDistributedStore:
         return self.batch_get_buffer([key])[0]
 
     def batch_get_buffer(self, keys):
-        if not self._live("batch_get_buffer"):
+        _check_keys("batch_get_buffer", keys)
+        if not self._live("batch_get_buffer") or self._no_staging("batch_get_buffer"):
             return [None] * len(keys)
         if not keys:
             return []
-        return [_buffer_handle(o, p, n) if s == 0 else None for s, o, p, n, _ in self._alloc_get("batch_get_buffer", keys)]
+        got = self._alloc_get("batch_get_buffer", keys)
+        return [_buffer_handle(o, p, n) if s == 0 else None for s, o, p, n, _ in got]
 
     def get_size(self, key):
-        """The object's byte count, or a code (OBJECT_NOT_FOUND)."""
-        res, bufs = self._raw_get("get_size", [key], [0], [0], quiet=(_c.EBUFSMALL,))
-        if bufs is not None and bufs[0].status == _c.EBUFSMALL:
-            return bufs[0].nbytes
+        """The object's byte count as get() gives it (a tensor's with its
+        304-byte metadata, as Mooncake's), or a code (OBJECT_NOT_FOUND)."""
+        res, bufs = self._raw_get("get_size", [key], [0], [0], quiet=(_c.EBUFSMALL,), present=False)
+        if bufs is not None and bufs[0].status in (0, _c.EBUFSMALL):
+            return bufs[0].nbytes + (_HDR if _is_tensor(bufs[0].desc) else 0)
         return res[0]
 
     def is_exist(self, key):
@@ -459,13 +702,21 @@ class MooncakeDistributedStore:
         return self.batch_is_exist([key])[0]
 
     def batch_is_exist(self, keys):
+        _check_keys("batch_is_exist", keys)
         if not self._live("batch_is_exist"):
             return [INTERNAL_ERROR] * len(keys)
+        out = [0] * len(keys)
+        ask = [i for i, k in enumerate(keys) if _readable(k)]
+        if not ask:
+            return out
         try:
-            return self._store.batch_is_exist(keys)
-        except (EcstoreError, TypeError) as e:
+            got = self._store.batch_is_exist([keys[i] for i in ask])
+        except EcstoreError as e:
             log.error("batch_is_exist: %s", e)
-            return [mooncake_code(getattr(e, "code", _c.EINVAL))] * len(keys)
+            return [mooncake_code(e.code)] * len(keys)
+        for i, r in zip(ask, got):
+            out[i] = r
+        return out
 
     def remove(self, key, force=False):
         """0 or OBJECT_NOT_FOUND.  force has nothing to skip here (ecstore
@@ -473,15 +724,22 @@ class MooncakeDistributedStore:
         return self.batch_remove([key], force)[0]
 
     def batch_remove(self, keys, force=False):
+        """Per key 0 or a code; every copy goes (replicas, a copy placed on
+        a preferred segment: through Redis's holder records)."""
+        _check_keys("batch_remove", keys)
         if not self._live("batch_remove"):
             return [INTERNAL_ERROR] * len(keys)
+        out = [OBJECT_NOT_FOUND] * len(keys)
+        ask = [i for i, k in enumerate(keys) if _readable(k)]
+        if not ask:
+            return out
         try:
-            return [mooncake_code(s) for s in self._store.batch_remove(keys)]
+            got = [mooncake_code(s) for s in self._place.remover().batch_remove([keys[i] for i in ask])]
         except EcstoreError as e:
-            return self._fail("batch_remove", e, len(keys))
-        except TypeError as e:
-            log.error("batch_remove: %s", e)
-            return [INVALID_PARAMS] * len(keys)
+            got = self._fail("batch_remove", e, len(ask))
+        for i, r in zip(ask, got):
+            out[i] = r
+        return out
 
     def remove_all(self, force=False):
         """Removes every object of this store's namespace; returns how many,
@@ -565,11 +823,20 @@ class MooncakeDistributedStore:
         return out
 
     def put_from(self, key, buffer_ptr, size, config=None):
-        """Stores size bytes at buffer_ptr.  0 or a code."""
-        return self._raw_put("put_from", [key], [buffer_ptr], [size], config, False)[0]
+        """Stores size bytes at buffer_ptr.  0 or a code; size 0 stores
+        nothing and returns 0, as Mooncake's."""
+        return self._one_from("put_from", key, buffer_ptr, size, config, False)
 
     def upsert_from(self, key, buffer_ptr, size, config=None):
-        return self._raw_put("upsert_from", [key], [buffer_ptr], [size], config, True)[0]
+        return self._one_from("upsert_from", key, buffer_ptr, size, config, True)
+
+    def _one_from(self, what, key, ptr, size, config, upsert):
+        _check_keys(what, [key])
+        _check_uints(what, [ptr], [size])
+        if size == 0 and self._store is not None:
+            log.warning("%s %r: 0 bytes: nothing stored (Mooncake returns 0 too)", what, key)
+            return 0
+        return self._raw_put(what, [key], [ptr], [size], config, upsert)[0]
 
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
         """Per item 0 or a code (mismatched list lengths: INVALID_PARAMS for
@@ -588,24 +855,25 @@ class MooncakeDistributedStore:
         return self._raw_get("batch_get_into", keys, buffer_ptrs, sizes)[0]
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        """Stores, per key, the concatenation of several regions (gathered
-        here with one copy: an ecstore object is one region)."""
+        """Stores, per key, the concatenation of several regions: one region
+        straight from the caller's memory, several gathered with one copy
+        (an ecstore object is one region)."""
+        _check_keys("batch_put_from_multi_buffers", keys)
+        for ptrs, sizes in zip(all_buffer_ptrs, all_sizes):
+            _check_uints("batch_put_from_multi_buffers", ptrs, sizes)
         n = len(keys)
         if len(all_buffer_ptrs) != n or len(all_sizes) != n:
             log.error("batch_put_from_multi_buffers: mismatched list lengths")
             return [INVALID_PARAMS] * n
-        bufs, out = [], [None] * n
+        held, out = [None] * n, [None] * n
         for i in range(n):
-            if len(all_buffer_ptrs[i]) != len(all_sizes[i]) or any(
-                    (not isinstance(s, int)) or s < 0 for s in all_sizes[i]):
+            if len(all_buffer_ptrs[i]) != len(all_sizes[i]):
                 out[i] = INVALID_PARAMS
-                bufs.append(b"")
-                continue
-            bufs.append(b"".join(ctypes.string_at(p, s) for p, s in zip(all_buffer_ptrs[i], all_sizes[i])))
+            else:
+                held[i] = _gather(all_buffer_ptrs[i], all_sizes[i])
         todo = [i for i in range(n) if out[i] is None]
-        held = [_addr_of(bufs[i]) for i in todo]
-        st = self._raw_put("batch_put_from_multi_buffers", [keys[i] for i in todo], [h[0] for h in held],
-                           [h[1] for h in held], config, False)
+        st = self._raw_put("batch_put_from_multi_buffers", [keys[i] for i in todo], [held[i][0] for i in todo],
+                           [held[i][1] for i in todo], config, False)
         for j, i in enumerate(todo):
             out[i] = st[j]
         return out
@@ -688,154 +956,8 @@ class MooncakeDistributedStore:
         self._regions.pop(buffer_ptr, None)
         return 0
 
-    # ---- tensors -----------------------------------------------------------------
-
-    def _describe(self, what, tensor):
-        """(tensor kept alive, ptr, nbytes, code, shape) or an error code."""
-        import torch
-
-        if not isinstance(tensor, torch.Tensor):
-            log.error("%s: not a PyTorch tensor (%s)", what, type(tensor).__name__)
-            return INVALID_PARAMS
-        name = str(tensor.dtype).replace("torch.", "")
-        if name not in _TORCH_NAMES:
-            log.error("%s: unsupported tensor dtype %s", what, tensor.dtype)
-            return INVALID_PARAMS
-        if tensor.dim() > _MAX_DIMS:
-            log.error("%s: tensor has more than %d dimensions: %d", what, _MAX_DIMS, tensor.dim())
-            return INVALID_PARAMS
-        if tensor.device.type != "cpu":
-            tensor = tensor.cpu()
-        if not tensor.is_contiguous():
-            tensor = tensor.contiguous()
-        code = _t.parse_dtype(name)
-        return tensor, tensor.data_ptr(), tensor.numel() * tensor.element_size(), code, tuple(tensor.shape)
-
-    def _put_tensors(self, what, keys, tensors, upsert):
-        n = len(keys)
-        if len(tensors) != n:
-            log.error("%s: %d keys but %d tensors", what, n, len(tensors))
-            return [INVALID_PARAMS] * n
-        out = [None] * n
-        keep, todo = [], []
-        for i, t in enumerate(tensors):
-            d = self._describe(what, t)
-            if isinstance(d, int):
-                out[i] = d
-            else:
-                keep.append(d)
-                todo.append(i)
-        st = self._raw_put(what, [keys[i] for i in todo], [d[1] for d in keep], [d[2] for d in keep], None,
-                           upsert, descs=[(d[3], d[4]) for d in keep])
-        for j, i in enumerate(todo):
-            out[i] = st[j]
-        return out
-
-    def put_tensor(self, key, tensor):
-        """Stores a torch tensor with its dtype and shape.  0 or a code."""
-        return self._put_tensors("put_tensor", [key], [tensor], False)[0]
-
-    def upsert_tensor(self, key, tensor):
-        return self._put_tensors("upsert_tensor", [key], [tensor], True)[0]
-
-    def batch_put_tensor(self, keys, tensors_list):
-        return self._put_tensors("batch_put_tensor", keys, tensors_list, False)
-
-    def batch_upsert_tensor(self, keys, tensors_list):
-        return self._put_tensors("batch_upsert_tensor", keys, tensors_list, True)
-
-    def get_tensor(self, key):
-        """The tensor (CPU, its stored dtype and shape), or None."""
-        return self.batch_get_tensor([key])[0]
-
-    def batch_get_tensor(self, keys):
-        if not self._live("batch_get_tensor"):
-            return [None] * len(keys)
-        if not keys:
-            return []
-        out = []
-        for s, owner, ptr, n, desc in self._alloc_get("batch_get_tensor", keys):
-            if s != 0 or desc.dtype not in _ECS_TO_MC:
-                out.append(None)
-                continue
-            shape = tuple(desc.shape[: desc.ndim])
-            if owner is not None:
-                owner.ptr = 0  # wrap_c_buffer takes the block over
-                out.append(_t.wrap_c_buffer(ptr, desc.dtype, shape, "torch"))
-            else:
-                out.append(_torch_view(0, desc.dtype, shape, 0))
-        return out
-
-    def _tensors_from(self, what, keys, buffer_ptrs, sizes, upsert):
-        n = len(keys)
-        if len(buffer_ptrs) != n or len(sizes) != n:
-            log.error("%s: mismatched list lengths", what)
-            return [INVALID_PARAMS] * n
-        out, todo, descs = [None] * n, [], []
-        for i in range(n):
-            try:
-                if not isinstance(buffer_ptrs[i], int) or buffer_ptrs[i] <= 0:
-                    raise ValueError("bad buffer pointer")
-                code, shape, nbytes = _decode_header(buffer_ptrs[i], sizes[i])
-            except ValueError as e:
-                log.error("%s %r: %s", what, keys[i], e)
-                out[i] = INVALID_PARAMS
-                continue
-            todo.append(i)
-            descs.append((code, shape, nbytes))
-        st = self._raw_put(what, [keys[i] for i in todo], [buffer_ptrs[i] + _HDR for i in todo],
-                           [d[2] for d in descs], None, upsert, descs=[(d[0], d[1]) for d in descs])
-        for j, i in enumerate(todo):
-            out[i] = st[j]
-        return out
-
-    def put_tensor_from(self, key, buffer_ptr, size):
-        """Stores a tensor from a [metadata][data] buffer (the layout
-        get_tensor_into writes): the data is stored straight from it."""
-        return self._tensors_from("put_tensor_from", [key], [buffer_ptr], [size], False)[0]
-
-    def upsert_tensor_from(self, key, buffer_ptr, size):
-        return self._tensors_from("upsert_tensor_from", [key], [buffer_ptr], [size], True)[0]
-
-    def batch_put_tensor_from(self, keys, buffer_ptrs, sizes):
-        return self._tensors_from("batch_put_tensor_from", keys, buffer_ptrs, sizes, False)
-
-    def batch_upsert_tensor_from(self, keys, buffer_ptrs, sizes):
-        return self._tensors_from("batch_upsert_tensor_from", keys, buffer_ptrs, sizes, True)
-
-    def get_tensor_into(self, key, buffer_ptr, size):
-        """Reads a tensor into a caller buffer as [304-byte metadata][data]
-        and returns a tensor over the data part (no copy), or None."""
-        return self.batch_get_tensor_into([key], [buffer_ptr], [size])[0]
-
-    def batch_get_tensor_into(self, keys, buffer_ptrs, sizes):
-        n = len(keys)
-        if len(buffer_ptrs) != n or len(sizes) != n:
-            log.error("batch_get_tensor_into: mismatched list lengths")
-            return [None] * n
-        ok = [isinstance(s, int) and s >= _HDR and isinstance(p, int) and p > 0 for p, s in zip(buffer_ptrs, sizes)]
-        for i in range(n):
-            if not ok[i]:
-                log.error("batch_get_tensor_into %r: buffer of %r bytes cannot hold the %d-byte metadata",
-                          keys[i], sizes[i], _HDR)
-        idx = [i for i in range(n) if ok[i]]
-        res, bufs = self._raw_get("batch_get_tensor_into", [keys[i] for i in idx],
-                                  [buffer_ptrs[i] + _HDR for i in idx], [sizes[i] - _HDR for i in idx])
-        out = [None] * n
-        for j, i in enumerate(idx):
-            if res[j] < 0:
-                continue
-            d = bufs[j].desc
-            if d.dtype not in _ECS_TO_MC:
-                continue
-            shape = tuple(d.shape[: d.ndim])
-            hdr = _encode_header(d.dtype, shape, res[j])
-            ctypes.memmove(buffer_ptrs[i], hdr, _HDR)
-            out[i] = _torch_view(buffer_ptrs[i] + _HDR, d.dtype, shape, res[j])
-        return out
-
 
 def _err_text(code, detail):
-    from .errors import err_name, strerror
+    from ..errors import err_name, strerror
 
     return "%s (%s)%s" % (strerror(code), err_name(code), ": " + detail if detail else "")
