@@ -8,7 +8,13 @@ Run as a script it is an encoder (producer) instance in its own process:
 
 saves each item's deterministic tensor through
 ``ECConnectorModelRunnerMixin.maybe_save_ec_to_connector`` and prints
-``saved N`` when every save is stored.
+``saved N`` when every save is stored;
+
+    python vllm_roles.py stall CONFIG_JSON MODEL_DIR SEED HASH[:TOKENS[:WIDTH[:DTYPE]]]...
+
+runs one encoder step through the mixin (``start_save_caches`` marks the
+items pending, ``save_caches`` queues them), prints ``queued N`` and sleeps,
+for a test to kill it mid-save.
 """
 
 import json
@@ -143,7 +149,38 @@ def produce(config_json, model_dir, seed, specs):
     return 0
 
 
+def encoder_step(conn, seed, specs, encoder_cache=None):
+    """One encoder step of a producer worker through vLLM's mixin: the
+    scheduler's metadata names the items to encode (``saves``), the mixin
+    calls start_save_caches, the "encoder" fills encoder_cache and the
+    model runner saves each item.  Returns the encoder_cache."""
+    from ecstore.vllm import ECStoreConnectorMetadata
+    from vllm.distributed.ec_transfer import ec_transfer_state
+
+    ec_transfer_state._EC_CONNECTOR_AGENT = conn  # the agent the mixin calls
+    cache = {} if encoder_cache is None else encoder_cache
+    items = [parse_item(s) for s in specs]
+    out = scheduler_output(ECStoreConnectorMetadata(saves=[h for h, _, _, _ in items]))
+    with ECConnectorModelRunnerMixin.maybe_get_ec_connector_output(out, cache):
+        for mm_hash, tokens, width, dtype in items:
+            cache[mm_hash] = embedding(seed, mm_hash, tokens, width, dtype)
+            ECConnectorModelRunnerMixin.maybe_save_ec_to_connector(cache, mm_hash)
+    return cache
+
+
+def stall(config_json, model_dir, seed, specs):
+    conn = init_worker(vllm_config("ec_producer", json.loads(config_json), model_dir))
+    encoder_step(conn, seed, specs)
+    print("queued %d" % len(specs), flush=True)
+    import time
+
+    while True:
+        time.sleep(1)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) >= 5 and sys.argv[1] == "stall":
+        sys.exit(stall(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]))
     if len(sys.argv) < 5 or sys.argv[1] != "produce":
         sys.exit(__doc__)
     sys.exit(produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]))

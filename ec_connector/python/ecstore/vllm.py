@@ -61,9 +61,13 @@ class ECStoreConnector(ECConnectorBase):
         super().__init__(vllm_config=vllm_config, role=role)
         tc = vllm_config.ec_transfer_config
         self._c_cfg, self._py = split_config(tc.ec_connector_extra_config)
+        self._open_cfg = self._c_cfg
         if role == ECConnectorRole.SCHEDULER:
-            # The scheduler only asks Redis; it saves nothing.
+            # The scheduler only asks Redis (it saves nothing), and must not
+            # be held long by a frozen one.
             self._c_cfg.setdefault("staging_bytes", "1M")
+            self._open_cfg = dict(self._c_cfg, timeout_ms=min(int(self._c_cfg.get("timeout_ms", 10000)),
+                                                              max(100, self._py["redis_timeout_ms"])))
         self._warn = Throttle(self._py["warn_interval_s"])
         self._lock = threading.Lock()
         self._conn = None
@@ -94,7 +98,7 @@ class ECStoreConnector(ECConnectorBase):
                 return None
             self._next_open = now + self._py["reopen_interval_s"]
             try:
-                self._conn = ECConnector(self._c_cfg)
+                self._conn = ECConnector(self._open_cfg)
                 logger.info("ecstore EC connector (%s, %s): %s", self.role.name.lower(),
                             "producer" if self.is_producer else "consumer" if self.is_consumer else "-",
                             self._conn.describe())
