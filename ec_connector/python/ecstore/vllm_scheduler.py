@@ -98,6 +98,7 @@ class SchedulerSide:
         self.in_cache = set()  # mm_hashes in vLLM's encoder cache (allocated, not yet freed)
         self.unavailable = set()
         self.saves = []  # producer: mm_hashes allocated for encoding this step
+        self.answers = {}  # has_cache_item's answers this step: True means vLLM loads rather than encodes
         self.stats = ECStoreConnectorStats()
         self.marks = None
         try:
@@ -158,7 +159,6 @@ class SchedulerSide:
             for k in keys:
                 if states[k] == "absent":
                     self.absent.add(k)
-                    self.stats.add("misses")
                 elif k not in self.items:
                     self.items[k] = _Item(deadline, now)
                     self.stats.add("prefetches")
@@ -225,23 +225,28 @@ class SchedulerSide:
         saved; False (vLLM encodes it) otherwise, and on any error."""
         try:
             with self.lock:
-                it = self.items.get(identifier)
-                if it is not None:
-                    return True
-                if identifier in self.absent:
-                    return False
-            state = self._lookup([identifier])[identifier]
-            self.stats.add("hits" if state != "absent" else "misses")
-            return state != "absent"
+                if identifier in self.items:
+                    found = True
+                elif identifier in self.absent:
+                    found = False
+                else:
+                    found = None
+            if found is None:
+                found = self._lookup([identifier])[identifier] != "absent"
         except Exception as e:  # noqa: BLE001 - the scheduler must never see one
             self.warn.warn("has", "ecstore EC connector: has_cache_item(%r) failed: %r", identifier, e)
-            return False
+            found = False
+        self.answers[identifier] = found
+        self.stats.add("hits" if found else "misses")
+        return found
 
     def update_state_after_alloc(self, request, index):
         feature = request.mm_features[index]
         h = feature.identifier
         self.in_cache.add(h)
-        if self.is_consumer and self.has_cache_item(h):
+        # vLLM asked has_cache_item just before: True means it loads the item.
+        external = self.answers[h] if h in self.answers else self.has_cache_item(h)
+        if external and self.is_consumer:
             spec = self.loads.get(h)
             if spec is None:
                 with self.lock:
@@ -250,11 +255,10 @@ class SchedulerSide:
                     local = bool(it is not None and it.local)
                 spec = ECStoreLoadSpec(h, int(request.get_num_encoder_embeds(index)), desc=desc, local=local)
                 self.loads[h] = spec
-                self.stats.add("hits")
             if request.request_id not in spec.req_ids:
                 spec.req_ids.append(request.request_id)
-        elif self.is_producer:
-            self.saves.append(h)
+        elif self.is_producer and not external:
+            self.saves.append(h)  # encoded this step: marked pending before the model runs
 
     def build_connector_meta(self, scheduler_output):
         for h in getattr(scheduler_output, "free_encoder_mm_hashes", None) or ():
@@ -270,6 +274,7 @@ class SchedulerSide:
                     if r in scheduled and r not in spec.req_ids:
                         spec.req_ids.append(r)
             self.absent.clear()
+        self.answers = {}
         meta = ECStoreConnectorMetadata(loads=list(self.loads.values()), saves=list(dict.fromkeys(self.saves)))
         self.loads = {}
         self.saves = []

@@ -313,7 +313,6 @@ class WorkerSide:
             return
         t0 = time.monotonic()
         device = self._device(encoder_cache)
-        cuda = device.type == "cuda"
         rest = todo
         if self.py["zero_copy"]:
             rest = self._load_views([s for s in todo if s.local], encoder_cache, device)
@@ -322,7 +321,6 @@ class WorkerSide:
             self._load_copies(rest, encoder_cache, device)
         with self.lock:
             self.stats.observe("load_s", time.monotonic() - t0)
-        del cuda
 
     def _local(self):
         """Store of this host's server over shm, or None."""
