@@ -19,7 +19,10 @@ instance (ec_consumer: its scheduler and worker) gets requests for them:
 - prefetch:  from the producer's step end until ensure_cache_available is
   True for every request (asked once per 1 ms "step", as vLLM's scheduler
   does; the example connector has no prefetch: 0);
-- load hold: the consumer worker's start_load_caches for the step;
+- load hold: the longest consumer step spent in the connector's worker
+  calls (start_load_caches and the rest of the mixin), over the steps the
+  requests waited and the step that scheduled them (vLLM keeps stepping
+  while requests wait; ECMooncakeConnector loads during those steps);
 - load+use:  load, then every loaded byte read once (copied, as the model
   runner's gather copies embeddings; the example's lazily mapped files are
   read here);
@@ -32,9 +35,12 @@ server is B, both in one Redis: ecstore's prefetch copies each item A -> B,
 the copy a second host would make (over loopback here).  --servers 1: one
 server for both.
 
-ECMooncakeConnector (vLLM's push connector over the pip Mooncake) is not
-driven here yet: it needs its ZMQ control plane and a proxy's
-ec_transfer_params between the instances (see docs/vllm.md).
+vLLM's ECMooncakeConnector ("mooncake": push mode over the pip Mooncake's
+TransferEngine, protocol tcp, CPU buffers) runs with what vLLM's EPD proxy
+would arrange: the consumer worker's control service is started
+(start_worker_services), and each request carries ec_transfer_params
+naming the consumer and a transfer id per item.  Its "prefetch" is the
+wait for the push; its load hands out views of the consumer's buffer.
 
   $(scripts/pyenv.sh)/bin/python bench/python/bench_vllm.py [--build build] \\
       [--reps 40] [--batches 8,32] [--tokens 1100] [--hidden 3584]
@@ -81,13 +87,16 @@ def pct(xs, q):
 class Instance:
     """One vLLM instance's two connector sides (scheduler, worker)."""
 
-    def __init__(self, connector, module, role, extra, model_dir):
+    def __init__(self, connector, module, role, extra, model_dir, **tc_kw):
         from vllm.config import DeviceConfig, ECTransferConfig, ModelConfig, VllmConfig
         from vllm.distributed.ec_transfer.ec_connector.base import ECConnectorRole
         from vllm.distributed.ec_transfer.ec_connector.factory import ECConnectorFactory
 
+        widths = tc_kw.pop("mm_encoder_output_widths", None)
         tc = ECTransferConfig(ec_connector=connector, ec_connector_module_path=module, ec_role=role,
-                              ec_connector_extra_config=extra)
+                              ec_connector_extra_config=extra, **tc_kw)
+        if widths:
+            tc.mm_encoder_output_widths = widths
         self.cfg = VllmConfig(ec_transfer_config=tc, device_config=DeviceConfig(device="cpu"),
                               model_config=ModelConfig(model=model_dir, skip_tokenizer_init=True))
         self.sched = ECConnectorFactory.create_connector(self.cfg, ECConnectorRole.SCHEDULER)
@@ -117,10 +126,17 @@ def sched_out(meta, req_ids=()):
 class Pair:
     """A producer and a consumer instance of one connector."""
 
-    def __init__(self, name, connector, module, pextra, cextra, model_dir):
+    params = None  # ec_transfer_params a proxy would give each request (Mooncake)
+
+    def __init__(self, name, connector, module, pextra, cextra, model_dir, ptc=None, ctc=None):
         self.name = name
-        self.prod = Instance(connector, module, "ec_producer", pextra, model_dir)
-        self.cons = Instance(connector, module, "ec_consumer", cextra, model_dir)
+        self.prod = Instance(connector, module, "ec_producer", pextra, model_dir, **(ptc or {}))
+        self.cons = Instance(connector, module, "ec_consumer", cextra, model_dir, **(ctc or {}))
+        if connector == "ECMooncakeConnector":
+            # What vLLM's EPD proxy arranges: the consumer listens for pushes,
+            # and each request names the consumer and a transfer id per item.
+            self.cons.worker.start_worker_services()
+            self.params = "tcp://%s:%d" % (ctc["ec_ip"], ctc["ec_port"])
 
     def close(self):
         self.prod.close()
@@ -135,9 +151,15 @@ class Pair:
 
         keys = list(tensors)
         reqs = [roles.request("r-%s" % h, [(h, tokens)]) for h in keys]
+        if self.params is not None:
+            for r, h in zip(reqs, keys):
+                r.ec_transfer_params = {"consumer_zmq": self.params,
+                                        "ec_items": [{"mm_hash": h, "transfer_id": "t-" + h}]}
         # the producer's scheduler: the step encodes these items
         ps = self.prod.sched
         for r in reqs:
+            ps.ensure_cache_available(r, 0)
+            ps.has_cache_item(r.mm_features[0].identifier)
             ps.update_state_after_alloc(r, 0)
         pmeta = ps.build_connector_meta(sched_out(None, [r.request_id for r in reqs]))
         # the producer's worker: one encoder step
@@ -157,12 +179,28 @@ class Pair:
             left = {h for h in left if not cs.has_cache_item(h)}
             if left:
                 time.sleep(0.0002)
+            if time.perf_counter() - t1 > 30:
+                sys.exit("%s: not visible after 30 s" % self.name)
         t_vis = time.perf_counter()
-        # prefetch: ensure_cache_available once per 1 ms step until all are ready
+        # prefetch: once per 1 ms engine step, ensure_cache_available for the
+        # waiting requests, then the step's metadata and worker call (vLLM
+        # keeps stepping; a connector may load during these steps)
+        ccache = {}
+        holds = []
+
+        def step(meta):
+            self.cons.activate()
+            s0 = time.perf_counter()
+            with Mixin.maybe_get_ec_connector_output(sched_out(meta), ccache) as out:
+                pass
+            holds.append(time.perf_counter() - s0)
+            cs.update_connector_output(out)
+
         pending = list(reqs)
         while pending:
             pending = [r for r in pending if not cs.ensure_cache_available(r, 0)]
             if pending:
+                step(cs.build_connector_meta(sched_out(None)))
                 time.sleep(0.001)
             if time.perf_counter() - t1 > 30:
                 sys.exit("%s: not ready after 30 s" % self.name)
@@ -174,16 +212,12 @@ class Pair:
                 sys.exit("%s: %s not found after its save" % (self.name, r.mm_features[0].identifier))
             cs.update_state_after_alloc(r, 0)
         cmeta = cs.build_connector_meta(sched_out(None, [r.request_id for r in reqs]))
-        self.cons.activate()
-        ccache = {}
         t4 = time.perf_counter()
-        with Mixin.maybe_get_ec_connector_output(sched_out(cmeta), ccache) as out:
-            pass
+        step(cmeta)
         t5 = time.perf_counter()
         for d, h in zip(dst, keys):
             d.copy_(ccache[h])
         t6 = time.perf_counter()
-        cs.update_connector_output(out)
         for h, t in tensors.items():
             got = ccache.get(h)
             if got is None or not torch.equal(got.view(torch.uint8), t.view(torch.uint8)):
@@ -192,8 +226,10 @@ class Pair:
             cs.request_finished(r)
             ps.request_finished(r)
         del ccache, cache
-        e2e = (t_vis - t0) + (t_ready - t_vis if t_ready > t_vis else 0) + (t6 - t4)
-        return (t1 - t0, t_vis - t0, max(0.0, t_ready - t1), t5 - t4, t6 - t4, e2e), reencode
+        e2e = (t_ready - t0) + (t6 - t4)  # t_vis <= t_ready
+        # load hold: the longest consumer step in the connector's worker calls
+        # (a connector that loads while the request waits holds that step)
+        return (t1 - t0, t_vis - t0, max(0.0, t_ready - t1), max(holds), t6 - t4, e2e), reencode
 
 
 def main():
@@ -210,7 +246,7 @@ def main():
     ap.add_argument("--pool", default="2G", help="each ecstore-server's pool")
     ap.add_argument("--storage", default=None, help="directory of the example connector's files "
                     "(default: a temp dir under $TMPDIR)")
-    ap.add_argument("--connectors", default="ecstore-shm,ecstore-tcp,example")
+    ap.add_argument("--connectors", default="ecstore-shm,ecstore-tcp,example,mooncake")
     args = ap.parse_args()
     build = pathlib.Path(args.build).resolve()
     os.environ.setdefault("ECSTORE_LIB", str(build / "lib" / "libecstore.so"))
@@ -226,6 +262,14 @@ def main():
 
         model_dir = os.path.join(tmp, "model")
         roles.vllm_config("ec_consumer", {}, model_dir)  # writes the tiny model's config.json
+        # ... with the benchmark's width, which connectors that size buffers
+        # from the model (Mooncake) must see
+        import json
+
+        cfg = dict(roles.TINY_VL, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
+                   vision_config=dict(roles.TINY_VL["vision_config"], out_hidden_size=args.hidden))
+        with open(os.path.join(model_dir, "config.json"), "w") as f:
+            json.dump(cfg, f)
         redis = start_redis()
         procs.append(redis)
         a = start_server(redis.port, ns="bench", pool=args.pool)
@@ -248,6 +292,15 @@ def main():
             "example": ("ECExampleConnector", None, {"shared_storage_path": storage},
                         {"shared_storage_path": storage}),
         }
+        from conftest import free_port
+
+        bufsize = float(max(int(x) for x in args.batches.split(",")) * args.tokens * args.hidden * 2 * 3)
+        mc = {"ec_ip": "127.0.0.1", "ec_buffer_device": "cpu", "ec_buffer_size": bufsize}
+        specs["mooncake"] = ("ECMooncakeConnector", None, {"mooncake_protocol": "tcp"},
+                             {"mooncake_protocol": "tcp"},
+                             # vLLM measures the encoder's output width at an encoder's start
+                             dict(mc, ec_port=free_port(), mm_encoder_output_widths={"image": args.hidden}),
+                             dict(mc, ec_port=free_port()))
         names = args.connectors.split(",")
         for n in names:
             if n not in specs:
@@ -260,7 +313,10 @@ def main():
               % (__import__("vllm").__version__, torch.__version__, device, args.tokens, args.hidden,
                  args.tokens * args.hidden * 2 / 1e6, args.reps, args.warmup, args.servers, storage, fs, *load),
               flush=True)
-        pairs = {n: Pair(n, specs[n][0], specs[n][1], specs[n][2], specs[n][3], model_dir) for n in names}
+        pairs = {}
+        for n in names:
+            c, m, pe, ce, *tc = specs[n]
+            pairs[n] = Pair(n, c, m, pe, ce, model_dir, *tc)
         results = {}
         seq = 0
         for bsz in batches:
