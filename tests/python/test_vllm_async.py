@@ -474,3 +474,29 @@ def test_cuda_save_prefetch_and_view_load(hosts):
         prod.shutdown()
         sched.shutdown()
         wconn.shutdown()
+
+
+def test_prefetch_off_still_defers_pending_items_then_loads(hosts):
+    """prefetch: false: no local copy, no pin, but a pending item still
+    defers its request until stored, and the worker loads from the holder."""
+    pextra = hosts.extra(hosts.a)
+    cextra = hosts.extra(hosts.b, prefetch=False)
+    prod = producer(pextra)
+    sched = roles.scheduler(roles.vllm_config("ec_consumer", cextra))
+    wconn = worker({k: v for k, v in cextra.items() if k != "servers"})  # holders found through Redis
+    try:
+        hosts.a.pause()
+        cache_p = roles.encoder_step(prod, 13, ["n-1:50:256"])
+        req = roles.request("r", [("n-1", 50)])
+        assert not wait_ready(sched, req, 0.2)[0]
+        hosts.a.resume()
+        assert wait_ready(sched, req, 8.0)[0]
+        meta, cache, _ = load_step(sched, wconn, [req])
+        assert not meta.loads[0].local
+        assert torch.equal(bits(cache["n-1"]), bits(cache_p["n-1"]))
+        assert stats_of(hosts.b)["objects"] == 0  # nothing copied to this host
+    finally:
+        hosts.a.resume()
+        prod.shutdown()
+        sched.shutdown()
+        wconn.shutdown()

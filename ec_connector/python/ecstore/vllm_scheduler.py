@@ -160,10 +160,27 @@ class SchedulerSide:
                 if states[k] == "absent":
                     self.absent.add(k)
                 elif k not in self.items:
-                    self.items[k] = _Item(deadline, now)
+                    it = self.items[k] = _Item(deadline, now)
                     self.stats.add("prefetches")
+                    if self.prefetcher is None and states[k] == "stored":
+                        it.state = READY  # prefetch off: the worker reads it from its holder
             self.lock.notify_all()
         return states
+
+    def _poll_without_prefetcher(self, keys, now):
+        """Prefetch off: items whose save was pending are looked up again;
+        stored ones are ready, gone ones fail."""
+        states = self._lookup(keys)
+        with self.lock:
+            for k in keys:
+                it = self.items.get(k)
+                if it is None:
+                    continue
+                if states[k] == "stored":
+                    it.state = READY
+                    self.stats.observe("prefetch_s", now - it.t0)
+                elif states[k] == "absent":
+                    self._fail_locked(k, "no longer stored, and no save pending")
 
     # ---- vLLM's calls ------------------------------------------------------
 
@@ -190,6 +207,11 @@ class SchedulerSide:
             unknown = list(dict.fromkeys(h for h in need if h not in self.items and h not in self.absent))
         if unknown:
             self._start(unknown, now)
+        if self.prefetcher is None:
+            with self.lock:
+                waiting = [h for h in need if h in self.items and self.items[h].state != READY]
+            if waiting:
+                self._poll_without_prefetcher(waiting, now)
         ready = True
         failed = []
         with self.lock:
