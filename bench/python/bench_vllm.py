@@ -29,7 +29,10 @@ instance (ec_consumer: its scheduler and worker) gets requests for them:
 - end-to-end: from the producer's step start until the consumer's tensors
   are used (visible + prefetch + load + use, as one clock).
 
-Every loaded tensor is compared with the saved one.  With --servers 2
+ecstore-shm: every data path over shm, and the consumer's worker hands
+vLLM views of its local pool; ecstore-tcp: every data path over tcp,
+views off (zero_copy false: the worker's load copies).  Every loaded
+tensor is compared with the saved one.  With --servers 2
 (the default) the producer saves into server A and the consumer's local
 server is B, both in one Redis: ecstore's prefetch copies each item A -> B,
 the copy a second host would make (over loopback here).  --servers 1: one
