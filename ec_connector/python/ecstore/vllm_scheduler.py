@@ -43,7 +43,6 @@ from .vllm_common import (
     ECStoreConnectorStats,
     ECStoreLoadSpec,
     ECStoreWorkerMetadata,
-    logger,
     store_config,
 )
 
@@ -426,20 +425,26 @@ class _Prefetcher:
         self.thread.join(5.0)
 
     def _open(self):
-        """(local Store or None, remote Store or None)."""
-        if self.local is not None or self.remote is not None or time.monotonic() < self.next_open:
+        """(local Store or None, remote Store or None); each one that could
+        not be opened is tried again every reopen_interval_s."""
+        c = self.side.c_cfg
+        want_local = bool(self.py["local_server"])
+        want_remote = bool(c.get("redis_url")) or not want_local
+        if (self.local is not None or not want_local) and (self.remote is not None or not want_remote):
+            return self.local, self.remote
+        if time.monotonic() < self.next_open:
             return self.local, self.remote
         self.next_open = time.monotonic() + self.side.py["reopen_interval_s"]
-        c = self.side.c_cfg
         tmo = min(int(c.get("timeout_ms", 10000)), max(1, self.py["prefetch_timeout_ms"]))
         try:
-            if self.py["local_server"]:
+            if want_local and self.local is None:
                 self.local = Store(store_config(c, servers=self.py["local_server"], redis_url=None, timeout_ms=tmo,
                                                 transport="auto", compression=None, placement=None, replicas=None))
-            if c.get("redis_url"):
-                self.remote = Store(store_config(c, servers=None, timeout_ms=tmo, placement=None, replicas=None))
-            elif not self.py["local_server"]:
-                self.remote = Store(store_config(c, timeout_ms=tmo))
+            if want_remote and self.remote is None:
+                if c.get("redis_url"):  # holders found through Redis
+                    self.remote = Store(store_config(c, servers=None, timeout_ms=tmo, placement=None, replicas=None))
+                else:
+                    self.remote = Store(store_config(c, timeout_ms=tmo))
         except EcstoreError as e:
             self.side.warn.warn("prefetch-open", "ecstore EC connector: prefetch cannot reach the store: %s", e)
         return self.local, self.remote
