@@ -381,6 +381,22 @@ def test_redis_frozen_during_prefetch_is_bounded(hosts):
         sched.shutdown()
 
 
+def test_views_are_zero_copy_pins_of_the_pool(hosts):
+    """Store.get_views: the bytes at the view's address are the object's,
+    a released view no longer pins it."""
+    want = roles.embedding(15, "zv", 64, 128, torch.bfloat16)
+    with ecstore.connect(servers="127.0.0.1:%d" % hosts.a.port, namespace="pytest", transport="shm") as s:
+        s.put_tensor("zv", want)
+        views = s.get_views(["zv", "absent"])
+        assert views.statuses[0] == 0 and views.statuses[1] == ecstore.codes.ENOTFOUND
+        assert views.descs[0] == (ecstore.tensors.parse_dtype("bfloat16"), (64, 128))
+        t = views.tensor(0)
+        assert torch.equal(t, bits(want))
+        views.release_items([0])
+        assert views.statuses[0] != 0 and views.tensor(0) is None
+        views.release()  # idempotent
+
+
 def test_item_absent_everywhere_is_not_deferred(hosts):
     sched = roles.scheduler(roles.vllm_config("ec_consumer", hosts.extra(hosts.b)))
     try:
@@ -449,6 +465,26 @@ def test_cuda_host_copy_on_side_stream():
     host, done = ev.host_copy(src, ev_)
     done.synchronize()
     assert host.is_pinned() and torch.equal(bits(host), bits(src.cpu()))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the GPU paths run on a GPU machine only")
+def test_cuda_device_copy_from_a_view_of_the_pool(hosts):
+    """The load's copy on its own: a view of the server's shared pool,
+    registered with CUDA once, copied asynchronously on a side stream."""
+    want = roles.embedding(14, "dc", 650, 2048, torch.bfloat16)
+    extra = hosts.extra(hosts.a)
+    with ecstore.connect(servers=extra["servers"], namespace="pytest", transport="shm") as s:
+        s.put_tensor("dc", want)
+        views = s.get_views(["dc"])
+        try:
+            host = views.tensor(0).view(torch.bfloat16).view(650, 2048)
+            stream = torch.cuda.Stream()
+            out, done = ev.device_copy(host, torch.device("cuda"), stream)
+            done.synchronize()
+            assert out.is_cuda and torch.equal(bits(out.cpu()), bits(want))
+            assert ev.cuda_register_mapping(views.address(0), views.nbytes[0])  # registered once, then known
+        finally:
+            views.release()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the GPU paths run on a GPU machine only")

@@ -49,7 +49,8 @@ from .vllm_common import (  # noqa: F401 - re-exported
     split_config,
 )
 from .vllm_scheduler import SchedulerSide
-from .vllm_worker import WorkerSide, host_copy  # noqa: F401 - host_copy: the CUDA save path, for device checks
+# host_copy / device_copy: the CUDA save and load copies on their own, for device checks
+from .vllm_worker import WorkerSide, cuda_register_mapping, device_copy, host_copy  # noqa: F401
 
 
 class ECStoreConnector(ECConnectorBase):
@@ -223,6 +224,8 @@ __all__ = [
     "ECStoreWorkerMetadata",
     "ECConnectorRole",
     "PY_KEYS",
+    "cuda_register_mapping",
+    "device_copy",
     "host_copy",
     "split_config",
 ]

@@ -151,6 +151,51 @@ def host_copy(tensor, ready_event=None, stream=None):
     return host, done
 
 
+_cuda_ranges = []  # (start, end) of host mappings registered with CUDA by this process
+_cuda_lock = threading.Lock()
+
+
+def cuda_register_mapping(addr, nbytes):
+    """Registers with CUDA, once per process, the whole host mapping that
+    holds [addr, addr + nbytes) (for a view: the server's shared pool), so
+    that copies from it to a GPU are asynchronous.  Returns True when the
+    range is registered (now or before)."""
+    with _cuda_lock:
+        for a, b in _cuda_ranges:
+            if a <= addr and addr + nbytes <= b:
+                return True
+        with open("/proc/self/maps") as f:
+            for line in f:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if lo <= addr < hi:
+                    break
+            else:
+                return False
+        if addr + nbytes > hi:
+            return False
+        rc = torch.cuda.cudart().cudaHostRegister(lo, hi - lo, 0)
+        ok = int(getattr(rc, "value", rc)) == 0
+        _cuda_ranges.append((lo, hi))  # tried once either way: a failure stays a synchronous copy
+        return ok
+
+
+def device_copy(host, device, stream=None):
+    """The load's copy to a GPU: host (a CPU tensor over a view of the
+    local pool, or pinned memory) copied to a new tensor on device,
+    asynchronously on stream (default: the current one); returns (device
+    tensor, event recorded after the copy).  Keep host referenced until
+    the event completes.  A host tensor that is neither pinned nor in a
+    registered mapping has its mapping registered first."""
+    if not host.is_pinned():
+        cuda_register_mapping(host.data_ptr(), host.numel() * host.element_size())
+    stream = stream or torch.cuda.current_stream(device)
+    with torch.cuda.stream(stream):
+        out = host.to(device, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(stream)
+    return out, done
+
+
 class WorkerSide:
     """The worker's half.  conn_fn()/drop_fn as in SchedulerSide."""
 
@@ -185,7 +230,6 @@ class WorkerSide:
         self.next_local = 0.0
         self.leases = {}  # mm_hash -> (weakref to the tensor handed out, _Lease, time)
         self.to_release = collections.deque()  # (Views, i) whose tensors died
-        self.cuda_ranges = []  # (start, end) of host mappings registered with CUDA
         if is_consumer:
             self._host_pool()
 
@@ -358,8 +402,7 @@ class WorkerSide:
             raw = _t.wrap_view(views.address(i), views.nbytes[i], lease)
             t = raw.view(_t.torch_dtype(code)).view(shape)
             if device.type == "cuda":
-                self._cuda_register(views.address(i), views.nbytes[i])
-                encoder_cache[s.mm_hash] = t.to(device, non_blocking=True)
+                encoder_cache[s.mm_hash], _ = device_copy(t, device)
                 gpu_views.append(t)  # the view goes once the copy is done
             else:
                 encoder_cache[s.mm_hash] = t
@@ -376,27 +419,6 @@ class WorkerSide:
                 self.stats.add("loads")
                 self.stats.add("load_bytes", views.nbytes[specs.index(s)])
         return rest
-
-    def _cuda_register(self, addr, nbytes):
-        """Registers the host mapping holding [addr, addr+nbytes) with CUDA
-        once (the whole shared pool), so copies from it are asynchronous."""
-        for a, b in self.cuda_ranges:
-            if a <= addr and addr + nbytes <= b:
-                return
-        try:
-            with open("/proc/self/maps") as f:
-                for line in f:
-                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-                    if lo <= addr < hi:
-                        rc = torch.cuda.cudart().cudaHostRegister(lo, hi - lo, 0)
-                        self.cuda_ranges.append((lo, hi))
-                        if int(rc) != 0:
-                            self.warn.warn("cuda", "ecstore EC connector: cudaHostRegister: %s (copies are synchronous)",
-                                           rc)
-                        return
-        except (OSError, RuntimeError, ValueError) as e:
-            self.warn.warn("cuda", "ecstore EC connector: cannot register the pool with CUDA: %r", e)
-            self.cuda_ranges.append((addr, addr + nbytes))
 
     def _housekeeping(self, encoder_cache):
         """Releases views whose tensors died or whose copies to the GPU are
