@@ -536,3 +536,26 @@ def test_prefetch_off_still_defers_pending_items_then_loads(hosts):
         prod.shutdown()
         sched.shutdown()
         wconn.shutdown()
+
+
+def test_saves_beyond_queue_depth_are_dropped_not_waited_for(hosts):
+    """A store that does not keep up (stopped): past queue_depth waiting
+    saves, save_caches drops the new ones at once, and their marks go, so
+    consumers encode those items instead of waiting for them."""
+    extra = hosts.extra(hosts.a, queue_depth=2, batch_size=1)
+    prod = producer(extra)
+    cons = roles.scheduler(roles.vllm_config("ec_consumer", extra))
+    try:
+        hosts.a.pause()
+        t0 = time.monotonic()
+        roles.encoder_step(prod, 3, ["qd-%d:16:64" % i for i in range(8)])
+        assert time.monotonic() - t0 < 2.0
+        visible = [cons.has_cache_item("qd-%d" % i) for i in range(8)]
+        assert 2 <= sum(visible) <= 4 and not visible[-1]  # the first few queued (one in flight), the rest dropped
+        hosts.a.resume()
+        failures = prod.wait_for_save(10000)
+        assert sorted(h for h, _ in failures) == ["qd-%d" % i for i in range(8) if not visible[i]]
+    finally:
+        hosts.a.resume()
+        prod.shutdown()
+        cons.shutdown()

@@ -87,10 +87,14 @@ class _Saver:
         self.thread = threading.Thread(target=self._main, name="ecstore-save", daemon=True)
         self.thread.start()
 
-    def push(self, job):
+    def push(self, job, limit):
+        """Queues job; False (nothing queued) when limit jobs wait already."""
         with self.cv:
+            if len(self.q) >= limit:
+                return False
             self.q.append(job)
             self.cv.notify_all()
+        return True
 
     def idle(self, timeout_s):
         """Waits until nothing is queued or in flight; False on timeout."""
@@ -208,6 +212,7 @@ class WorkerSide:
         self.lock = threading.Lock()
         self.stats = ECStoreConnectorStats()
         self.rank = _tp_rank()
+        self.queue_depth = max(1, int(c_cfg.get("queue_depth", 256) or 256))  # saves waiting, at most
         # saves
         self.marked = set()  # marked this step by start_save_caches
         self.saved = set()  # stored since the last get_finished
@@ -264,7 +269,11 @@ class WorkerSide:
             if mm_hash not in self.marked:
                 self._mark([mm_hash])
             self.marked.discard(mm_hash)
-            self.saver.push((mm_hash, tensor, ev, time.monotonic()))
+            if not self.saver.push((mm_hash, tensor, ev, time.monotonic()), self.queue_depth):
+                # The store does not keep up: the step does not wait for it.
+                if self.marks is not None:
+                    self.marks.unmark([mm_hash])
+                self._done([mm_hash], [(mm_hash, codes.EBUSY)], 0, 0.0)
         except Exception as e:  # noqa: BLE001 - never raised into the model runner
             self.warn.warn("save", "ecstore EC connector: save of %s not queued: %r", mm_hash, e)
 
