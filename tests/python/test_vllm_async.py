@@ -292,6 +292,37 @@ def test_ready_item_is_pinned_against_eviction(hosts):
         small.stop()
 
 
+def test_pin_outlives_the_server_lease_timeout(hosts, monkeypatch):
+    """A request that waits after its item is ready longer than the local
+    server's lease timeout keeps the item: the prefetch takes its pin again
+    before the lease runs out (here: lease 1 s, refresh after 0.3 s)."""
+    import ecstore.vllm_scheduler as vs
+
+    monkeypatch.setattr(vs, "_PIN_REFRESH_S", 0.3)
+    small = start_server(hosts.redis.port, "--lease-timeout-ms", "1000", pool="8M")
+    try:
+        pextra = hosts.extra(hosts.a)
+        cextra = hosts.extra(small, protocol="shm")
+        assert roles.save_all(roles.vllm_config("ec_both", pextra), 7, ["l-0:512:1024"]) == []  # 1 MB
+        sched = roles.scheduler(roles.vllm_config("ec_consumer", cextra))
+        wconn = worker(cextra)
+        try:
+            req = roles.request("r", [("l-0", 512)])
+            assert wait_ready(sched, req, 8.0)[0]
+            time.sleep(2.5)  # past the lease timeout, twice
+            with ecstore.connect(servers=cextra["servers"], namespace="pytest") as s:
+                for i in range(12):  # 12 MB through an 8 MB pool
+                    s.put_tensor("fill-%d" % i, torch.zeros(512, 1024, dtype=torch.bfloat16))
+            _, cache, out = load_step(sched, wconn, [req])
+            assert torch.equal(bits(cache["l-0"]), bits(roles.embedding(7, "l-0", 512, 1024, torch.bfloat16)))
+            assert sched.take_unavailable_requests() == set()
+        finally:
+            sched.shutdown()
+            wconn.shutdown()
+    finally:
+        small.stop()
+
+
 def test_two_consumers_on_one_host_share_one_local_copy(hosts):
     pextra = hosts.extra(hosts.a)
     cextra = hosts.extra(hosts.b, protocol="shm")

@@ -52,6 +52,9 @@ FETCHING, READY = "fetching", "ready"
 #: after a store error.
 _POLL_S = 0.002
 _ERROR_BACKOFF_S = 0.05
+#: A pin is taken again after this long (servers drop a lease held longer
+#: than --lease-timeout-ms, default 30 s).
+_PIN_REFRESH_S = 10.0
 
 
 class _Item:
@@ -405,6 +408,8 @@ class _Prefetcher:
         self.side = side
         self.py = side.py
         self.pins = {}  # mm_hash -> (Views, index)
+        self.pinned_at = {}  # mm_hash -> when its pin was taken
+        self.next_refresh = 0.0
         self.unpins = collections.deque()
         self.closed = False
         self.local = self.remote = None
@@ -452,6 +457,7 @@ class _Prefetcher:
     def _main(self):
         while not self.closed:
             self._release()
+            self._refresh()
             with self.side.lock:
                 todo = [h for h, it in self.side.items.items() if it.state == FETCHING and not it.busy]
                 if not todo:
@@ -479,6 +485,27 @@ class _Prefetcher:
             if s is not None:
                 s.close()
 
+    def _refresh(self):
+        """Pins older than _PIN_REFRESH_S are taken again (then the old
+        ones released), so that the server's lease timeout never ends the
+        pin of an item whose request waits long after it became ready."""
+        now = time.monotonic()
+        if now < self.next_refresh or self.local is None:
+            return
+        self.next_refresh = now + 1.0
+        old = [h for h, t in self.pinned_at.items() if now - t > _PIN_REFRESH_S and h in self.pins]
+        if not old:
+            return
+        fresh = self._pin(self.local, old)
+        for h in old:
+            pin = fresh.get(h)
+            if pin is None:
+                continue  # gone from the local server: the load will say so
+            prev = self.pins.pop(h)
+            self.pins[h] = pin
+            self.pinned_at[h] = now
+            prev[0].release_items([prev[1]])
+
     def _release(self):
         while self.unpins:
             h = self.unpins.popleft()
@@ -486,6 +513,7 @@ class _Prefetcher:
                 if h in self.side.items:
                     continue  # wanted again meanwhile
             pin = self.pins.pop(h, None)
+            self.pinned_at.pop(h, None)
             if pin is not None:
                 pin[0].release_items([pin[1]])
 
@@ -527,6 +555,7 @@ class _Prefetcher:
         for h, (views, i) in pinned.items():
             old = self.pins.pop(h, None)
             self.pins[h] = (views, i)
+            self.pinned_at[h] = time.monotonic()
             if old is not None:
                 old[0].release_items([old[1]])
             if not self._ready(h, views.descs[i], views.nbytes[i], True):
@@ -565,6 +594,7 @@ class _Prefetcher:
             pinned = self._pin(local, stored)
             for h, pin in pinned.items():
                 self.pins[h] = pin
+                self.pinned_at[h] = time.monotonic()
                 if not self._ready(h, pin[0].descs[pin[1]], pin[0].nbytes[pin[1]], True):
                     self.unpins.append(h)
             again |= len(pinned) < len(hits)
