@@ -481,6 +481,22 @@ def test_stats_are_vllm_ec_connector_stats(hosts):
         lines = []
         log.log(lambda fmt, s: lines.append(fmt % s))
         assert lines and "saves=2" in lines[0]
+        # and vLLM's Prometheus side (a registry of this test's own)
+        import prometheus_client as pc
+        from vllm.distributed.ec_transfer.ec_connector.metrics import ECConnectorProm
+
+        reg = pc.CollectorRegistry()
+
+        def in_reg(cls):
+            return staticmethod(lambda *a, **kw: cls(*a, registry=reg, **kw))
+
+        class Prom(ECConnectorProm):
+            _gauge_cls, _counter_cls, _histogram_cls = in_reg(pc.Gauge), in_reg(pc.Counter), in_reg(pc.Histogram)
+
+        prom = Prom(roles.vllm_config("ec_both", extra), ["engine"], {0: ["0"]})
+        prom.observe(agg.data, 0)
+        assert reg.get_sample_value("vllm:ec_ecstore_saves_total", {"engine": "0"}) == 2
+        assert reg.get_sample_value("vllm:ec_ecstore_load_seconds_count", {"engine": "0"}) == 1
     finally:
         prod.shutdown()
 

@@ -41,6 +41,7 @@ from .vllm_common import (  # noqa: F401 - re-exported
     ECStoreConnectorMetadata,
     ECStoreConnectorStats,
     ECStoreLoadSpec,
+    ECStorePromMetrics,
     ECStoreWorkerMetadata,
     Throttle,
     close_quietly,
@@ -192,6 +193,10 @@ class ECStoreConnector(ECConnectorBase):
     @classmethod
     def build_ec_connector_stats(cls, data=None):
         return ECStoreConnectorStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return ECStorePromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     def describe(self):
         """The C connector's backend and data path, or "unavailable"."""

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from vllm.distributed.ec_transfer.ec_connector.base import ECConnectorMetadata, ECConnectorWorkerMetadata
-from vllm.distributed.ec_transfer.ec_connector.metrics import ECConnectorStats
+from vllm.distributed.ec_transfer.ec_connector.metrics import ECConnectorPromMetrics, ECConnectorStats
 from vllm.logger import init_logger
 
 from . import codes
@@ -258,3 +258,34 @@ class ECStoreConnectorStats(ECConnectorStats):
         out = ECStoreConnectorStats(data={k: (list(v) if isinstance(v, list) else v) for k, v in self.data.items()})
         self.reset()
         return out
+
+
+_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+class ECStorePromMetrics(ECConnectorPromMetrics):
+    """Prometheus counters ``vllm:ec_ecstore_<counter>_total`` and histograms
+    ``vllm:ec_ecstore_<prefetch|load|save>_seconds``, per engine, fed with
+    the ECStoreConnectorStats data vLLM collects each step."""
+
+    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self.counters = {}
+        for k in COUNTERS:
+            c = self._counter_cls(name="vllm:ec_ecstore_%s" % k, documentation="ecstore EC connector: %s" % k,
+                                  labelnames=labelnames)
+            self.counters[k] = {i: c.labels(*v) for i, v in per_engine_labelvalues.items()}
+        self.hists = {}
+        for k in SERIES:
+            h = self._histogram_cls(name="vllm:ec_ecstore_%s_seconds" % k[:-2],
+                                    documentation="ecstore EC connector: %s latency" % k[:-2],
+                                    buckets=_BUCKETS, labelnames=labelnames)
+            self.hists[k] = {i: h.labels(*v) for i, v in per_engine_labelvalues.items()}
+
+    def observe(self, transfer_stats_data, engine_idx=0):
+        for k, v in (transfer_stats_data or {}).items():
+            if k in self.counters and isinstance(v, (int, float)) and v > 0 and engine_idx in self.counters[k]:
+                self.counters[k][engine_idx].inc(v)
+            elif k in self.hists and isinstance(v, list) and engine_idx in self.hists[k]:
+                for x in v:
+                    self.hists[k][engine_idx].observe(x)
