@@ -254,6 +254,7 @@ def main():
     ap.add_argument("--servers", type=int, choices=(1, 2), default=2,
                     help="2: producer and consumer have their own server (prefetch copies); 1: one shared")
     ap.add_argument("--pool", default="2G", help="each ecstore-server's pool")
+    ap.add_argument("--server-args", default="", help="more ecstore-server arguments, e.g. '--hugepages try'")
     ap.add_argument("--storage", default=None, help="directory of the example connector's files "
                     "(default: a temp dir under $TMPDIR)")
     ap.add_argument("--connectors", default="ecstore-shm,ecstore-tcp,example,mooncake")
@@ -282,9 +283,12 @@ def main():
             json.dump(cfg, f)
         redis = start_redis()
         procs.append(redis)
-        a = start_server(redis.port, ns="bench", pool=args.pool)
+        import shlex
+
+        sargs = shlex.split(args.server_args)
+        a = start_server(redis.port, *sargs, ns="bench", pool=args.pool)
         procs.append(a)
-        b = a if args.servers == 1 else start_server(redis.port, ns="bench", pool=args.pool)
+        b = a if args.servers == 1 else start_server(redis.port, *sargs, ns="bench", pool=args.pool)
         if b is not a:
             procs.append(b)
         storage = args.storage or os.path.join(tmp, "example")

@@ -413,6 +413,7 @@ class _Prefetcher:
         self.unpins = collections.deque()
         self.closed = False
         self.local = self.remote = None
+        self.local_nv = None  # the local server again, without the checksum pass (see _fetch)
         self.next_open = 0.0
         self.thread = threading.Thread(target=self._main, name="ecstore-prefetch", daemon=True)
         self.thread.start()
@@ -443,8 +444,10 @@ class _Prefetcher:
         tmo = min(int(c.get("timeout_ms", 10000)), max(1, self.py["prefetch_timeout_ms"]))
         try:
             if want_local and self.local is None:
-                self.local = Store(store_config(c, servers=self.py["local_server"], redis_url=None, timeout_ms=tmo,
-                                                transport="auto", compression=None, placement=None, replicas=None))
+                lc = store_config(c, servers=self.py["local_server"], redis_url=None, timeout_ms=tmo,
+                                  transport="auto", compression=None, placement=None, replicas=None)
+                self.local = Store(lc)
+                self.local_nv = Store(dict(lc, verify_checksum=False))
             if want_remote and self.remote is None:
                 if c.get("redis_url"):  # holders found through Redis
                     self.remote = Store(store_config(c, servers=None, timeout_ms=tmo, placement=None, replicas=None))
@@ -481,7 +484,7 @@ class _Prefetcher:
         for views, i in list(self.pins.values()):
             views.release_items([i])
         self.pins.clear()
-        for s in (self.local, self.remote):
+        for s in (self.local, self.local_nv, self.remote):
             if s is not None:
                 s.close()
 
@@ -591,7 +594,9 @@ class _Prefetcher:
             with self.side.lock:
                 self.side.stats.add("prefetch_bytes", sum(t.numel() * t.element_size() for _, t in hits))
             stored = [h for (h, _), s in zip(hits, st) if s == 0]
-            pinned = self._pin(local, stored)
+            # The get checked these bytes; pinning them is no reason to read
+            # them all again.
+            pinned = self._pin(self.local_nv or local, stored)
             for h, pin in pinned.items():
                 self.pins[h] = pin
                 self.pinned_at[h] = time.monotonic()
