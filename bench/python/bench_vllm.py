@@ -1,36 +1,52 @@
 #!/usr/bin/env python3
-"""vLLM's ECExampleConnector (safetensors files) vs ecstore.vllm.ECStoreConnector
-(tcp and shm), saving and loading the same embeddings, in one run.
+"""An encoder step on one vLLM instance, its items used on another: what each
+EC connector costs the two instances' steps, and how soon the items are
+there.  ecstore.vllm.ECStoreConnector (tcp, shm) against vLLM's own
+ECExampleConnector (safetensors files), all driven through vLLM 0.33's own
+classes and hooks, connectors alternated repetition by repetition.
 
-Both connectors are driven the same way, through vLLM's own classes: an
-ec_both instance's worker saves through the model runner's EC mixin
-(``maybe_save_ec_to_connector``), then its scheduler checks each item
-(``has_cache_item``), allocates it (``update_state_after_alloc``), builds the
-step's metadata, and the worker loads it (the mixin's
-``maybe_get_ec_connector_output`` -> ``start_load_caches``) into an empty
-encoder_cache.  Every repetition uses new mm_hashes and new random bytes,
-and the loaded tensors are compared with the saved ones.
+Per repetition and connector, a producer instance (ec_producer: its
+worker, through the model runner's EC mixin) runs one encoder step of
+--batch new items (new mm_hashes, new random bytes), and a consumer
+instance (ec_consumer: its scheduler and worker) gets requests for them:
 
-Per connector and batch (items per step), over --reps repetitions:
-- save:  the time the model runner spends in save_caches for the batch
-         (ecstore queues the put and returns; the example writes the files);
-- saved: until the batch is stored (ecstore: wait_for_save; the example:
-         the same as save);
-- check: the scheduler's has_cache_item calls for the batch;
-- load:  the worker's start_load_caches for the batch (the data path);
-- load+use: load, then every loaded byte read once (copied into a buffer,
-         as the model runner's gather copies embeddings): the example's
-         safetensors load maps the file lazily, so on a CPU its bytes are
-         read only here.
-p50 and p99 in ms, and the example's p50 over ecstore's for load and for
-load+use (the ratios).  --warmup repetitions per connector come first and
-are not counted (first-use costs: connections, pool mappings).
+- save hold: the producer's step in the connector (the mixin's
+  start_save_caches and every save_caches);
+- visible:   from the producer's step start until the consumer's
+  has_cache_item is True for every item (polled);
+- re-encodes: items for which has_cache_item was False when the producer's
+  step returned (a consumer asking then would encode them again);
+- prefetch:  from the producer's step end until ensure_cache_available is
+  True for every request (asked once per 1 ms "step", as vLLM's scheduler
+  does; the example connector has no prefetch: 0);
+- load hold: the longest consumer step spent in the connector's worker
+  calls (start_load_caches and the rest of the mixin), over the steps the
+  requests waited and the step that scheduled them (vLLM keeps stepping
+  while requests wait; ECMooncakeConnector loads during those steps);
+- load+use:  load, then every loaded byte read once (copied, as the model
+  runner's gather copies embeddings; the example's lazily mapped files are
+  read here);
+- end-to-end: from the producer's step start until the consumer's tensors
+  are used (visible + prefetch + load + use, as one clock).
 
-The example connector picks its load device from vLLM's platform, which a
-CUDA build of vLLM cannot detect on a machine without a GPU; this script
-then selects vLLM's CPU platform (both connectors load to the CPU).
+ecstore-shm: every data path over shm, and the consumer's worker hands
+vLLM views of its local pool; ecstore-tcp: every data path over tcp,
+views off (zero_copy false: the worker's load copies).  Every loaded
+tensor is compared with the saved one.  With --servers 2
+(the default) the producer saves into server A and the consumer's local
+server is B, both in one Redis: ecstore's prefetch copies each item A -> B,
+the copy a second host would make (over loopback here).  --servers 1: one
+server for both.
 
-  $(scripts/pyenv.sh)/bin/python bench/python/bench_vllm.py [--build build] [--reps 40]
+vLLM's ECMooncakeConnector ("mooncake": push mode over the pip Mooncake's
+TransferEngine, protocol tcp, CPU buffers) runs with what vLLM's EPD proxy
+would arrange: the consumer worker's control service is started
+(start_worker_services), and each request carries ec_transfer_params
+naming the consumer and a transfer id per item.  Its "prefetch" is the
+wait for the push; its load hands out views of the consumer's buffer.
+
+  $(scripts/pyenv.sh)/bin/python bench/python/bench_vllm.py [--build build] \\
+      [--reps 40] [--batches 8,32] [--tokens 1100] [--hidden 3584]
 """
 
 import argparse
@@ -49,6 +65,8 @@ sys.path.insert(0, str(REPO / "ec_connector" / "python"))
 sys.path.insert(0, str(REPO / "tests" / "python"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+
+COLUMNS = ("save hold", "visible", "prefetch", "load hold", "load+use", "end-to-end")
 
 
 def use_cpu_platform():
@@ -69,77 +87,159 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q / 100.0 * (len(xs) - 1))))]
 
 
-class Run:
-    """One connector under test: an ec_both VllmConfig and its two sides."""
+class Instance:
+    """One vLLM instance's two connector sides (scheduler, worker)."""
 
-    def __init__(self, name, connector, module, extra, model_dir):
-        import vllm_roles as roles
+    def __init__(self, connector, module, role, extra, model_dir, **tc_kw):
         from vllm.config import DeviceConfig, ECTransferConfig, ModelConfig, VllmConfig
         from vllm.distributed.ec_transfer.ec_connector.base import ECConnectorRole
         from vllm.distributed.ec_transfer.ec_connector.factory import ECConnectorFactory
 
-        self.name = name
-        tc = ECTransferConfig(ec_connector=connector, ec_connector_module_path=module, ec_role="ec_both",
-                              ec_connector_extra_config=extra)
+        widths = tc_kw.pop("mm_encoder_output_widths", None)
+        tc = ECTransferConfig(ec_connector=connector, ec_connector_module_path=module, ec_role=role,
+                              ec_connector_extra_config=extra, **tc_kw)
+        if widths:
+            tc.mm_encoder_output_widths = widths
         self.cfg = VllmConfig(ec_transfer_config=tc, device_config=DeviceConfig(device="cpu"),
                               model_config=ModelConfig(model=model_dir, skip_tokenizer_init=True))
-        self.roles = roles
-        self.sched = roles.scheduler(self.cfg)
+        self.sched = ECConnectorFactory.create_connector(self.cfg, ECConnectorRole.SCHEDULER)
         self.worker = ECConnectorFactory.create_connector(self.cfg, ECConnectorRole.WORKER)
+
+    def activate(self):
+        """This instance's worker becomes the process's EC agent, the one
+        vLLM's mixin calls (instances take turns in this process)."""
+        from vllm.distributed.ec_transfer import ec_transfer_state
+
+        ec_transfer_state._EC_CONNECTOR_AGENT = self.worker
 
     def close(self):
         self.sched.shutdown()
         self.worker.shutdown()
 
-    def activate(self):
-        """Makes this run's worker the process's EC agent, the one vLLM's
-        mixin calls (ensure_ec_transfer_initialized keeps the first one
-        made; the connectors take turns here)."""
-        from vllm.distributed.ec_transfer import ec_transfer_state
 
-        ec_transfer_state._EC_CONNECTOR_AGENT = self.worker
+def sched_out(meta, req_ids=()):
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    out = SchedulerOutput.make_empty()
+    out.ec_connector_metadata = meta
+    out.num_scheduled_tokens = {r: 1 for r in req_ids}
+    return out
+
+
+class Pair:
+    """A producer and a consumer instance of one connector."""
+
+    params = None  # ec_transfer_params a proxy would give each request (Mooncake)
+
+    def __init__(self, name, connector, module, pextra, cextra, model_dir, ptc=None, ctc=None):
+        self.name = name
+        self.prod = Instance(connector, module, "ec_producer", pextra, model_dir, **(ptc or {}))
+        self.cons = Instance(connector, module, "ec_consumer", cextra, model_dir, **(ctc or {}))
+        if connector == "ECMooncakeConnector":
+            # What vLLM's EPD proxy arranges: the consumer listens for pushes,
+            # and each request names the consumer and a transfer id per item.
+            self.cons.worker.start_worker_services()
+            self.params = "tcp://%s:%d" % (ctc["ec_ip"], ctc["ec_port"])
+
+    def close(self):
+        self.prod.close()
+        self.cons.close()
 
     def rep(self, tensors, tokens, dst):
-        """(save, saved, check, load, load+use) seconds for one batch; dst:
-        one prefaulted buffer per item that "use" copies the loaded tensor
-        into, as the model runner's gather copies embeddings into the
-        input embeddings (this is where lazily mapped file pages fault in)."""
+        """(save hold, visible, prefetch, load hold, load+use, end-to-end)
+        seconds and the re-encode count, for one batch."""
         import torch
+        import vllm_roles as roles
         from vllm.v1.worker.ec_connector_model_runner_mixin import ECConnectorModelRunnerMixin as Mixin
 
-        roles = self.roles
-        self.activate()
-        t0 = time.perf_counter()
-        for h in tensors:
-            Mixin.maybe_save_ec_to_connector(tensors, h)
-        t1 = time.perf_counter()
-        if hasattr(self.worker, "wait_for_save"):
-            failures = self.worker.wait_for_save()
-            if failures:
-                sys.exit("%s: saves failed: %s" % (self.name, failures))
-        t2 = time.perf_counter()
-        reqs = [roles.request("r-%s" % h, [(h, tokens)]) for h in tensors]
+        keys = list(tensors)
+        reqs = [roles.request("r-%s" % h, [(h, tokens)]) for h in keys]
+        if self.params is not None:
+            for r, h in zip(reqs, keys):
+                r.ec_transfer_params = {"consumer_zmq": self.params,
+                                        "ec_items": [{"mm_hash": h, "transfer_id": "t-" + h}]}
+        # the producer's scheduler: the step encodes these items
+        ps = self.prod.sched
         for r in reqs:
-            if not self.sched.has_cache_item(r.mm_features[0].identifier):
-                sys.exit("%s: %s not found after its save" % (self.name, r.mm_features[0].identifier))
-        t3 = time.perf_counter()
-        for r in reqs:
-            self.sched.update_state_after_alloc(r, 0)
-        meta = self.sched.build_connector_meta(roles.scheduler_output(None))
+            ps.ensure_cache_available(r, 0)
+            ps.has_cache_item(r.mm_features[0].identifier)
+            ps.update_state_after_alloc(r, 0)
+        pmeta = ps.build_connector_meta(sched_out(None, [r.request_id for r in reqs]))
+        # the producer's worker: one encoder step
+        self.prod.activate()
         cache = {}
-        out = roles.scheduler_output(meta)
+        t0 = time.perf_counter()
+        with Mixin.maybe_get_ec_connector_output(sched_out(pmeta), cache):
+            for h in keys:
+                cache[h] = tensors[h]
+                Mixin.maybe_save_ec_to_connector(cache, h)
+        t1 = time.perf_counter()
+        cs = self.cons.sched
+        reencode = sum(1 for h in keys if not cs.has_cache_item(h))
+        # visible: has_cache_item true for all (polled)
+        left = set(h for h in keys if not cs.has_cache_item(h))
+        while left:
+            left = {h for h in left if not cs.has_cache_item(h)}
+            if left:
+                time.sleep(0.0002)
+            if time.perf_counter() - t1 > 30:
+                sys.exit("%s: not visible after 30 s" % self.name)
+        t_vis = time.perf_counter()
+        # prefetch: once per 1 ms engine step, ensure_cache_available for the
+        # waiting requests, then the step's metadata and worker call (vLLM
+        # keeps stepping; a connector may load during these steps)
+        ccache = {}
+        holds = []
+
+        def step(meta):
+            self.cons.activate()
+            s0 = time.perf_counter()
+            with Mixin.maybe_get_ec_connector_output(sched_out(meta), ccache) as out:
+                pass
+            holds.append(time.perf_counter() - s0)
+            cs.update_connector_output(out)
+
+        pending = list(reqs)
+        while pending:
+            pending = [r for r in pending if not cs.ensure_cache_available(r, 0)]
+            if pending:
+                step(cs.build_connector_meta(sched_out(None)))
+                time.sleep(0.001)
+            if time.perf_counter() - t1 > 30:
+                sys.exit("%s: not ready after 30 s" % self.name)
+        t_ready = time.perf_counter()
+        if hasattr(cs, "take_unavailable_requests") and cs.take_unavailable_requests():
+            sys.exit("%s: requests unavailable" % self.name)
+        for r in reqs:
+            if not cs.has_cache_item(r.mm_features[0].identifier):
+                sys.exit("%s: %s not found after its save" % (self.name, r.mm_features[0].identifier))
+            cs.update_state_after_alloc(r, 0)
+        cmeta = cs.build_connector_meta(sched_out(None, [r.request_id for r in reqs]))
         t4 = time.perf_counter()
-        with Mixin.maybe_get_ec_connector_output(out, cache):
-            pass
+        step(cmeta)
         t5 = time.perf_counter()
-        for d, h in zip(dst, tensors):
-            d.copy_(cache[h])
+        for d, h in zip(dst, keys):
+            d.copy_(ccache[h])
         t6 = time.perf_counter()
         for h, t in tensors.items():
-            got = cache.get(h)
+            got = ccache.get(h)
             if got is None or not torch.equal(got.view(torch.uint8), t.view(torch.uint8)):
                 sys.exit("%s: %s loaded wrong or not at all" % (self.name, h))
-        return t1 - t0, t2 - t0, t3 - t2, t5 - t4, t6 - t4
+        for r in reqs:
+            cs.request_finished(r)
+            ps.request_finished(r)
+        result = (t1 - t0, t_vis - t0, max(0.0, t_ready - t1), max(holds), t6 - t4, (t_ready - t0) + (t6 - t4))
+        # the next step frees the items from the consumer's encoder cache
+        # (Mooncake's pushes then leave its buffer)
+        ccache.clear()
+        fr = sched_out(None)
+        fr.free_encoder_mm_hashes = list(keys)
+        step(cs.build_connector_meta(fr))
+        del ccache, cache
+        # load hold: the longest consumer step in the connector's worker calls
+        # (a connector that loads while the request waits holds that step);
+        # end-to-end: t_vis <= t_ready
+        return result, reencode
 
 
 def main():
@@ -148,12 +248,16 @@ def main():
     ap.add_argument("--build", default=str(REPO / "build"), help="CMake build dir (bin/, lib/)")
     ap.add_argument("--reps", type=int, default=40, help="repetitions per cell")
     ap.add_argument("--warmup", type=int, default=2, help="uncounted repetitions per cell first")
-    ap.add_argument("--batches", default="1,8")
-    ap.add_argument("--tokens", type=int, default=650)
-    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--batches", default="8,32")
+    ap.add_argument("--tokens", type=int, default=1100, help="tokens per item (a Qwen2.5-VL image: 1000-1300)")
+    ap.add_argument("--hidden", type=int, default=3584, help="width of one token's embedding (bf16)")
+    ap.add_argument("--servers", type=int, choices=(1, 2), default=2,
+                    help="2: producer and consumer have their own server (prefetch copies); 1: one shared")
+    ap.add_argument("--pool", default="2G", help="each ecstore-server's pool")
+    ap.add_argument("--server-args", default="", help="more ecstore-server arguments, e.g. '--hugepages try'")
     ap.add_argument("--storage", default=None, help="directory of the example connector's files "
                     "(default: a temp dir under $TMPDIR)")
-    ap.add_argument("--connectors", default="example,ecstore-tcp,ecstore-shm")
+    ap.add_argument("--connectors", default="ecstore-shm,ecstore-tcp,example,mooncake")
     args = ap.parse_args()
     build = pathlib.Path(args.build).resolve()
     os.environ.setdefault("ECSTORE_LIB", str(build / "lib" / "libecstore.so"))
@@ -163,68 +267,109 @@ def main():
 
     device = use_cpu_platform()
     tmp = tempfile.mkdtemp(prefix="ecs-bench-vllm-")
-    procs = []
+    procs, pairs = [], {}
     try:
         import vllm_roles as roles
 
         model_dir = os.path.join(tmp, "model")
         roles.vllm_config("ec_consumer", {}, model_dir)  # writes the tiny model's config.json
-        procs.append(start_redis())
-        procs.append(start_server(procs[0].port, ns="bench", pool="1G"))
-        rport, sport = procs[0].port, procs[1].port
+        # ... with the benchmark's width, which connectors that size buffers
+        # from the model (Mooncake) must see
+        import json
+
+        cfg = dict(roles.TINY_VL, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
+                   vision_config=dict(roles.TINY_VL["vision_config"], out_hidden_size=args.hidden))
+        with open(os.path.join(model_dir, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        redis = start_redis()
+        procs.append(redis)
+        import shlex
+
+        sargs = shlex.split(args.server_args)
+        a = start_server(redis.port, *sargs, ns="bench", pool=args.pool)
+        procs.append(a)
+        b = a if args.servers == 1 else start_server(redis.port, *sargs, ns="bench", pool=args.pool)
+        if b is not a:
+            procs.append(b)
         storage = args.storage or os.path.join(tmp, "example")
         os.makedirs(storage, exist_ok=True)
-        common = {"servers": "127.0.0.1:%d" % sport, "redis_url": "redis://127.0.0.1:%d" % rport,
-                  "namespace": "bench", "staging_bytes": "256M"}
+        url = "redis://127.0.0.1:%d" % redis.port
+
+        def ecs(server, proto):
+            return {"servers": "127.0.0.1:%d" % server.port, "redis_url": url, "namespace": "bench",
+                    "staging_bytes": "512M", "protocol": proto, "zero_copy": proto == "shm",
+                    "load_pool_bytes": "1G"}
+
         specs = {
-            "example": ("ECExampleConnector", None, {"shared_storage_path": storage}),
-            "ecstore-tcp": ("ECStoreConnector", "ecstore.vllm", dict(common, protocol="tcp")),
-            "ecstore-shm": ("ECStoreConnector", "ecstore.vllm", dict(common, protocol="shm")),
+            "ecstore-shm": ("ECStoreConnector", "ecstore.vllm", ecs(a, "shm"), ecs(b, "shm")),
+            "ecstore-tcp": ("ECStoreConnector", "ecstore.vllm", ecs(a, "tcp"), ecs(b, "tcp")),
+            "example": ("ECExampleConnector", None, {"shared_storage_path": storage},
+                        {"shared_storage_path": storage}),
         }
+        from conftest import free_port
+
+        bufsize = float(max(int(x) for x in args.batches.split(",")) * args.tokens * args.hidden * 2 * 3)
+        mc = {"ec_ip": "127.0.0.1", "ec_buffer_device": "cpu", "ec_buffer_size": bufsize}
+        specs["mooncake"] = ("ECMooncakeConnector", None, {"mooncake_protocol": "tcp"},
+                             {"mooncake_protocol": "tcp"},
+                             # vLLM measures the encoder's output width at an encoder's start
+                             dict(mc, ec_port=free_port(), mm_encoder_output_widths={"image": args.hidden}),
+                             dict(mc, ec_port=free_port()))
         names = args.connectors.split(",")
-        batches = [int(b) for b in args.batches.split(",")]
+        for n in names:
+            if n not in specs:
+                sys.exit("unknown connector %r (known: %s)" % (n, ", ".join(specs)))
+        batches = [int(x) for x in args.batches.split(",")]
         fs = subprocess.run(["stat", "-f", "-c", "%T", storage], capture_output=True, text=True).stdout.strip()
-        print("# vLLM %s, torch %s, platform %s; %d x %d bf16 (%.2f MB) per item; %d reps; example files on %s (%s)"
+        load = os.getloadavg()
+        print("# vLLM %s, torch %s, platform %s; %d x %d bf16 (%.2f MB) per item; %d reps (+%d warm-up); "
+              "%d server(s); example files on %s (%s); load average %.2f %.2f %.2f at start"
               % (__import__("vllm").__version__, torch.__version__, device, args.tokens, args.hidden,
-                 args.tokens * args.hidden * 2 / 1e6, args.reps, storage, fs), flush=True)
+                 args.tokens * args.hidden * 2 / 1e6, args.reps, args.warmup, args.servers, storage, fs, *load),
+              flush=True)
+        pairs = {}
+        for n in names:
+            c, m, pe, ce, *tc = specs[n]
+            pairs[n] = Pair(n, c, m, pe, ce, model_dir, *tc)
         results = {}
-        runs = {n: Run(n, *specs[n], model_dir) for n in names}
         seq = 0
-        for b in batches:
+        for bsz in batches:
             samples = {n: [] for n in names}
-            dst = [torch.ones(args.tokens, args.hidden, dtype=torch.bfloat16) for _ in range(b)]
+            reenc = {n: 0 for n in names}
+            dst = [torch.ones(args.tokens, args.hidden, dtype=torch.bfloat16) for _ in range(bsz)]
+            memcpy = []
             for r in range(-args.warmup, args.reps):
-                # Connectors take turns, repetition by repetition, so that
-                # other load on this machine hits all of them alike.
-                for n in names:
+                for n in names:  # connectors take turns, repetition by repetition
                     seq += 1
                     tensors = {}
-                    for i in range(b):
+                    for i in range(bsz):
                         raw = torch.randint(0, 256, (args.tokens * args.hidden * 2,), dtype=torch.uint8)
-                        tensors["%s-%d-%d" % (n, seq, i)] = raw.view(torch.bfloat16).reshape(args.tokens,
-                                                                                             args.hidden)
-                    sample = runs[n].rep(tensors, args.tokens, dst)
+                        tensors["%s-%d-%d" % (n, seq, i)] = raw.view(torch.bfloat16).reshape(args.tokens, args.hidden)
+                    sample, re = pairs[n].rep(tensors, args.tokens, dst)
                     if r >= 0:
                         samples[n].append(sample)
+                        reenc[n] += re
+                    if n == names[0] and r >= 0:  # a memcpy of the same bytes, same run
+                        t0 = time.perf_counter()
+                        for d, t in zip(dst, tensors.values()):
+                            d.copy_(t)
+                        memcpy.append(time.perf_counter() - t0)
             for n in names:
                 cols = list(zip(*samples[n]))
-                results[(n, b)] = [(statistics.median(c) * 1e3, pct(c, 99) * 1e3) for c in cols]
-        for run in runs.values():
-            run.close()
-        print("| connector | batch | save p50 / p99 | saved p50 / p99 | check p50 / p99 | load p50 / p99 |"
-              " load+use p50 / p99 | example / this: load | load+use |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        for b in batches:
+                results[(n, bsz)] = ([(statistics.median(c) * 1e3, pct(c, 90) * 1e3) for c in cols], reenc[n])
+            results[("memcpy", bsz)] = statistics.median(memcpy) * 1e3
+        print("| connector | batch | " + " | ".join("%s p50 / p90" % c for c in COLUMNS) + " | re-encodes |")
+        print("|---|---|" + "---|" * len(COLUMNS) + "---|")
+        for bsz in batches:
             for n in names:
-                cells = " | ".join("%.2f / %.2f" % c for c in results[(n, b)])
-                ratio = " | "
-                if "example" in names:
-                    ex, me = results[("example", b)], results[(n, b)]
-                    ratio = "%.2fx | %.2fx" % (ex[3][0] / me[3][0], ex[4][0] / me[4][0])
-                print("| %s | %d | %s | %s |" % (n, b, cells, ratio))
-        print("(ms; save: time in save_caches; saved: until stored; check: has_cache_item of the batch;"
-              " load: start_load_caches of the batch; load+use: load, then each byte read once)")
+                cells, re = results[(n, bsz)]
+                print("| %s | %d | %s | %d |" % (n, bsz, " | ".join("%.2f / %.2f" % c for c in cells), re))
+        print("(ms per step of --batch items; memcpy of the same bytes, same run: %s; load average %.2f %.2f %.2f "
+              "at the end)" % (", ".join("batch %d %.2f ms" % (bb, results[("memcpy", bb)]) for bb in batches),
+                               *os.getloadavg()))
     finally:
+        for p in pairs.values():
+            p.close()
         for p in reversed(procs):
             p.stop()
         shutil.rmtree(tmp, ignore_errors=True)

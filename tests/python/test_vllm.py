@@ -172,7 +172,7 @@ def test_one_batched_load_per_step_and_shared_items_once(extra):
         cache = {}
         roles.run_worker_step(roles.scheduler_output(sched.build_connector_meta(roles.scheduler_output(None))), cache)
         assert list(cache) == ["s-12"]
-        before = worker._conn.stats()
+        before = worker._open().stats()
         # Step 2: two requests share s-0: one load spec, both waiting on it.
         reqs = [roles.request("a", [("s-%d" % i, 32) for i in range(6)]),
                 roles.request("b", [("s-0", 32)] + [("s-%d" % i, 32) for i in range(6, 12)])]
@@ -184,17 +184,17 @@ def test_one_batched_load_per_step_and_shared_items_once(extra):
         shared = [s for s in meta.loads if s.mm_hash == "s-0"][0]
         assert shared.req_ids == ["a", "b"] and shared.num_embeds == 32
         out = roles.run_worker_step(roles.scheduler_output(meta), cache)
-        after = worker._conn.stats()
+        after = worker._open().stats()
         assert after["loads"] - before["loads"] == 12  # one batched load, no retries
         assert after["load_hits"] - before["load_hits"] == 12
         assert len(cache) == 13 and len(out.finished_recving) == 12
         # The loads landed in the worker's pinned pool, and go back to it
         # when vLLM drops them from its encoder cache.
-        assert worker._host.stats()["live_allocs"] == 13
+        assert worker.worker.host.stats()["live_allocs"] == 13
         cache.clear()
         import gc
         gc.collect()
-        assert worker._host.stats()["live_allocs"] == 0
+        assert worker.worker.host.stats()["live_allocs"] == 0
     finally:
         sched.shutdown()
         vllm.distributed.ec_transfer.ensure_ec_transfer_shutdown()
@@ -213,7 +213,7 @@ def test_loads_without_room_in_the_pool_use_torch_memory(extra):
         assert sorted(cache) == ["q-%d" % i for i in range(4)]
         for i in range(4):
             assert torch.equal(bits(cache["q-%d" % i]), bits(roles.embedding(6, "q-%d" % i, 100, 512, torch.bfloat16)))
-        assert worker._host.stats()["live_allocs"] <= 1  # 100 KB of 128 KB: at most one fits
+        assert worker.worker.host.stats()["live_allocs"] <= 1  # 100 KB of 128 KB: at most one fits
     finally:
         sched.shutdown()
         vllm.distributed.ec_transfer.ensure_ec_transfer_shutdown()
@@ -231,7 +231,7 @@ def test_model_config_sizes_the_first_load(extra, tmp_path):
             sched.update_state_after_alloc(roles.request("r%d" % i, [("m-%d" % i, 10)]), 0)
         cache = {}
         roles.run_worker_step(roles.scheduler_output(sched.build_connector_meta(roles.scheduler_output(None))), cache)
-        assert worker._conn.stats()["loads"] == 3
+        assert worker._open().stats()["loads"] == 3
         for i in range(3):
             want = roles.embedding(4, "m-%d" % i, 10, 64, torch.bfloat16)
             assert torch.equal(bits(cache["m-%d" % i]), bits(want))
@@ -249,7 +249,11 @@ def test_build_connector_meta_resets_and_producer_never_loads(extra, tmp_path):
         assert sched.has_cache_item("p-1")
         sched.update_state_after_alloc(r, 0)  # a producer loads nothing
         assert sched.build_connector_meta(roles.scheduler_output(None)).loads == []
-        assert sched.request_finished(r) == (False, None)
+        delay, params = sched.request_finished(r)
+        # per mm_hash: where it is stored and what it is (the tiny model: bf16, width 64)
+        assert delay is False and params == {"p-1": {
+            "modality": "image", "item_indices": [0], "holder": extra["servers"], "namespace": "pytest",
+            "dtype": "bfloat16", "shape": [8, 64], "nbytes": 8 * 64 * 2}}
     finally:
         sched.shutdown()
     cons = roles.scheduler(roles.vllm_config("ec_consumer", extra))
@@ -335,7 +339,7 @@ def test_stopped_store_has_cache_item_false_and_one_warning(caplog):
         assert len(warnings) == 1, [r.getMessage() for r in warnings]
         # The worker side: a load against the stopped store is a miss, not an exception.
         r = roles.request("r", [("k-0", 8)])
-        sched._pending["k-0"] = ev.ECStoreLoadSpec("k-0", 8, ["r"])  # scheduled before the store died
+        sched.scheduler.loads["k-0"] = ev.ECStoreLoadSpec("k-0", 8, ["r"])  # scheduled before the store died
         meta = sched.build_connector_meta(roles.scheduler_output(None))
         roles.init_worker(cfg)
         cache = {}

@@ -8,7 +8,21 @@ Run as a script it is an encoder (producer) instance in its own process:
 
 saves each item's deterministic tensor through
 ``ECConnectorModelRunnerMixin.maybe_save_ec_to_connector`` and prints
-``saved N`` when every save is stored.
+``saved N`` when every save is stored;
+
+    python vllm_roles.py stall CONFIG_JSON MODEL_DIR SEED HASH[:TOKENS[:WIDTH[:DTYPE]]]...
+
+runs one encoder step through the mixin (``start_save_caches`` marks the
+items pending, ``save_caches`` queues them), prints ``queued N`` and sleeps,
+for a test to kill it mid-save;
+
+    python vllm_roles.py consume CONFIG_JSON SEED TIMEOUT_S HASH[:TOKENS[:WIDTH[:DTYPE]]]...
+
+is a prefill instance: its scheduler asks ensure_cache_available for one
+request per item until all are ready (or fail), then its worker loads them
+through the mixin; prints ``loaded N local L deferred D objects O`` (L
+items prefetched into its own server, D steps deferred, O objects in that
+server) when every byte matches, else why not.
 """
 
 import json
@@ -143,7 +157,87 @@ def produce(config_json, model_dir, seed, specs):
     return 0
 
 
+def encoder_step(conn, seed, specs, encoder_cache=None):
+    """One encoder step of a producer worker through vLLM's mixin: the
+    scheduler's metadata names the items to encode (``saves``), the mixin
+    calls start_save_caches, the "encoder" fills encoder_cache and the
+    model runner saves each item.  Returns the encoder_cache."""
+    from ecstore.vllm import ECStoreConnectorMetadata
+    from vllm.distributed.ec_transfer import ec_transfer_state
+
+    ec_transfer_state._EC_CONNECTOR_AGENT = conn  # the agent the mixin calls
+    cache = {} if encoder_cache is None else encoder_cache
+    items = [parse_item(s) for s in specs]
+    out = scheduler_output(ECStoreConnectorMetadata(saves=[h for h, _, _, _ in items]))
+    with ECConnectorModelRunnerMixin.maybe_get_ec_connector_output(out, cache):
+        for mm_hash, tokens, width, dtype in items:
+            cache[mm_hash] = embedding(seed, mm_hash, tokens, width, dtype)
+            ECConnectorModelRunnerMixin.maybe_save_ec_to_connector(cache, mm_hash)
+    return cache
+
+
+def stall(config_json, model_dir, seed, specs):
+    conn = init_worker(vllm_config("ec_producer", json.loads(config_json), model_dir))
+    encoder_step(conn, seed, specs)
+    print("queued %d" % len(specs), flush=True)
+    import time
+
+    while True:
+        time.sleep(1)
+
+
+def consume(config_json, seed, timeout_s, specs):
+    import time
+
+    import ecstore
+
+    extra = json.loads(config_json)
+    cfg = vllm_config("ec_consumer", extra)
+    sched = scheduler(cfg)
+    init_worker(cfg)
+    items = [parse_item(s) for s in specs]
+    reqs = [request("r-%s" % h, [(h, tokens)]) for h, tokens, _, _ in items]
+    end = time.monotonic() + timeout_s
+    deferred = 0
+    while True:
+        pending = [r for r in reqs if not sched.ensure_cache_available(r, 0)]
+        gone = sched.take_unavailable_requests()
+        if gone:
+            print("unavailable %s" % sorted(gone), flush=True)
+            return 1
+        if not pending:
+            break
+        if time.monotonic() > end:
+            print("not ready after %.0fs" % timeout_s, flush=True)
+            return 1
+        deferred += 1
+        time.sleep(0.005)
+    for r in reqs:
+        sched.has_cache_item(r.mm_features[0].identifier)
+        sched.update_state_after_alloc(r, 0)
+    meta = sched.build_connector_meta(scheduler_output(None))
+    cache = {}
+    run_worker_step(scheduler_output(meta), cache)
+    for h, tokens, width, dtype in items:
+        want = embedding(seed, h, tokens, width, dtype)
+        got = cache.get(h)
+        if got is None or not torch.equal(got.contiguous().view(torch.uint8), want.view(torch.uint8)):
+            print("wrong or missing bytes for %s" % h, flush=True)
+            return 1
+    with ecstore.connect(servers=extra["servers"], namespace=extra.get("namespace", "default")) as s:
+        objects = s.stat(0)["objects"]
+    print("loaded %d local %d deferred %d objects %d" % (len(items), sum(1 for s in meta.loads if s.local), deferred,
+                                                        objects), flush=True)
+    sched.shutdown()
+    ec_transfer.ensure_ec_transfer_shutdown()
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) >= 5 and sys.argv[1] == "consume":
+        sys.exit(consume(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5:]))
+    if len(sys.argv) >= 5 and sys.argv[1] == "stall":
+        sys.exit(stall(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]))
     if len(sys.argv) < 5 or sys.argv[1] != "produce":
         sys.exit(__doc__)
     sys.exit(produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]))

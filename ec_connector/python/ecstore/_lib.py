@@ -92,6 +92,20 @@ class GetBuf(ctypes.Structure):
     ]
 
 
+class View(ctypes.Structure):
+    """ecs_view_t: a zero-copy view of an object in a server's shared pool."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("nbytes", ctypes.c_uint64),
+        ("desc", TensorDesc),
+        ("status", ctypes.c_int),
+        ("lease_", ctypes.c_uint64),
+        ("map_", ctypes.c_void_p),
+        ("srv_", ctypes.c_uint32),
+    ]
+
+
 class ClientConfig(ctypes.Structure):
     """ecs_client_config_t."""
 
@@ -204,6 +218,7 @@ ABI_STRUCTS = {
     "ecs_key_t": Key,
     "ecs_tensor_t": Tensor,
     "ecs_get_buf_t": GetBuf,
+    "ecs_view_t": View,
     "ecs_client_config_t": ClientConfig,
     "ecs_server_stat_t": ServerStat,
     "ecs_ec_save_result_t": EcSaveResult,
@@ -248,6 +263,8 @@ _OPTIONAL_PROTOS = {
     "ecs_upsert_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), ctypes.POINTER(Tensor), _S, c_int_p]),
     "ecs_client_put_copies": (None, [_P, ctypes.POINTER(_S), ctypes.POINTER(_S)]),
     "ecs_client_set_soft_pin": (ctypes.c_int, [_P, ctypes.c_int]),
+    "ecs_get_view_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), ctypes.POINTER(View), _S]),
+    "ecs_view_release": (ctypes.c_int, [_P, ctypes.POINTER(View), _S]),
     # the pinned pool (include/ecstore/pool.h), for ecstore.pinned
     "ecs_pool_opts_init": (None, [ctypes.POINTER(PoolOpts)]),
     "ecs_pool_create": (ctypes.c_int, [ctypes.POINTER(PoolOpts), ctypes.POINTER(_P)]),

@@ -393,6 +393,10 @@ _REDIS_MAX_STRING = 1 << 20  # one string: keys and cursors (ECS_RDS_MAX_STRING_
 _REDIS_MAX_KEYS = 1 << 24  # keys one listing gathers
 
 
+class RedisReplyError(ConnectionError):
+    """An error reply (-ERR ...): the connection stays in step."""
+
+
 class _Resp:
     """One Redis connection speaking RESP over a plain socket."""
 
@@ -405,13 +409,30 @@ class _Resp:
         self.f.close()
         self.sock.close()
 
-    def cmd(self, *args):
-        out = b"*%d\r\n" % len(args)
+    @staticmethod
+    def _encode(args):
+        out = [b"*%d\r\n" % len(args)]
         for a in args:
             a = a if isinstance(a, bytes) else str(a).encode()
-            out += b"$%d\r\n%s\r\n" % (len(a), a)
-        self.sock.sendall(out)
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        return b"".join(out)
+
+    def cmd(self, *args):
+        self.sock.sendall(self._encode(args))
         return self.read()
+
+    def pipeline(self, cmds):
+        """Sends every command in one write, then reads one reply each: one
+        round trip.  An error reply is returned as a RedisReplyError in its
+        slot; anything else that goes wrong raises (drop the connection)."""
+        self.sock.sendall(b"".join(self._encode(c) for c in cmds))
+        out = []
+        for _ in cmds:
+            try:
+                out.append(self.read())
+            except RedisReplyError as e:
+                out.append(e)
+        return out
 
     def read(self, depth=0, budget=None):
         # Every length is bounded before it is believed, as the C link
@@ -425,7 +446,7 @@ class _Resp:
             raise ConnectionError("Redis closed the connection")
         t, body = line[:1], line[1:-2]
         if t == b"-":
-            raise ConnectionError(body.decode(errors="replace"))
+            raise RedisReplyError(body.decode(errors="replace"))
         if t in (b"+", b":"):
             return body
         if t == b"$":
@@ -526,17 +547,14 @@ def _sentinel_query(rest):
     return head, got.get("sentinel_user", ""), got.get("sentinel_password", "")
 
 
-def _redis_scan(url, pattern, timeout):
-    """Every key matching pattern (bytes), with SCAN over a plain socket: no
-    Redis package is needed for this one call.  AUTH as the C link does
-    (store/redis/rds.h): USER:PASS@ or :PASS@ in the URL (%XX-escaped), else the
-    password in ECSTORE_REDIS_PASSWORD.  redis-sentinel:// URLs ask the
-    sentinels for the master (with the sentinels' own password: the URL's
-    sentinel_password, else ECSTORE_SENTINEL_PASSWORD; never the
-    master's); on a Redis Cluster (redis-cluster://, or a MOVED reply) the
-    scan goes to the node of the pattern's hash tag (a namespace's keys
-    share one slot: docs/redis-ha.md), and a redis-cluster:// seed list is
-    tried in order until a node answers."""
+def redis_endpoint(url, timeout):
+    """(host, port, user, password, db) of the Redis a URL names, as the C
+    link resolves it (store/redis/rds.h): redis://, redis-sentinel:// (the
+    sentinels are asked for the master, with the sentinels' own password:
+    the URL's sentinel_password, else ECSTORE_SENTINEL_PASSWORD; never the
+    master's) and redis-cluster:// (the first seed that answers).  The
+    password: USER:PASS@ or :PASS@ in the URL (%XX-escaped), else
+    ECSTORE_REDIS_PASSWORD."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
@@ -551,7 +569,6 @@ def _redis_scan(url, pattern, timeout):
         user, password = urllib.parse.unquote(user), urllib.parse.unquote(password)
     password = password or os.environ.get("ECSTORE_REDIS_PASSWORD", "")
     db = 0
-    seeds = []
     if scheme == "redis-sentinel":
         sentinels, _, tail = rest.partition("/")
         name, _, dbs = tail.partition("/")
@@ -562,20 +579,39 @@ def _redis_scan(url, pattern, timeout):
             rest, dbs = rest.split("/", 1)
             db = int(dbs or 0)
         if scheme == "redis-cluster" and "," in rest:
-            seeds = [_hostport(hp) for hp in rest.split(",")]
-            host, port = _first_seed(seeds, timeout)
+            host, port = _first_seed([_hostport(hp) for hp in rest.split(",")], timeout)
         else:
             host, port = _hostport(rest)
+    return host, port, user, password, db
+
+
+def redis_login(host, port, user, password, db, timeout):
+    """A _Resp to host:port after AUTH and SELECT."""
+    r = _Resp(host, port, timeout)
+    try:
+        if password:
+            try:
+                r.cmd("AUTH", *((user, password) if user else (password,)))
+            except ConnectionError as e:  # Redis's words, never the password
+                raise PermissionError("redis %s:%s: authentication failed: %s" % (host, port, e)) from None
+        if db:
+            r.cmd("SELECT", db)
+    except BaseException:
+        r.close()
+        raise
+    return r
+
+
+def _redis_scan(url, pattern, timeout):
+    """Every key matching pattern (bytes), with SCAN over a plain socket: no
+    Redis package is needed for this one call.  The URL and the password
+    as redis_endpoint() says; on a Redis Cluster (redis-cluster://, or a
+    MOVED reply) the scan goes to the node of the pattern's hash tag (a
+    namespace's keys share one slot: docs/redis-ha.md)."""
+    host, port, user, password, db = redis_endpoint(url, timeout)
     for _hop in range(4):
-        r = _Resp(host, port, timeout)
+        r = redis_login(host, port, user, password, db, timeout)
         try:
-            if password:
-                try:
-                    r.cmd("AUTH", *((user, password) if user else (password,)))
-                except ConnectionError as e:  # Redis's words, never the password
-                    raise PermissionError("redis %s:%s: authentication failed: %s" % (host, port, e)) from None
-            if db:
-                r.cmd("SELECT", db)
             try:  # a key of the pattern's slot: MOVED names the node that scans it
                 r.cmd("EXISTS", pattern)
             except ConnectionError as e:

@@ -598,6 +598,36 @@ class Store:
         self._call(fn, ctypes.byref(stored), ctypes.byref(wanted))
         return stored.value, wanted.value
 
+    # ---- zero-copy views (shm) -----------------------------------------
+
+    def get_views(self, keys):
+        """Pins each object in its server's shared pool and returns a
+        :class:`Views` of them (no byte moves; ecs_get_view_batch).  Per
+        item: ``statuses[i]`` (0, ENOTFOUND, ENOTSUP when the server is not
+        reached over shm, ECHECKSUM, ...) and, for 0, ``tensor(i)``, a
+        read-only-by-contract torch uint8 tensor over the pool's bytes.
+        The pins belong to this thread's connection: release them on this
+        thread (``Views.release``).  A server drops a pin held longer than
+        its --lease-timeout-ms (default 30 s)."""
+        if getattr(self._lib, "ecs_get_view_batch", None) is None:
+            raise make_error(codes.ENOTSUP, "%s has no ecs_get_view_batch" % _lib.lib_path())
+        n = len(keys)
+        views = (_lib.View * max(n, 1))()
+        if n == 0:
+            return Views(self, None, views, 0)
+        karr = _keys(keys)
+        h = self._handle()
+        with h.lock:
+            if not h.ptr:
+                raise make_error(codes.ENOTCONN, "store is closed")
+            rc = self._lib.ecs_get_view_batch(h.ptr, karr, views, n)
+            detail = self._lib.ecs_client_errmsg(h.ptr).decode(errors="replace") if rc else ""
+        out = Views(self, h, views, n)
+        if rc:
+            out.release()
+            check(rc, detail, out.statuses)
+        return out
+
     def server_count(self):
         """The number of configured servers."""
         return self._call(self._lib.ecs_client_server_count)[0]
@@ -611,6 +641,47 @@ class Store:
         out["node_id"] = st.node_id.decode(errors="replace")
         out["address"] = st.address.decode(errors="replace")
         return out
+
+
+class Views:
+    """Pinned views from Store.get_views; release() (idempotent) unpins."""
+
+    def __init__(self, store, handle, views, n):
+        self._store = store
+        self._h = handle
+        self._v = views
+        self.n = n
+        self.statuses = [views[i].status for i in range(n)]
+        self.descs = [(views[i].desc.dtype, tuple(views[i].desc.shape[: views[i].desc.ndim]))
+                      if views[i].status == 0 else None for i in range(n)]
+        self.nbytes = [views[i].nbytes if views[i].status == 0 else 0 for i in range(n)]
+
+    def address(self, i):
+        return self._v[i].data if self.statuses[i] == 0 else None
+
+    def tensor(self, i):
+        """Item i's bytes as a torch uint8 tensor over the pool (no copy);
+        valid until release()."""
+        if self.statuses[i] != 0:
+            return None
+        return _t.wrap_view(self._v[i].data, self._v[i].nbytes, self)
+
+    def release(self):
+        """Unpins every view (one-way, never blocks on the server)."""
+        self.release_items(range(self.n))
+
+    def release_items(self, idx):
+        """Unpins the views idx (the others stay pinned); idempotent."""
+        h = self._h
+        idx = [i for i in idx if self.statuses[i] == 0]
+        if h is None or not idx:
+            return
+        with h.lock:
+            if h.ptr:
+                for i in idx:
+                    self._store._lib.ecs_view_release(h.ptr, ctypes.byref(self._v[i]), 1)
+        for i in idx:
+            self.statuses[i] = codes.ENOTFOUND
 
 
 def connect(config=None, **kwargs):

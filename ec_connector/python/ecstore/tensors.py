@@ -231,6 +231,27 @@ def alloc(framework, code, shape, pin_memory=False):
     return np.empty(tuple(shape), dtype=numpy_dtype(code))
 
 
+class _ViewBuffer:
+    """Bytes of a pinned view, exposed to numpy; keeps its owner alive."""
+
+    __slots__ = ("owner", "__array_interface__")
+
+    def __init__(self, ptr, nbytes, owner):
+        self.owner = owner
+        self.__array_interface__ = {"data": (ptr, False), "shape": (int(nbytes),), "typestr": "|u1", "version": 3}
+
+
+def wrap_view(ptr, nbytes, owner):
+    """A torch uint8 tensor over [ptr, ptr + nbytes) that keeps owner alive
+    (no copy)."""
+    import numpy as np
+    import torch
+
+    if nbytes == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.from_numpy(np.asarray(_ViewBuffer(ptr, nbytes, owner)))
+
+
 class _CBuffer:
     """A block malloc'd by ecs_get_batch_alloc, exposed to numpy through the
     array interface; numpy keeps it as the array's base, so the block is

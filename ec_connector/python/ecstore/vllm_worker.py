@@ -1,0 +1,609 @@
+"""The worker role of ecstore.vllm.ECStoreConnector: saves (producer) and
+loads (consumer), on CPU and CUDA.
+
+Saves never hold the forward pass for the bytes:
+
+- ``start_save_caches`` (before the model runs) marks every item the step
+  encodes as pending in Redis, in one pipelined round trip; a consumer's
+  ``has_cache_item`` is true from then on.
+- ``save_caches`` queues (mm_hash, tensor) and returns.  For a CUDA tensor
+  it first records an event on the current stream.  The queued tensor is a
+  reference: vLLM may drop its encoder-cache entry at once (vLLM 0.33 frees
+  the entry right after ``request_finished``, whatever it returns), and the
+  tensor's memory stays valid until the saver thread let go of it.
+- the saver thread (one per connector) copies each CUDA tensor to pinned
+  host memory on a side stream that waits for the event, puts the batch
+  (one batched put), deletes the pending marks, and drops the references.
+
+Loads hand over memory that is already on this host:
+
+- the scheduler's prefetch put each item into this host's server and
+  pinned it there; ``start_load_caches`` takes views of those objects
+  (one call, shm, no byte moves) and gives vLLM a tensor over the pool
+  (CPU), or starts an asynchronous host-to-device copy from the pool (which
+  is registered with CUDA once) and records an event (CUDA).
+- a CPU view goes back when vLLM drops the tensor, and is swapped for a
+  copy if vLLM keeps it past ``view_hold_s`` (the server's lease would run
+  out under it); a CUDA copy's view goes back once its event completes.
+- items not prefetched (prefetch off, no local server, not on shm) are
+  loaded by the C connector into the pinned load pool, as before.
+"""
+
+import collections
+import threading
+import time
+import weakref
+
+import torch
+
+from . import codes
+from . import tensors as _t
+from .errors import EcstoreError, err_name
+from .pinned import HostPool
+from .store import Store
+from .vllm_common import ECStoreConnectorMetadata, ECStoreConnectorStats, ECStoreWorkerMetadata, store_config
+from .vllm_scheduler import host_id, make_marks
+
+
+def _tp_rank():
+    try:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank, model_parallel_is_initialized
+
+        return get_tensor_model_parallel_rank() if model_parallel_is_initialized() else 0
+    except Exception:  # noqa: BLE001 - no parallel state: one rank
+        return 0
+
+
+class _Lease:
+    """Owner of one handed-out view: when the last tensor over it dies, the
+    view is queued for release (on the model runner's thread)."""
+
+    __slots__ = ("side", "views", "i", "__weakref__")
+
+    def __init__(self, side, views, i):
+        self.side, self.views, self.i = side, views, i
+
+    def __del__(self):
+        side = self.side
+        if side is not None:
+            side.to_release.append((self.views, self.i))
+
+
+# ---------------------------------------------------------------------------
+# saves
+
+
+class _Saver:
+    """The producer's saver thread: copies out and puts what save_caches
+    queued, then deletes the pending marks."""
+
+    def __init__(self, side):
+        self.side = side
+        self.q = collections.deque()
+        self.cv = threading.Condition()
+        self.busy = 0
+        self.closed = False
+        self.stream = None
+        self.thread = threading.Thread(target=self._main, name="ecstore-save", daemon=True)
+        self.thread.start()
+
+    def push(self, job, limit):
+        """Queues job; False (nothing queued) when limit jobs wait already."""
+        with self.cv:
+            if len(self.q) >= limit:
+                return False
+            self.q.append(job)
+            self.cv.notify_all()
+        return True
+
+    def idle(self, timeout_s):
+        """Waits until nothing is queued or in flight; False on timeout."""
+        end = time.monotonic() + timeout_s
+        with self.cv:
+            while self.q or self.busy:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cv.wait(left)
+        return True
+
+    def close(self, timeout_s):
+        self.idle(timeout_s)
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+        self.thread.join(timeout_s)
+
+    def _main(self):
+        batch_max = int(self.side.c_cfg.get("batch_size", 32) or 32)
+        while True:
+            with self.cv:
+                while not self.q and not self.closed:
+                    self.cv.wait()
+                if not self.q:
+                    return
+                jobs = [self.q.popleft() for _ in range(min(batch_max, len(self.q)))]
+                self.busy += 1
+            try:
+                self.side._put(jobs)
+            except Exception as e:  # noqa: BLE001 - this thread must live on
+                keys = [j[0] for j in jobs]
+                self.side.warn.warn("save", "ecstore EC connector: saves failed: %r", e)
+                if self.side.marks is not None:
+                    self.side.marks.unmark(keys)
+                self.side._done(keys, [(k, codes.EIO) for k in keys], 0, 0.0)
+                jobs = None
+            finally:
+                with self.cv:
+                    self.busy -= 1
+                    self.cv.notify_all()
+
+
+def host_copy(tensor, ready_event=None, stream=None):
+    """A host copy of a CUDA tensor, made on stream (a side stream) after
+    ready_event (recorded on the producing stream); returns (host tensor,
+    completion event).  Pinned host memory, so the copy is asynchronous.
+    The caller keeps tensor referenced until the event completes."""
+    stream = stream or torch.cuda.Stream(device=tensor.device)
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    with torch.cuda.stream(stream):
+        if ready_event is not None:
+            stream.wait_event(ready_event)
+        host.copy_(tensor, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(stream)
+    return host, done
+
+
+_cuda_ranges = []  # (start, end) of host mappings registered with CUDA by this process
+_cuda_lock = threading.Lock()
+
+
+def cuda_register_mapping(addr, nbytes):
+    """Registers with CUDA, once per process, the whole host mapping that
+    holds [addr, addr + nbytes) (for a view: the server's shared pool), so
+    that copies from it to a GPU are asynchronous.  Returns True when the
+    range is registered (now or before)."""
+    with _cuda_lock:
+        for a, b in _cuda_ranges:
+            if a <= addr and addr + nbytes <= b:
+                return True
+        with open("/proc/self/maps") as f:
+            for line in f:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if lo <= addr < hi:
+                    break
+            else:
+                return False
+        if addr + nbytes > hi:
+            return False
+        rc = torch.cuda.cudart().cudaHostRegister(lo, hi - lo, 0)
+        ok = int(getattr(rc, "value", rc)) == 0
+        _cuda_ranges.append((lo, hi))  # tried once either way: a failure stays a synchronous copy
+        return ok
+
+
+def device_copy(host, device, stream=None):
+    """The load's copy to a GPU: host (a CPU tensor over a view of the
+    local pool, or pinned memory) copied to a new tensor on device,
+    asynchronously on stream (default: the current one); returns (device
+    tensor, event recorded after the copy).  Keep host referenced until
+    the event completes.  A host tensor that is neither pinned nor in a
+    registered mapping has its mapping registered first."""
+    if not host.is_pinned():
+        cuda_register_mapping(host.data_ptr(), host.numel() * host.element_size())
+    stream = stream or torch.cuda.current_stream(device)
+    with torch.cuda.stream(stream):
+        out = host.to(device, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(stream)
+    return out, done
+
+
+class WorkerSide:
+    """The worker's half.  conn_fn()/drop_fn as in SchedulerSide."""
+
+    def __init__(self, vllm_config, c_cfg, py, warn, conn_fn, drop_fn, is_producer, is_consumer, row):
+        self.c_cfg, self.py = c_cfg, py
+        self.warn = warn
+        self.conn_fn, self.drop_fn = conn_fn, drop_fn
+        self.is_producer, self.is_consumer = is_producer, is_consumer
+        self.row = row  # (dtype code, one token's shape) or None, see _predict
+        self.lock = threading.Lock()
+        self.stats = ECStoreConnectorStats()
+        self.rank = _tp_rank()
+        self.queue_depth = max(1, int(c_cfg.get("queue_depth", 256) or 256))  # saves waiting, at most
+        # saves
+        self.marked = set()  # marked this step by start_save_caches
+        self.saved = set()  # stored since the last get_finished
+        self.failures = []  # SaveFailure-like (mm_hash, code) since the last wait_for_save
+        self.saver = None
+        self.store = None  # Store of the saver thread (backend ecstore)
+        self.marks = None
+        if is_producer and self.rank == 0:
+            try:
+                self.marks = make_marks(c_cfg, py)
+            except (OSError, ValueError) as e:
+                warn.warn("marks", "ecstore EC connector: no pending marks (%s)", e)
+            self.saver = _Saver(self)
+        # loads
+        self.finished_loads = set()
+        self.failed_loads = set()
+        self.host = None  # HostPool of copied loads
+        self.h2d = collections.deque()  # (event, [views or host tensors]) of copies to the GPU in flight
+        self.local = None  # Store of this host's server (views), model-runner thread only
+        self.next_local = 0.0
+        self.leases = {}  # mm_hash -> (weakref to the tensor handed out, _Lease, time)
+        self.to_release = collections.deque()  # (Views, i) whose tensors died
+        if is_consumer:
+            self._host_pool()
+
+    # ---- saves -------------------------------------------------------------
+
+    def start_save_caches(self, meta, encoder_cache):
+        """Marks this step's items pending before the model runs."""
+        if self.saver is None or not isinstance(meta, ECStoreConnectorMetadata) or not meta.saves:
+            return
+        todo = [h for h in meta.saves if h not in encoder_cache]
+        self._mark(todo)
+
+    def _mark(self, keys):
+        if self.marks is None or not keys:
+            return
+        try:
+            self.marks.mark(keys, ("%s %d" % (host_id(), int(time.time() * 1e3))).encode())
+            self.marked.update(keys)
+        except ConnectionError as e:
+            self.warn.warn("marks", "ecstore EC connector: pending marks not written: %s", e)
+
+    def save_caches(self, encoder_cache, mm_hash):
+        """Queues the save of encoder_cache[mm_hash] and returns."""
+        if self.saver is None:
+            return  # a consumer, or a TP rank other than 0 (rank 0 saves for all)
+        try:
+            tensor = encoder_cache[mm_hash]
+            ev = None
+            if tensor.device.type == "cuda":
+                ev = torch.cuda.Event()
+                ev.record(torch.cuda.current_stream(tensor.device))
+            if mm_hash not in self.marked:
+                self._mark([mm_hash])
+            self.marked.discard(mm_hash)
+            if not self.saver.push((mm_hash, tensor, ev, time.monotonic()), self.queue_depth):
+                # The store does not keep up: the step does not wait for it.
+                if self.marks is not None:
+                    self.marks.unmark([mm_hash])
+                self._done([mm_hash], [(mm_hash, codes.EBUSY)], 0, 0.0)
+        except Exception as e:  # noqa: BLE001 - never raised into the model runner
+            self.warn.warn("save", "ecstore EC connector: save of %s not queued: %r", mm_hash, e)
+
+    def _saver_store(self):
+        if self.store is None and self.c_cfg.get("backend", "ecstore") == "ecstore" \
+                and not self.c_cfg.get("redis_password_file"):
+            self.store = Store(store_config(self.c_cfg, protocol=self.c_cfg.get("protocol")))
+        return self.store
+
+    def _put(self, jobs):
+        """On the saver thread: copy out, put, unmark."""
+        keys, hosts, nbytes = [], [], 0
+        for mm_hash, tensor, ev, _ in jobs:
+            if tensor.device.type == "cuda":
+                if self.saver.stream is None:
+                    self.saver.stream = torch.cuda.Stream(device=tensor.device)
+                host, done = host_copy(tensor, ev, self.saver.stream)
+                done.synchronize()
+            else:
+                host = tensor.contiguous()
+            keys.append(mm_hash)
+            hosts.append(host)
+            nbytes += host.numel() * host.element_size()
+        t0 = time.monotonic()
+        failed = []
+        try:
+            store = self._saver_store()
+        except EcstoreError as e:
+            store = None
+            self.warn.warn("save", "ecstore EC connector: cannot reach the store for saves: %s", e)
+            failed = [(k, e.code) for k in keys]
+        if store is not None:
+            try:
+                st = store.batch_put_tensors(keys, hosts)
+            except EcstoreError as e:
+                st = list(e.statuses or [e.code] * len(keys))
+                self.warn.warn("save", "ecstore EC connector: put of %d items: %s", len(keys), e)
+            failed = [(k, s) for k, s in zip(keys, st) if s not in (0, codes.EREDIS)]
+        elif not failed:  # another backend: the C connector's queue
+            conn = self.conn_fn()
+            if conn is None:
+                failed = [(k, codes.ECONN) for k in keys]
+            else:
+                for k, h in zip(keys, hosts):
+                    try:
+                        conn.save(k, h)
+                    except EcstoreError as e:
+                        failed.append((k, e.code))
+                try:
+                    failed += [(f.mm_hash, f.code) for f in conn.wait_for_save(-1)]
+                except EcstoreError as e:
+                    failed += [(f.mm_hash, f.code) for f in (e.statuses or [])]
+        if self.marks is not None:
+            self.marks.unmark(keys)
+        del hosts
+        jobs.clear()  # the tensors may go now
+        self._done(keys, failed, nbytes, time.monotonic() - t0)
+
+    def _done(self, keys, failed, nbytes, seconds):
+        bad = {k for k, _ in failed}
+        with self.lock:
+            for k, code in failed:
+                self.failures.append((k, code))
+                self.warn.warn("save", "ecstore EC connector: save of %s failed: %s", k, err_name(code))
+            ok = [k for k in keys if k not in bad]
+            self.saved.update(ok)
+            self.stats.add("saves", len(ok))
+            self.stats.add("save_failed", len(bad))
+            self.stats.add("save_bytes", nbytes)
+            self.stats.observe("save_s", seconds)
+
+    def wait_for_save(self, timeout_ms=-1):
+        """Blocks until every queued save is stored or failed; returns the
+        failures [(mm_hash, code)] since the last call.  Not a vLLM call."""
+        if self.saver is not None:
+            tmo = (timeout_ms if timeout_ms >= 0 else int(self.c_cfg.get("timeout_ms", 10000))) / 1e3
+            self.saver.idle(tmo)
+        with self.lock:
+            out, self.failures = self.failures, []
+        return out
+
+    # ---- loads ---------------------------------------------------------------
+
+    def start_load_caches(self, meta, encoder_cache):
+        self._housekeeping(encoder_cache)
+        if not isinstance(meta, ECStoreConnectorMetadata):
+            return
+        todo = [s for s in meta.loads if s.mm_hash not in encoder_cache]
+        if not todo:
+            return
+        t0 = time.monotonic()
+        device = self._device(encoder_cache)
+        rest = todo
+        if self.py["zero_copy"]:
+            rest = self._load_views([s for s in todo if s.local], encoder_cache, device)
+            rest += [s for s in todo if not s.local]
+        if rest:
+            self._load_copies(rest, encoder_cache, device)
+        with self.lock:
+            self.stats.observe("load_s", time.monotonic() - t0)
+
+    def _local(self):
+        """Store of this host's server over shm, or None."""
+        if self.local is None and self.py["local_server"] and time.monotonic() >= self.next_local:
+            self.next_local = time.monotonic() + self.py["reopen_interval_s"]
+            try:
+                # The prefetch verified the bytes when it pinned them.
+                self.local = Store(store_config(self.c_cfg, servers=self.py["local_server"], redis_url=None,
+                                                transport="shm", verify_checksum=False, compression=None,
+                                                placement=None, replicas=None))
+            except EcstoreError as e:
+                self.warn.warn("local", "ecstore EC connector: no shm views of %s (%s); loads copy",
+                               self.py["local_server"], e)
+        return self.local
+
+    def _load_views(self, specs, encoder_cache, device):
+        """Hands over views of the local pool; returns the specs it could not."""
+        local = self._local() if specs else None
+        if local is None:
+            return specs
+        try:
+            views = local.get_views([s.mm_hash for s in specs])
+        except EcstoreError as e:
+            self.warn.warn("local", "ecstore EC connector: views: %s", e)
+            self.local = None
+            _close(local)
+            return specs
+        rest, gpu_views, done = [], [], []
+        for i, s in enumerate(specs):
+            if views.statuses[i] != 0:
+                rest.append(s)
+                continue
+            code, shape = views.descs[i]
+            lease = _Lease(self, views, i)
+            raw = _t.wrap_view(views.address(i), views.nbytes[i], lease)
+            t = raw.view(_t.torch_dtype(code)).view(shape)
+            if device.type == "cuda":
+                encoder_cache[s.mm_hash], _ = device_copy(t, device)
+                gpu_views.append(t)  # the view goes once the copy is done
+            else:
+                encoder_cache[s.mm_hash] = t
+                self.leases[s.mm_hash] = (weakref.ref(t), time.monotonic())
+            done.append(s)
+            del raw, t, lease
+        if gpu_views:
+            ev = torch.cuda.Event()
+            ev.record()
+            self.h2d.append((ev, gpu_views))
+        with self.lock:
+            for s in done:
+                self.finished_loads.add(s.mm_hash)
+                self.stats.add("loads")
+                self.stats.add("load_bytes", views.nbytes[specs.index(s)])
+        return rest
+
+    def _housekeeping(self, encoder_cache):
+        """Releases views whose tensors died or whose copies to the GPU are
+        done; swaps views vLLM held past view_hold_s for copies."""
+        while self.h2d and self.h2d[0][0].query():
+            self.h2d.popleft()
+        now = time.monotonic()
+        for h, (ref, t0) in list(self.leases.items()):
+            t = ref()
+            if t is None:
+                del self.leases[h]
+            elif now - t0 > self.py["view_hold_s"]:
+                if encoder_cache.get(h) is t:
+                    encoder_cache[h] = self._copy_of(t)
+                    with self.lock:
+                        self.stats.add("load_copies")
+                del self.leases[h]
+        self._release_dead()
+
+    def _release_dead(self):
+        while self.to_release:
+            views, i = self.to_release.popleft()
+            try:
+                views.release_items([i])
+            except EcstoreError:
+                pass
+
+    def _copy_of(self, t):
+        out = self._host_tensor(t.dtype, tuple(t.shape), False)
+        out.copy_(t)
+        return out
+
+    def _device(self, encoder_cache):
+        if self.py["load_device"]:
+            return torch.device(self.py["load_device"])
+        for t in encoder_cache.values():
+            return t.device
+        from vllm.platforms import current_platform
+
+        kind = getattr(current_platform, "device_type", "") or "cpu"
+        if kind == "cuda" and torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device(kind if kind in ("cpu", "cuda") else "cpu")
+
+    def _host_pool(self):
+        if self.host is None and self.py["load_pool_bytes"]:
+            try:
+                self.host = HostPool(self.py["load_pool_bytes"], cuda_register=torch.cuda.is_available(),
+                                     name="ecstore-vllm-load")
+            except EcstoreError as e:
+                self.warn.warn("pool", "ecstore EC connector: no pinned load pool (%s); using torch memory", e)
+                self.py["load_pool_bytes"] = 0
+        return self.host
+
+    def _host_tensor(self, dtype, shape, pin):
+        pool = self._host_pool()
+        t = pool.tensor(dtype, shape) if pool is not None else None
+        return t if t is not None else torch.empty(shape, dtype=dtype, pin_memory=pin)
+
+    def _predict(self, spec, pin):
+        """A host tensor for spec: its stored dtype and shape when the
+        prefetch saw it, else the model's row guess (a wrong guess costs one
+        more round trip for that item, never wrong bytes)."""
+        if spec.desc is not None:
+            code, shape = spec.desc
+            return self._host_tensor(_t.torch_dtype(code), tuple(shape), pin)
+        if self.row is None:
+            return torch.empty(0, dtype=torch.uint8)
+        code, tail = self.row
+        return self._host_tensor(_t.torch_dtype(code), (spec.num_embeds,) + tail, pin)
+
+    def _load_copies(self, specs, encoder_cache, device):
+        cuda = device.type == "cuda"
+        got = self._load(specs, cuda)
+        hosts = []
+        with self.lock:
+            for spec in specs:
+                t = got.get(spec.mm_hash)
+                if t is None:
+                    self.failed_loads.update(spec.req_ids)
+                    self.stats.add("load_failed")
+                    continue
+                if cuda:
+                    encoder_cache[spec.mm_hash] = t.to(device, non_blocking=True)
+                    hosts.append(t)
+                else:
+                    encoder_cache[spec.mm_hash] = t
+                self.finished_loads.add(spec.mm_hash)
+                self.stats.add("loads")
+                self.stats.add("load_bytes", t.numel() * t.element_size())
+        if hosts:
+            ev = torch.cuda.Event()
+            ev.record()
+            self.h2d.append((ev, hosts))
+
+    def _load(self, specs, pin):
+        """{mm_hash: host tensor} of the hits, through the C connector."""
+        conn = self.conn_fn()
+        if conn is None:
+            return {}
+        outs = [self._predict(s, pin) for s in specs]
+        got = {}
+        retry = []
+        try:
+            with conn.start_load_caches([(s.mm_hash, o) for s, o in zip(specs, outs)]) as ld:
+                res = ld.wait()
+                for i, s in enumerate(specs):
+                    st = ld.statuses[i]
+                    if st == codes.OK:
+                        got[s.mm_hash] = res[i]
+                        self._learn(s, ld.descs[i])
+                    elif st in (codes.EBUFSMALL, codes.EDTYPE) and ld.descs[i] is not None:
+                        retry.append((s, ld.descs[i]))
+                    else:
+                        self.warn.warn("miss", "ecstore EC connector: load of %s: %s", s.mm_hash, err_name(st))
+            if retry:
+                outs2 = [self._host_tensor(_t.torch_dtype(d[0]), d[1], pin) for _, d in retry]
+                with conn.start_load_caches([(s.mm_hash, o) for (s, _), o in zip(retry, outs2)]) as ld:
+                    res = ld.wait()
+                    for i, (s, _) in enumerate(retry):
+                        if ld.statuses[i] == codes.OK:
+                            got[s.mm_hash] = res[i]
+                            self._learn(s, ld.descs[i])
+                        else:
+                            self.warn.warn("miss", "ecstore EC connector: load of %s: %s", s.mm_hash,
+                                           err_name(ld.statuses[i]))
+        except EcstoreError as e:
+            self.drop_fn(conn, "load of %d items: %s" % (len(specs), e))
+        return got
+
+    def _learn(self, spec, desc):
+        code, shape = desc
+        if len(shape) >= 1 and shape[0] == spec.num_embeds:
+            self.row = (code, tuple(shape[1:]))
+
+    # ---- both ------------------------------------------------------------------
+
+    def get_finished(self):
+        while self.h2d and self.h2d[0][0].query():
+            self.h2d.popleft()
+        with self.lock:
+            loaded, self.finished_loads = self.finished_loads, set()
+            saved, self.saved = self.saved, set()
+        return (saved or None), (loaded or None)
+
+    def build_worker_meta(self):
+        with self.lock:
+            if not self.failed_loads:
+                return None
+            failed, self.failed_loads = self.failed_loads, set()
+        return ECStoreWorkerMetadata(failed)
+
+    def get_stats(self):
+        with self.lock:
+            if self.stats.is_empty():
+                return None
+            return self.stats.take()
+
+    def close(self, timeout_s):
+        if self.saver is not None:
+            self.saver.close(timeout_s)
+        for ev, _ in self.h2d:
+            ev.synchronize()
+        self.h2d.clear()
+        self.leases.clear()
+        self._release_dead()
+        for s in (self.store, self.local):
+            if s is not None:
+                _close(s)
+        self.store = self.local = None
+        if self.marks is not None:
+            self.marks.close()
+
+
+def _close(s):
+    try:
+        s.close()
+    except EcstoreError:
+        pass
