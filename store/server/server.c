@@ -739,11 +739,6 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
       goto fail;
     }
     s->redis_was_up = ecs_meta_is_up(s->meta);
-    if (ecs_meta_is_up(s->meta) && ecs_meta_register(s->meta) == ECS_OK)
-      ECS_LOG_I("registered with Redis at %s as node '%s'", o->redis_url, s->o.node_id);
-    else
-      ECS_LOG_W("Redis at %s is unreachable (%s); serving anyway, will retry", o->redis_url,
-                ecs_meta_errstr(s->meta));
   } else {
     ECS_LOG_W("running without Redis: exists checks through Redis will see nothing");
   }
@@ -781,6 +776,16 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   rc = ECS_EIO;
   if (listen(s->lfd, 512) != 0)
     goto fail_sys;
+  /* Registered last, once nothing else can fail: a server that cannot
+   * start must not stay listed in the namespace's node set for clients to
+   * place puts on until its entry expires (issue 24). */
+  if (s->meta) {
+    if (ecs_meta_is_up(s->meta) && ecs_meta_register(s->meta) == ECS_OK)
+      ECS_LOG_I("registered with Redis at %s as node '%s'", o->redis_url, s->o.node_id);
+    else
+      ECS_LOG_W("Redis at %s is unreachable (%s); serving anyway, will retry", o->redis_url,
+                ecs_meta_errstr(s->meta));
+  }
   *out = s;
   return ECS_OK;
 fail_sys:
