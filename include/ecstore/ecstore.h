@@ -161,7 +161,11 @@ ECS_API void ecs_client_put_copies(const ecs_client_t *c, size_t *stored, size_t
  * never sent), ECS_EREDIS (stored, but Redis did not acknowledge its record
  * within the server's Redis timeout: gets find it, exists through Redis
  * says 0 until the server re-publishes it; ecs_client_errmsg() says so),
- * or the whole-batch error. */
+ * ECS_EBUSY (another request, from this client or another, was writing the
+ * same key and had not stored it when this item's bytes were in: this item
+ * stored nothing; retry, and the retry gets ECS_OK when the other write
+ * stored the same content, ECS_ECONFLICT when it stored other content), or
+ * the whole-batch error. */
 ECS_API int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
                           int *status);
 
