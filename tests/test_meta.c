@@ -1131,7 +1131,7 @@ static void test_unregister(void **state) {
 
   redisReply *r = redisCommand(f->raw, "HSET ecs:{other}:obj:x node node-a epoch 1");
   freeReplyObject(r);
-  assert_int_equal(ecs_meta_unregister(a), ECS_OK);
+  assert_int_equal(ecs_meta_unregister(a, 5000), ECS_OK);
   assert_int_equal(raw_count_records(f), 200);
   assert_int_equal(raw_int(f, "EXISTS", "ecs:{other}:obj:x", 17), 1); /* another namespace */
   assert_int_equal(raw_int(f, "EXISTS", "ecs:{" NS "}:node:node-a", strlen("ecs:{" NS "}:node:node-a")), 0);

@@ -874,6 +874,12 @@ static void *loop_thread(void *arg) {
   return NULL;
 }
 
+/* How long a stop may spend on Redis (the registry entry and the sweep of
+ * this node's records): SIGTERM must end the server within 2 s even when
+ * Redis is frozen or busy with a backlog (issue 24); what is left is
+ * stale without the registry entry and swept by the next start. */
+#define STOP_REDIS_MS 1000
+
 int ecs_server_run(ecs_server_t *s) {
   ecs_pool_stats_t ps;
   ecs_pool_stats(s->pool, &ps);
@@ -908,9 +914,11 @@ int ecs_server_run(ecs_server_t *s) {
   while (s->nconns)
     ecs__conn_close(s, s->conns[0]);
   if (s->meta && ecs_meta_is_up(s->meta)) {
-    int urc = ecs_meta_unregister(s->meta);
+    int urc = ecs_meta_unregister(s->meta, STOP_REDIS_MS);
     if (urc)
-      ECS_LOG_W("could not remove records from Redis: %s", ecs_strerror(urc));
+      ECS_LOG_W("could not remove records from Redis within %d ms: %s (they are stale without this node's "
+                "registry entry; the next start sweeps them)",
+                STOP_REDIS_MS, ecs_strerror(urc));
     else
       ECS_LOG_I("records and registry entry removed from Redis");
   }
