@@ -18,10 +18,13 @@
  * fetches from the holders in parallel; an object whose holder died or
  * restarted is a miss (ECS_ENOTFOUND), never an error for the batch.
  *
- * Deadlines: every call finishes within config.timeout_ms (connects within
- * connect_timeout_ms): a dead or stopped server or Redis becomes
- * ECS_ETIMEDOUT or ECS_ECONN, never a hang.  A connection that failed is
- * dropped and re-opened by the next call.
+ * Deadlines: every call finishes within config.timeout_ms, a connect and
+ * HELLO it makes included (each connect attempt also within
+ * connect_timeout_ms, and never past what is left of the call's deadline);
+ * ecs_client_connect() is a call too: timeout_ms for all its servers.  A
+ * dead or stopped server or Redis becomes ECS_ETIMEDOUT or ECS_ECONN, never
+ * a hang.  A connection that failed is dropped and re-opened by the next
+ * call.
  *
  * Ownership: the library never keeps pointers to keys, tensors or buffers
  * after a call returns.  Buffers filled by ecs_get_batch_alloc() belong to

@@ -776,6 +776,13 @@ int ecs__client_server_fd(ecs_client_t *c, size_t server) {
   return server < c->nsrv ? c->srv[server].fd : -1;
 }
 
+int ecs__client_reconnect(ecs_client_t *c, size_t server, int left_ms) {
+  if (server >= c->nsrv || left_ms < 0)
+    return ECS_EINVAL;
+  ecs__cli_drop(&c->srv[server]);
+  return ecs__cli_ensure(c, &c->srv[server], ecs_now_ms() + (uint64_t)left_ms);
+}
+
 const char *ecs_client_transport(const ecs_client_t *c) {
   /* a server not connected now counts as tcp: that is where it starts */
   const char *name = NULL;
