@@ -324,6 +324,98 @@ static void test_server_killed_mid_run(void **state) {
   ecs_client_close(c);
 }
 
+/* Remove after a holder's kill -9 (issue 24): per-item statuses, never a
+ * whole-call error.  The dead holder's items are misses (its copies went
+ * with it: a restart has a new epoch), the live holders' items are removed,
+ * before and after the dead one's registry entry expires. */
+static void test_remove_after_holder_killed(void **state) {
+  fx_t *f = *state;
+  for (int i = 0; i < 3; i++)
+    start_server(f, i, NULL);
+  ecs_client_t *c = discover_client(f, "hash");
+  assert_non_null(c);
+  static char where[NOBJ][64], names[NOBJ][32];
+  ecs_key_t keys[NOBJ];
+  char dead[64];
+  put_all(c, "rm", NOBJ, 11);
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(names[i], sizeof names[i], "rm", i);
+    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+    holder(f, names[i], where[i], sizeof where[i]);
+  }
+  node_of(f, 2, dead, sizeof dead);
+  ecs_ts_kill9(&f->srv[2]);
+  int st[NOBJ], ex[NOBJ];
+  for (int half = 0; half < 2; half++) { /* the first half of the keys, then the rest */
+    ecs_key_t *k = keys + half * (NOBJ / 2);
+    int *s = st + half * (NOBJ / 2);
+    uint64_t t0 = ecs_now_ms();
+    int rc = ecs_remove_batch(c, k, NOBJ / 2, s);
+    if (rc != ECS_OK)
+      fprintf(stderr, "remove: %s: %s\n", ecs_strerror(rc), ecs_client_errmsg(c));
+    assert_int_equal(rc, ECS_OK);
+    assert_true(ecs_now_ms() - t0 < 3000 + 500);
+  }
+  int on_dead = 0;
+  for (int i = 0; i < NOBJ; i++) {
+    int is_dead = !strcmp(where[i], dead);
+    on_dead += is_dead;
+    assert_int_equal(st[i], is_dead ? ECS_ENOTFOUND : ECS_OK);
+  }
+  assert_true(on_dead > 0 && on_dead < NOBJ);
+  /* the live holders' copies are gone (the dead one's record lives on
+   * until its registry entry expires, as for gets) */
+  assert_int_equal(ecs_exists_batch(c, keys, NOBJ, ex), ECS_OK);
+  for (int i = 0; i < NOBJ; i++)
+    if (strcmp(where[i], dead) != 0)
+      assert_int_equal(ex[i], 0);
+  ecs_client_close(c);
+}
+
+/* exists with discovery while Redis is unreachable (issue 24): the servers
+ * the client last saw in the registry answer, item by item, within the
+ * call's deadline; a frozen Redis sends exists to them after the client's
+ * Redis timeout. */
+static void test_exists_redis_down(void **state) {
+  fx_t *f = *state;
+  start_server(f, 0, NULL);
+  start_server(f, 1, NULL);
+  ecs_client_t *c = discover_client(f, "hash");
+  assert_non_null(c);
+  wait_servers(c, 2);
+  put_all(c, "ex", 32, 12);
+  static char names[40][32];
+  ecs_key_t keys[40];
+  for (int i = 0; i < 40; i++) {
+    key_of(names[i], sizeof names[i], i < 32 ? "ex" : "never", i);
+    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+  }
+  int ex[40];
+  for (int frozen = 1; frozen >= 0; frozen--) {
+    if (frozen) {
+      assert_int_equal(ecs_ts_signal(&f->redis, SIGSTOP), 0);
+    } else {
+      ecs_ts_kill9(&f->redis);
+      usleep(1200 * 1000); /* past the client's pause after a Redis failure: it tries Redis again */
+    }
+    uint64_t t0 = ecs_now_ms();
+    int rc = ecs_exists_batch(c, keys, 40, ex);
+    uint64_t dt = ecs_now_ms() - t0;
+    fprintf(stderr, "exists with Redis %s: %s after %llu ms\n", frozen ? "frozen" : "killed",
+            ecs_strerror(rc), (unsigned long long)dt);
+    if (rc != ECS_OK)
+      fprintf(stderr, "  %s\n", ecs_client_errmsg(c));
+    assert_int_equal(rc, ECS_OK);
+    for (int i = 0; i < 40; i++)
+      assert_int_equal(ex[i], i < 32);
+    assert_true(dt < (frozen ? 500 + 300 : 3000 + 50 + 300));
+    if (frozen)
+      assert_int_equal(ecs_ts_signal(&f->redis, SIGCONT), 0);
+  }
+  ecs_client_close(c);
+  assert_int_equal(ecs_ts_redis_start(&f->redis), 0); /* for the teardown */
+}
+
 /* Redis gone: puts still reach the servers the client knew (they serve on
  * without Redis); a get cannot locate anything and fails as a whole, at
  * once and saying why, never with a wrong or partial answer. */
@@ -389,6 +481,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_least_loaded, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_server_killed_mid_run, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_redis_down, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_remove_after_holder_killed, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_exists_redis_down, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -245,13 +245,24 @@ ECS_API void ecs_free(void *p);
 /* exists[i] = 1 when the object is stored.  Answered from Redis when a
  * Redis URL is configured (the scheduler's call: it does not touch the
  * data servers), else by the servers; when Redis fails or times out (one
- * attempt, bounded by the call's timeout), the servers answer instead.  On
+ * attempt, bounded by 500 ms and by the call's deadline), the servers
+ * answer instead: with a servers list each key's server, with discovery
+ * every server of the last registry read, item by item (a server that
+ * cannot be reached answers 0 for what it held).  On
  * a whole-batch error every exists[i] is 0 and the error is returned (the
  * message names Redis's failure and the servers'): an error is never
  * "exists". */
 ECS_API int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists);
 
-/* Removes n objects.  status[i]: ECS_OK or ECS_ENOTFOUND. */
+/* Removes n objects.  status[i]: ECS_OK (removed; with replicas, from at
+ * least one holder), ECS_ENOTFOUND (no holder had it, or, with discovery,
+ * its holder refused the connection: the copy went with its process),
+ * ECS_ETIMEDOUT (with discovery: its holder did not answer within the
+ * deadline, stopped or cut off, and may still hold it), ECS_EREDIS
+ * (removed, but Redis did not acknowledge the record's delete; the server's
+ * re-sync deletes it), ECS_EKEY.  With discovery an unreachable holder
+ * never fails the whole call; with a servers list a failed server is the
+ * whole-batch error, as for every call. */
 ECS_API int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status);
 
 /* Number of configured servers (discovery: server slots seen so far,

@@ -154,6 +154,7 @@ int ecs__place_refresh(ecs_client_t *c, int force) {
   if (!nodes)
     return ECS_ENOMEM;
   size_t n = 0;
+  ecs__cli_redis_budget(c);
   int rc = ecs_meta_nodes(c->meta, nodes, ECS_CLI_MAX_SERVERS, &n);
   if (rc != ECS_OK) {
     /* Keep what we knew: the servers may well be serving; try again soon. */
@@ -273,6 +274,7 @@ int ecs__place_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const in
     kl[m] = (uint16_t)keys[i].len;
     map[m++] = i;
   }
+  ecs__cli_redis_budget(c);
   rc = m ? ecs_meta_lookup_batch(c->meta, kp, kl, m, recs, st) : ECS_OK;
   if (rc != ECS_OK) {
     ecs__cli_err(c, "discovery: cannot locate the batch's objects: Redis %s: %s", c->redis_s,

@@ -146,6 +146,7 @@ struct ecs_client {
   int placement;               /* ECS_PLACE_*: where a discovery put goes */
   uint64_t next_refresh_ms;    /* discovery: when the registry is read again */
   uint64_t redis_retry_ms;     /* after a Redis failure, exists asks the servers until then */
+  uint64_t call_deadline;      /* the public call under way: its one deadline (ms); 0 outside */
   size_t copies_stored;        /* copies the last put stored (replicas) */
   size_t copies_wanted;        /* copies it asked for: items x replicas */
   uint32_t next_req;           /* request ids */
@@ -158,9 +159,32 @@ struct ecs_client {
 /* How long exists skips a Redis that just failed (then tries it again). */
 #define ECS_CLI_REDIS_RETRY_MS 1000
 
+/* The deadline of the call under way: set once when a public call starts
+ * (ecs__cli_begin), so that its phases (the Redis lookup, each round of
+ * copies, each server's share) share it instead of each taking a fresh
+ * timeout_ms (issue 24: a remove batch overran its deadline by a connect
+ * timeout). */
 static inline uint64_t ecs__cli_deadline(const ecs_client_t *c) {
-  return ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+  return c->call_deadline ? c->call_deadline : ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
 }
+
+static inline void ecs__cli_begin(ecs_client_t *c) {
+  c->call_deadline = ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+}
+
+static inline int ecs__cli_end(ecs_client_t *c, int rc) {
+  c->call_deadline = 0;
+  return rc;
+}
+
+/* How long a client waits for Redis, at most: the server's default Redis
+ * timeout.  Lookups that find nothing within it fail their batch (gets) or
+ * send exists to the servers; never longer than what is left of the call. */
+#define ECS_CLI_REDIS_TIMEOUT_MS 500
+
+/* Caps the Redis handle's waits at ECS_CLI_REDIS_TIMEOUT_MS and at what is
+ * left of the call's deadline (client_route.c). */
+void ecs__cli_redis_budget(ecs_client_t *c);
 
 /* ---- client_place.c: discovery, placement, location ----------------- */
 
@@ -221,8 +245,17 @@ typedef struct ecs_cli_batch_kind {
   void (*fail)(void *arg, size_t i, int rc); /* an item a whole-share failure took down */
   void (*again)(void *arg, size_t i);        /* item i goes to another copy: status back to OK */
   int parallel;                              /* 1: shares on several servers run at once */
-  int miss_when_gone;                        /* 1: discovery, an unreachable holder is a miss */
+  int miss_when_gone;                        /* discovery, an unreachable holder: ECS_CLI_GONE_* */
 } ecs_cli_batch_kind_t;
+
+/* What a discovered holder that cannot be reached (refused, or timed out)
+ * means for its items.  Never an error for the whole call but with _ERROR. */
+#define ECS_CLI_GONE_ERROR 0 /* the share's error, for the call too */
+#define ECS_CLI_GONE_MISS 1  /* a miss: the object went with its server (gets) */
+#define ECS_CLI_GONE_ITEM                                                                                    \
+  2 /* refused: a miss (the process is gone, and its copy with it);                                          \
+       timed out: ECS_ETIMEDOUT for the item alone (a stopped or                                             \
+       cut-off holder may still have it) -- remove, exists */
 
 /* The server an object lives on, with a configured servers list. */
 size_t ecs__cli_route(const ecs_client_t *c, const ecs_key_t *k);

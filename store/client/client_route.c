@@ -21,6 +21,7 @@
 #include "store/client/client_priv.h"
 #include "store/core/net.h"
 #include "store/core/proto.h"
+#include "store/redis/meta.h"
 
 typedef ecs_cli_srv_t srv_t;
 typedef ecs_cli_batch_kind_t batch_kind_t;
@@ -49,6 +50,14 @@ static size_t pick(const size_t *where, size_t n, const batch_kind_t *kind, void
  * ECS_CLI_MAX_COPIES entries: item i's servers, nearest first, from
  * where[i * ECS_CLI_MAX_COPIES], then ECS_CLI_NOWHERE.  An error is
  * Redis's, for the whole batch: every item still OK is given it. */
+void ecs__cli_redis_budget(ecs_client_t *c) {
+  if (!c->meta)
+    return;
+  uint64_t now = ecs_now_ms(), end = ecs__cli_deadline(c);
+  uint64_t left = end > now ? end - now : 1;
+  ecs_meta_set_timeout(c->meta, left < ECS_CLI_REDIS_TIMEOUT_MS ? (int)left : ECS_CLI_REDIS_TIMEOUT_MS);
+}
+
 int ecs__cli_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
                     size_t *where) {
   if (!c->discover) {
@@ -107,9 +116,12 @@ static void share_run(share_job_t *j) {
       rc = j->kind->share(c, j->s, j->idx + off, k, j->arg, j->deadline);
     if (rc) {
       int gone = c->discover && (rc == ECS_ECONN || rc == ECS_ETIMEDOUT);
-      int miss = gone && j->kind->miss_when_gone;
+      int miss = gone && j->kind->miss_when_gone != ECS_CLI_GONE_ERROR;
+      int item = miss ? ECS_ENOTFOUND : rc;
+      if (miss && j->kind->miss_when_gone == ECS_CLI_GONE_ITEM && rc == ECS_ETIMEDOUT)
+        item = ECS_ETIMEDOUT;
       for (size_t q = off; q < j->m; q++)
-        j->kind->fail(j->arg, j->idx[q], miss ? ECS_ENOTFOUND : rc);
+        j->kind->fail(j->arg, j->idx[q], item);
       if (gone)
         j->s->down_until = ecs_now_ms() + ECS_CLI_DOWN_MS;
       if (!miss)

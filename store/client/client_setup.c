@@ -247,7 +247,8 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     ecs_meta_opts_init(&mo);
     mo.redis_url = c->redis_s;
     mo.ns = c->ns_s;
-    mo.timeout_ms = c->cfg.timeout_ms < 2000 ? c->cfg.timeout_ms : 2000;
+    mo.timeout_ms =
+        c->cfg.timeout_ms < ECS_CLI_REDIS_TIMEOUT_MS ? c->cfg.timeout_ms : ECS_CLI_REDIS_TIMEOUT_MS;
     rc = ecs_meta_open(&mo, &c->meta);
     if (rc) {
       char shown[256]; /* never the password */

@@ -92,6 +92,9 @@ void ecs_meta_opts_init(ecs_meta_opts_t *o);
 int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out);
 void ecs_meta_close(ecs_meta_t *m); /* accepts NULL */
 int ecs_meta_is_up(const ecs_meta_t *m);
+/* Bounds each later connect and reply wait of the blocking link to ms
+ * (clients: what is left of a call's deadline). */
+void ecs_meta_set_timeout(ecs_meta_t *m, int ms);
 /* Text of the last Redis error ("" if none). */
 const char *ecs_meta_errstr(const ecs_meta_t *m);
 
