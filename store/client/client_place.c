@@ -126,8 +126,10 @@ static int slot_set(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_meta_node_t *nd
     snprintf(s->addr, sizeof s->addr, "%s", nd->addr);
     s->local = host_is_local(host, ifs);
   }
-  if (s->reg_epoch != nd->epoch)
+  if (s->reg_epoch != nd->epoch) {
     s->down_until = 0; /* a restart: worth trying at once */
+    s->fails = 0;
+  }
   snprintf(s->reg_id, sizeof s->reg_id, "%s", nd->node_id);
   s->reg_epoch = nd->epoch;
   s->free_bytes = nd->free_bytes;
@@ -199,7 +201,7 @@ int ecs__place_refresh(ecs_client_t *c, int force) {
 }
 
 void ecs__place_down(ecs_client_t *c, ecs_cli_srv_t *s) {
-  s->down_until = ecs_now_ms() + ECS_CLI_DOWN_MS;
+  ecs__cli_suspect(s, ECS_ECONN);
   c->next_refresh_ms = 0;
 }
 

@@ -112,7 +112,10 @@ struct ecs_cli_srv {
   uint64_t free_bytes; /* pool bytes free at its last heartbeat */
   int live;            /* 1: usable (configured, or in the registry at the last refresh) */
   int local;           /* 1: its address is one of this host's */
-  uint64_t down_until; /* a connection to it failed: placement skips it until then (ms) */
+  uint64_t down_until; /* it refused or timed out: suspect until then (ms): placement skips
+                          it, and with discovery calls answer its items at once */
+  unsigned fails;      /* failures in a row: the suspicion's back-off doubles with each */
+  int down_rc;         /* the last failure: ECS_ECONN (refused) or ECS_ETIMEDOUT */
 };
 
 /* What to do when a server cannot be moved onto the path asked for. */
@@ -196,6 +199,13 @@ enum { ECS_PLACE_HASH = 0, ECS_PLACE_LOCAL = 1, ECS_PLACE_LEAST_LOADED = 2 };
 
 /* How long placement avoids a server whose connection just failed. */
 #define ECS_CLI_DOWN_MS 3000
+/* The longest suspicion: a holder that keeps failing is probed at least
+ * this often (by the first call that would use it). */
+#define ECS_CLI_DOWN_MAX_MS 24000
+
+/* Server s refused or timed out: suspect for ECS_CLI_DOWN_MS, doubled for
+ * each failure in a row (client_route.c). */
+void ecs__cli_suspect(ecs_cli_srv_t *s, int rc);
 
 /* Parses cfg.placement into c->placement; ECS_EINVAL with errbuf set. */
 int ecs__place_parse(ecs_client_t *c, const char *name, char *errbuf, size_t errlen);
