@@ -934,7 +934,7 @@ void ecs_server_destroy(ecs_server_t *s) {
   free(s->conns);
   ecs_metrics_close(s->metrics);
   ecs_meta_close(s->meta);
-  ecs_objstore_destroy(s->os);
+  ecs_objstore_abandon(s->os); /* the pool goes next: no block back one by one */
   ecs_rdma_ctx_close(s->rdma);
   ecs_pool_destroy(s->pool);
   if (s->lfd >= 0)
