@@ -181,12 +181,13 @@ static inline int ecs__cli_end(ecs_client_t *c, int rc) {
 }
 
 /* How long a client waits for Redis, at most: the server's default Redis
- * timeout.  Lookups that find nothing within it fail their batch (gets) or
- * send exists to the servers; never longer than what is left of the call. */
+ * timeout, and half of what is left of the call (the servers answer in the
+ * other half: exists when Redis failed, the data after a lookup).  Lookups
+ * that find nothing within it fail their batch (gets) or send exists to
+ * the servers. */
 #define ECS_CLI_REDIS_TIMEOUT_MS 500
 
-/* Caps the Redis handle's waits at ECS_CLI_REDIS_TIMEOUT_MS and at what is
- * left of the call's deadline (client_route.c). */
+/* Caps the Redis handle's waits as above (client_route.c). */
 void ecs__cli_redis_budget(ecs_client_t *c);
 
 /* ---- client_place.c: discovery, placement, location ----------------- */

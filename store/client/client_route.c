@@ -84,8 +84,9 @@ void ecs__cli_redis_budget(ecs_client_t *c) {
   if (!c->meta)
     return;
   uint64_t now = ecs_now_ms(), end = ecs__cli_deadline(c);
-  uint64_t left = end > now ? end - now : 1;
-  ecs_meta_set_timeout(c->meta, left < ECS_CLI_REDIS_TIMEOUT_MS ? (int)left : ECS_CLI_REDIS_TIMEOUT_MS);
+  uint64_t left = end > now ? (end - now) / 2 : 1; /* the servers keep the other half */
+  ecs_meta_set_timeout(c->meta,
+                       left < ECS_CLI_REDIS_TIMEOUT_MS ? (int)(left ? left : 1) : ECS_CLI_REDIS_TIMEOUT_MS);
 }
 
 int ecs__cli_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
