@@ -56,19 +56,19 @@ for b in ecs-example-worker ecs-example-proxy ecs-example-loadgen ecs-example-re
 done
 command -v redis-server >/dev/null || ex_die "redis-server not found (scripts/install-deps.sh installs it)"
 
-mh_init e8ex # exits 77 without root or namespace support
-EX_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ecs-example-XXXXXX")
-chmod 0755 "$EX_TMP"
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   ex_stop_all
   mh_cleanup
-  if [ "$EX_KEEP" = 1 ]; then echo "kept $EX_TMP" >&2; else rm -rf "$EX_TMP"; fi
+  if [ -z "${EX_TMP:-}" ]; then :; elif [ "$EX_KEEP" = 1 ]; then echo "kept $EX_TMP" >&2; else rm -rf "$EX_TMP"; fi
   exit "$rc"
 }
 trap cleanup EXIT
 trap ex_on_signal INT TERM
+mh_init e8ex # exits 77 without root or namespace support (the trap above undoes it)
+EX_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ecs-example-XXXXXX")
+chmod 0755 "$EX_TMP"
 
 # host name, index (address 10.77.0.INDEX), what runs there
 hosts="fe:1 enc0:11 enc1:12 pd0:13 pd1:14"

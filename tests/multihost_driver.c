@@ -30,6 +30,12 @@
  *           replicas 1 and with replicas K (default 2), the two
  *           alternating rep by rep, and the ratio of the medians
  *
+ *   rateloop --prefix P --n N --size B --secs S
+ *           get batches of P-0..P-(N-1) back to back for S seconds, one
+ *           long-lived client; prints per call "call wall=MS dt=MS ok=A
+ *           miss=M other=O wrong=W rc=RC" (wall: its start, CLOCK_REALTIME
+ *           ms), for a partition's rates and deadlines
+ *
  * Common: --redis URL --ns NS [--transport T] [--timeout-ms MS]
  * [--verify 0|1] (the client's verify_checksum, default 1).
  */
@@ -54,7 +60,7 @@
 
 typedef struct opts {
   const char *redis, *ns, *prefix, *placement, *transport, *ctl, *listen, *raw, *batches, *prefix2;
-  int n, rounds, interval_ms, reps, timeout_ms, verify, replicas;
+  int n, rounds, interval_ms, reps, timeout_ms, verify, replicas, secs;
   uint64_t size;
 } opts_t;
 
@@ -207,6 +213,58 @@ static int cmd_getloop(const opts_t *o) {
     free(b);
     usleep((useconds_t)o->interval_ms * 1000);
   }
+  free(want);
+  ecs_client_close(c);
+  return 0;
+}
+
+static uint64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int cmd_rateloop(const opts_t *o) {
+  ecs_client_t *c = connect_or_die(o);
+  size_t n = (size_t)o->n;
+  char(*names)[64] = calloc(n, 64);
+  ecs_key_t *keys = calloc(n, sizeof *keys);
+  ecs_get_buf_t *b = calloc(n, sizeof *b);
+  uint8_t *want = malloc(o->size ? o->size : 1);
+  if (!names || !keys || !b || !want)
+    return 1;
+  for (size_t j = 0; j < n; j++) {
+    snprintf(names[j], 64, "%.40s-%zu", o->prefix, j);
+    keys[j] = (ecs_key_t){names[j], strlen(names[j])};
+  }
+  uint64_t end = ecs_now_ms() + (uint64_t)o->secs * 1000u;
+  while (ecs_now_ms() < end) {
+    uint64_t w0 = wall_ms(), t0 = ecs_now_ms();
+    int rc = ecs_get_batch_alloc(c, keys, b, n);
+    uint64_t dt = ecs_now_ms() - t0;
+    int ok = 0, miss = 0, wrong = 0, other = 0;
+    for (size_t j = 0; j < n; j++) {
+      if (b[j].status == ECS_OK) {
+        pattern(names[j], want, o->size);
+        if (b[j].nbytes != o->size || memcmp(b[j].data, want, o->size) != 0)
+          wrong++;
+        else
+          ok++;
+      } else if (b[j].status == ECS_ENOTFOUND) {
+        miss++;
+      } else {
+        other++;
+      }
+      ecs_free(b[j].data);
+      b[j].data = NULL;
+    }
+    printf("call wall=%llu dt=%llu ok=%d miss=%d other=%d wrong=%d rc=%d\n", (unsigned long long)w0,
+           (unsigned long long)dt, ok, miss, other, wrong, rc);
+    fflush(stdout);
+  }
+  free(names);
+  free(keys);
+  free(b);
   free(want);
   ecs_client_close(c);
   return 0;
@@ -547,25 +605,12 @@ int main(int argc, char **argv) {
               .batches = "1,32",
               .verify = 1,
               .replicas = 1};
-  static const struct option lo[] = {{"redis", 1, 0, 'r'},
-                                     {"ns", 1, 0, 's'},
-                                     {"prefix", 1, 0, 'p'},
-                                     {"prefix2", 1, 0, 'q'},
-                                     {"placement", 1, 0, 'P'},
-                                     {"transport", 1, 0, 't'},
-                                     {"ctl", 1, 0, 'c'},
-                                     {"listen", 1, 0, 'l'},
-                                     {"raw", 1, 0, 'w'},
-                                     {"n", 1, 0, 'n'},
-                                     {"size", 1, 0, 'z'},
-                                     {"rounds", 1, 0, 'R'},
-                                     {"interval-ms", 1, 0, 'i'},
-                                     {"reps", 1, 0, 'e'},
-                                     {"timeout-ms", 1, 0, 'T'},
-                                     {"batches", 1, 0, 'b'},
-                                     {"verify", 1, 0, 'v'},
-                                     {"replicas", 1, 0, 'K'},
-                                     {0, 0, 0, 0}};
+  static const struct option lo[] = {
+      {"redis", 1, 0, 'r'},       {"ns", 1, 0, 's'},        {"prefix", 1, 0, 'p'},     {"prefix2", 1, 0, 'q'},
+      {"placement", 1, 0, 'P'},   {"transport", 1, 0, 't'}, {"ctl", 1, 0, 'c'},        {"listen", 1, 0, 'l'},
+      {"raw", 1, 0, 'w'},         {"n", 1, 0, 'n'},         {"size", 1, 0, 'z'},       {"rounds", 1, 0, 'R'},
+      {"interval-ms", 1, 0, 'i'}, {"reps", 1, 0, 'e'},      {"timeout-ms", 1, 0, 'T'}, {"batches", 1, 0, 'b'},
+      {"verify", 1, 0, 'v'},      {"replicas", 1, 0, 'K'},  {"secs", 1, 0, 'S'},       {0, 0, 0, 0}};
   int ch;
   optind = 2;
   while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -588,13 +633,14 @@ int main(int argc, char **argv) {
     case 'b': o.batches = optarg; break;
     case 'v': o.verify = atoi(optarg) != 0; break;
     case 'K': o.replicas = atoi(optarg); break;
+    case 'S': o.secs = atoi(optarg); break;
     default: return 2;
     }
   }
   /* every count and size from the command line is bounded before use */
   if (o.n < 1 || o.n > 100000 || o.size > (64ull << 20) || o.reps < 1 || o.reps > 100000 || o.rounds < 0 ||
-      o.interval_ms < 0 || o.timeout_ms < 1 || o.replicas < 1 || o.replicas > ECS_MAX_REPLICAS ||
-      (uint64_t)o.n * o.size > (1ull << 30)) {
+      o.interval_ms < 0 || o.timeout_ms < 1 || o.secs < 0 || o.secs > 3600 || o.replicas < 1 ||
+      o.replicas > ECS_MAX_REPLICAS || (uint64_t)o.n * o.size > (1ull << 30)) {
     fprintf(stderr, "ecs-mh-driver: option out of range\n");
     return 2;
   }
@@ -615,6 +661,8 @@ int main(int argc, char **argv) {
     return cmd_spread(&o);
   if (!strcmp(cmd, "bench") && o.prefix && o.raw)
     return cmd_bench(&o);
+  if (!strcmp(cmd, "rateloop") && o.prefix)
+    return cmd_rateloop(&o);
   if (!strcmp(cmd, "putbench") && o.prefix)
     return cmd_putbench(&o);
   fprintf(stderr, "ecs-mh-driver: unknown command or missing option\n");

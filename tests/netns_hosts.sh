@@ -17,6 +17,12 @@
 #                      left in MH_PID
 #   mh_ip IDX          10.77.0.IDX
 #   mh_cleanup         kills what mh_bg started, deletes the namespaces
+#
+# A script killed outright (SIGKILL, as ctest does at its TIMEOUT) runs no
+# trap, so mh_init also leaves a reaper outside the script's process tree:
+# it waits for the script's PID to go, then kills whatever still runs in
+# namespaces named "$MH_PFX-*" and deletes them (issue 24: failed runs left
+# their switch namespaces behind).
 
 MH_PIDS=""
 MH_NETNS=""
@@ -32,6 +38,7 @@ mh_init() {
     exit 77
   fi
   MH_NETNS="$MH_PFX-sw"
+  mh_reaper "$$" "$MH_PFX"
   # `ip netns exec` needs more than `ip netns add`: a mount namespace in
   # which / can be made a slave and /sys remounted, which a chroot or a
   # container without CAP_SYS_ADMIN over its mounts refuses ("mount
@@ -55,6 +62,24 @@ mh_init() {
   ip -n "$MH_PFX-sw" link add br0 type bridge || return 1
   ip -n "$MH_PFX-sw" link set br0 up || return 1
   ip -n "$MH_PFX-sw" link set lo up
+}
+
+# mh_reaper PID PFX: the reaper above.  Started through a subshell that
+# exits at once, so it is re-parented and no kill of the script's tree
+# reaches it; its output goes nowhere, so it holds no pipe of the caller's.
+mh_reaper() {
+  (
+    setsid bash -c '
+      while kill -0 "$1" 2>/dev/null; do sleep 1; done
+      for ns in $(ip netns list 2>/dev/null | awk "{print \$1}"); do
+        case "$ns" in
+        "$2"-*)
+          for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+          ip netns del "$ns" 2>/dev/null
+          ;;
+        esac
+      done' mh-reaper "$1" "$2" </dev/null >/dev/null 2>&1 &
+  )
 }
 
 mh_ip() {

@@ -14,7 +14,12 @@
  *     what was evicted are gone from Redis once it answers;
  *   - many connections putting at once (group commit) are all answered
  *     and all their records land, and a getter is served during a freeze
- *     meanwhile.
+ *     meanwhile;
+ *   - SIGTERM ends the server within 2 s with Redis frozen, or thawed
+ *     with a backlog of writes (issue 24);
+ *   - after an outage the re-sync leaves the keys the server holds
+ *     findable and those it dropped absent, with Redis back with or
+ *     without its data (issue 24).
  * Over the transport ECS_TEST_TRANSPORT names (tcp when unset).
  */
 #include <pthread.h>
@@ -390,11 +395,227 @@ static void test_many_putters(void **state) {
   assert_int_equal(ecs_ts_env_close(&e), 0);
 }
 
+/* ---- 6: a bounded stop ------------------------------------------------ */
+
+/* SIGTERM ends the server within STOP_MS (issue 24), whatever Redis does:
+ * in-flight puts are answered or failed, and the Redis writes still owed
+ * are left to the re-sync (the next start's, or readers dropping records
+ * of a node that is gone).  ASan and TSan builds get more slack. */
+#define STOP_MS 2000
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define STOP_SLACK_MS 1500
+#else
+#define STOP_SLACK_MS 500
+#endif
+#define STOP_OBJS 3000 /* records the stop may try to sweep */
+#define STOP_PUTTERS 8
+
+static void put_many(ecs_client_t *c, const char *prefix, int n) {
+  enum { B = 200 };
+  static uint8_t a[1024];
+  ecs_key_t keys[B];
+  ecs_tensor_t t[B];
+  char names[B][32];
+  int st[B];
+  ecs_ts_fill(a, sizeof a, 9);
+  for (int base = 0; base < n; base += B) {
+    int m = n - base < B ? n - base : B;
+    for (int i = 0; i < m; i++) {
+      snprintf(names[i], sizeof names[i], "%s-%d", prefix, base + i);
+      keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+      memset(&t[i], 0, sizeof t[i]);
+      t[i].data = a;
+      t[i].nbytes = sizeof a;
+      t[i].desc.dtype = ECS_DTYPE_U8;
+      t[i].desc.ndim = 1;
+      t[i].desc.shape[0] = sizeof a;
+    }
+    assert_int_equal(ecs_put_batch(c, keys, t, (size_t)m, st), ECS_OK);
+  }
+}
+
+/* thaw: Redis is continued just before the SIGTERM, with the writes of the
+ * freeze still queued (the stop then meets a Redis busy with a backlog);
+ * otherwise it stays frozen until the server is gone. */
+static void stop_with_backlog(int thaw) {
+  const char *extra[] = {"--redis-timeout-ms", "5000", NULL};
+  ecs_ts_env_t e;
+  assert_int_equal(ecs_ts_env_open(&e, extra, CLIENT_MS), 0);
+  put_many(e.c, "rec", STOP_OBJS);
+  assert_int_equal(ecs_ts_signal(&e.redis, SIGSTOP), 0);
+  putter_t pt[STOP_PUTTERS];
+  pthread_t th[STOP_PUTTERS];
+  atomic_int answered = 0;
+  for (int i = 0; i < STOP_PUTTERS; i++) {
+    /* what they get is not the point (parked puts, then the server goes) */
+    pt[i] = (putter_t){.servers = e.servers, .n = 100, .size = 4 * KIB, .want = ECS_OK, .count = &answered};
+    snprintf(pt[i].prefix, sizeof pt[i].prefix, "bk%02d", i);
+    assert_int_equal(pthread_create(&th[i], NULL, putter_run, &pt[i]), 0);
+  }
+  usleep(500000); /* the putters' records are queued behind the frozen Redis */
+  if (thaw)
+    assert_int_equal(ecs_ts_signal(&e.redis, SIGCONT), 0);
+  char log[sizeof e.server.log];
+  snprintf(log, sizeof log, "%s", e.server.log);
+  uint64_t t0 = ecs_now_ms();
+  int st = ecs_ts_stop(&e.server, 15000);
+  uint64_t dt = ecs_now_ms() - t0;
+  fprintf(stderr, "stop (%s Redis): %llu ms, exit %d, %d puts answered\n", thaw ? "thawed" : "frozen",
+          (unsigned long long)dt, st, atomic_load(&answered));
+  for (int i = 0; i < STOP_PUTTERS; i++)
+    pthread_join(th[i], NULL);
+  assert_int_equal(st, 0);
+  assert_true(dt < STOP_MS + STOP_SLACK_MS);
+  if (thaw) { /* a Redis that answers got the registry entry removed */
+    redisContext *r = ecs_ts_redis_at(e.redis.port);
+    assert_non_null(r);
+    redisReply *rep = redisCommand(r, "SCARD ecs:{test}:nodes");
+    assert_non_null(rep);
+    assert_int_equal(rep->integer, 0);
+    freeReplyObject(rep);
+    redisFree(r);
+  }
+  if (!thaw)
+    assert_int_equal(ecs_ts_signal(&e.redis, SIGCONT), 0);
+  assert_int_equal(ecs_ts_env_close(&e), 0);
+}
+
+static void test_stop_redis_frozen(void **state) {
+  (void)state;
+  stop_with_backlog(0);
+}
+
+static void test_stop_redis_backlog(void **state) {
+  (void)state;
+  stop_with_backlog(1);
+}
+
+/* ---- 7: the re-sync after an outage, both outcomes -------------------- */
+
+#define RS_N 12
+
+static void rs_keys(const char *prefix, char names[RS_N][24], ecs_key_t *keys) {
+  for (int i = 0; i < RS_N; i++) {
+    snprintf(names[i], 24, "%s-%d", prefix, i);
+    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+  }
+}
+
+/* How many of keys have a record in Redis. */
+static int rs_records(int redis_port, char names[RS_N][24]) {
+  redisContext *r = ecs_ts_redis_at(redis_port);
+  if (r == NULL)
+    return -1;
+  int n = 0;
+  for (int i = 0; i < RS_N; i++)
+    n += ecs_ts_redis_exists(r, names[i]) == 1;
+  redisFree(r);
+  return n;
+}
+
+/* Polls (up to ~15 s) until `want` of keys have a record; returns the last count. */
+static int rs_wait(int redis_port, char names[RS_N][24], int want) {
+  int n = -1;
+  for (int i = 0; i < 300 && (n = rs_records(redis_port, names)) != want; i++)
+    usleep(50000);
+  return n;
+}
+
+/* SAVE: Redis writes its data to dump.rdb in its directory, which the
+ * next start on the same directory loads. */
+static void rs_save(int redis_port) {
+  redisContext *r = ecs_ts_redis_at(redis_port);
+  assert_non_null(r);
+  redisReply *rep = redisCommand(r, "SAVE");
+  assert_non_null(rep);
+  assert_int_equal(rep->type, REDIS_REPLY_STATUS);
+  freeReplyObject(rep);
+  redisFree(r);
+}
+
+/* After a Redis outage the server re-syncs (issue 24): the keys it still
+ * holds are findable through Redis (exists says 1, and a get reads them),
+ * and the keys it dropped meanwhile are absent, whether Redis came back
+ * with its data (restarted from its dump, as after a crash with
+ * persistence or a failover: the records of keys removed meanwhile are
+ * back and must go) or without it (everything held must be published
+ * again).  Removes and puts made while Redis is down never reach it by
+ * themselves: their writes fail with the link, and only the re-sync's
+ * sweep (has the server the key?) and publish (every key it holds) make
+ * Redis right. */
+static void test_resync_both_outcomes(void **state) {
+  (void)state;
+  const char *extra[] = {"--redis-timeout-ms", "300", NULL};
+  ecs_ts_env_t e;
+  assert_int_equal(ecs_ts_env_open(&e, extra, CLIENT_MS), 0);
+  char keep[RS_N][24], drop[RS_N][24], fresh[RS_N][24], drop2[RS_N][24];
+  ecs_key_t kk[RS_N], kd[RS_N], kf[RS_N], kd2[RS_N];
+  rs_keys("keep", keep, kk);
+  rs_keys("drop", drop, kd);
+  rs_keys("fresh", fresh, kf);
+  rs_keys("dropb", drop2, kd2);
+  uint8_t a[2048], b[2048];
+  for (int i = 0; i < RS_N; i++) {
+    ecs_ts_fill(a, sizeof a, 500 + (uint32_t)i);
+    assert_int_equal(ecs_ts_put1(e.c, keep[i], a, sizeof a, ECS_DTYPE_U8), ECS_OK);
+    assert_int_equal(ecs_ts_put1(e.c, drop[i], a, sizeof a, ECS_DTYPE_U8), ECS_OK);
+    assert_int_equal(ecs_ts_put1(e.c, drop2[i], a, sizeof a, ECS_DTYPE_U8), ECS_OK);
+  }
+  assert_int_equal(rs_records(e.redis.port, keep), RS_N);
+  assert_int_equal(rs_records(e.redis.port, drop), RS_N);
+
+  /* 1. Redis back with its data: drop-* records return with it */
+  rs_save(e.redis.port);
+  ecs_ts_kill9(&e.redis); /* keeps its port and directory (and dump) */
+  int st[RS_N];
+  assert_int_equal(ecs_remove_batch(e.c, kd, RS_N, st), ECS_OK);
+  for (int i = 0; i < RS_N; i++) {
+    assert_true(st[i] == ECS_OK || st[i] == ECS_EREDIS); /* removed; its record maybe not */
+    ecs_ts_fill(a, sizeof a, 700 + (uint32_t)i);
+    int rc = ecs_ts_put1(e.c, fresh[i], a, sizeof a, ECS_DTYPE_U8);
+    assert_true(rc == ECS_EREDIS || rc == ECS_OK);
+  }
+  assert_int_equal(ecs_ts_redis_start(&e.redis), 0);
+  assert_int_equal(rs_wait(e.redis.port, fresh, RS_N), RS_N); /* held: published */
+  assert_int_equal(rs_wait(e.redis.port, drop, 0), 0);        /* dropped: gone */
+  assert_int_equal(rs_records(e.redis.port, keep), RS_N);
+  int ex[RS_N];
+  assert_int_equal(ecs_exists_batch(e.cr, kk, RS_N, ex), ECS_OK);
+  for (int i = 0; i < RS_N; i++)
+    assert_int_equal(ex[i], 1);
+  assert_int_equal(ecs_exists_batch(e.cr, kd, RS_N, ex), ECS_OK);
+  for (int i = 0; i < RS_N; i++)
+    assert_int_equal(ex[i], 0);
+
+  /* 2. Redis back empty (its dump gone) */
+  ecs_ts_kill9(&e.redis);
+  char dump[sizeof e.redis.dir + 16];
+  snprintf(dump, sizeof dump, "%s/dump.rdb", e.redis.dir);
+  assert_int_equal(unlink(dump), 0);
+  assert_int_equal(ecs_remove_batch(e.c, kd2, RS_N, st), ECS_OK);
+  assert_int_equal(ecs_ts_redis_start(&e.redis), 0);
+  assert_int_equal(rs_wait(e.redis.port, keep, RS_N), RS_N);
+  assert_int_equal(rs_wait(e.redis.port, fresh, RS_N), RS_N);
+  assert_int_equal(rs_records(e.redis.port, drop2), 0);
+  assert_int_equal(ecs_exists_batch(e.cr, kf, RS_N, ex), ECS_OK);
+  for (int i = 0; i < RS_N; i++)
+    assert_int_equal(ex[i], 1);
+  /* findable means readable too */
+  for (int i = 0; i < RS_N; i++) {
+    uint64_t n = 0;
+    ecs_ts_fill(a, sizeof a, 700 + (uint32_t)i);
+    assert_int_equal(ecs_ts_get1(e.cr, fresh[i], b, sizeof b, &n), ECS_OK);
+    assert_memory_equal(a, b, sizeof a);
+  }
+  assert_int_equal(ecs_ts_env_close(&e), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gets_during_freeze), cmocka_unit_test(test_put_during_freeze),
       cmocka_unit_test(test_exists_after_put),   cmocka_unit_test(test_eviction_during_freeze),
-      cmocka_unit_test(test_many_putters),
+      cmocka_unit_test(test_many_putters),       cmocka_unit_test(test_stop_redis_frozen),
+      cmocka_unit_test(test_stop_redis_backlog), cmocka_unit_test(test_resync_both_outcomes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

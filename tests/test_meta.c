@@ -1042,6 +1042,45 @@ static void test_async_link_errors(void **state) {
   assert_int_equal(ecs_ts_redis_start(&f->redis), 0); /* for teardown */
 }
 
+/* The deadline is the oldest command's (issue 24): a Redis that stops
+ * answering fails the oldest outstanding command timeout_ms after it was
+ * sent, even while new commands keep arriving (a deadline taken from the
+ * newest command, or renewed by each send, would never pass while the
+ * server keeps writing, and its puts would wait for ever). */
+static void test_async_link_oldest_deadline(void **state) {
+  fx_t *f = *state;
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  assert_true(epfd >= 0);
+  alink_obs_t o = {0}, first = {0};
+  ecs__rdsa_t r;
+  assert_int_equal(ecs__rdsa_init(&r, f->url, 300, epfd, alink_up, alink_down, &o), ECS_OK);
+  assert_int_equal(ecs__rdsa_connect(&r), ECS_OK);
+  assert_int_equal(alink_pump(epfd, &r, &o.ups, 1, 5000), 1);
+  const char *ping[] = {"PING"};
+  assert_int_equal(ecs_ts_signal(&f->redis, SIGSTOP), 0);
+  uint64_t t0 = mono_ms();
+  assert_int_equal(ecs__rdsa_command(&r, alink_reply, &first, 1, ping, NULL), ECS_OK);
+  int sent = 0;
+  /* a new command every ~10 ms, for up to 5 s or until the first fails */
+  while (first.done == 0 && mono_ms() - t0 < 5000) {
+    if (ecs__rdsa_up(&r) && ecs__rdsa_command(&r, alink_reply, &o, 1, ping, NULL) == ECS_OK)
+      sent++;
+    int never = 0;
+    alink_pump(epfd, &r, &never, 1, 10);
+  }
+  uint64_t dt = mono_ms() - t0;
+  assert_int_equal(ecs_ts_signal(&f->redis, SIGCONT), 0);
+  fprintf(stderr, "oldest command failed after %llu ms, %d newer commands sent meanwhile\n",
+          (unsigned long long)dt, sent);
+  assert_int_equal(first.done, 1);
+  assert_int_equal(first.rc, ECS_ETIMEDOUT);
+  assert_true(sent >= 10); /* new commands did keep arriving */
+  assert_true(dt >= 250 && dt < 300 + 1000);
+  assert_int_equal(o.done, sent); /* the newer ones failed with it */
+  ecs__rdsa_close(&r, ECS_ECANCELED);
+  close(epfd);
+}
+
 /* ---- server outage and re-sync ---------------------------------------- */
 
 static void test_outage_resync(void **state) {
@@ -1131,7 +1170,7 @@ static void test_unregister(void **state) {
 
   redisReply *r = redisCommand(f->raw, "HSET ecs:{other}:obj:x node node-a epoch 1");
   freeReplyObject(r);
-  assert_int_equal(ecs_meta_unregister(a), ECS_OK);
+  assert_int_equal(ecs_meta_unregister(a, 5000), ECS_OK);
   assert_int_equal(raw_count_records(f), 200);
   assert_int_equal(raw_int(f, "EXISTS", "ecs:{other}:obj:x", 17), 1); /* another namespace */
   assert_int_equal(raw_int(f, "EXISTS", "ecs:{" NS "}:node:node-a", strlen("ecs:{" NS "}:node:node-a")), 0);
@@ -1167,6 +1206,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_killed_redis, setup, teardown),
       cmocka_unit_test_setup_teardown(test_link_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_async_link_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_async_link_oldest_deadline, setup, teardown),
       cmocka_unit_test_setup_teardown(test_outage_resync, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unregister, setup, teardown),
   };

@@ -324,6 +324,179 @@ static void test_server_killed_mid_run(void **state) {
   ecs_client_close(c);
 }
 
+/* Remove after a holder's kill -9 (issue 24): per-item statuses, never a
+ * whole-call error.  The dead holder's items are misses (its copies went
+ * with it: a restart has a new epoch), the live holders' items are removed,
+ * before and after the dead one's registry entry expires. */
+static void test_remove_after_holder_killed(void **state) {
+  fx_t *f = *state;
+  for (int i = 0; i < 3; i++)
+    start_server(f, i, NULL);
+  ecs_client_t *c = discover_client(f, "hash");
+  assert_non_null(c);
+  static char where[NOBJ][64], names[NOBJ][32];
+  ecs_key_t keys[NOBJ];
+  char dead[64];
+  put_all(c, "rm", NOBJ, 11);
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(names[i], sizeof names[i], "rm", i);
+    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+    holder(f, names[i], where[i], sizeof where[i]);
+  }
+  node_of(f, 2, dead, sizeof dead);
+  ecs_ts_kill9(&f->srv[2]);
+  int st[NOBJ], ex[NOBJ];
+  for (int half = 0; half < 2; half++) { /* the first half of the keys, then the rest */
+    ecs_key_t *k = keys + half * (NOBJ / 2);
+    int *s = st + half * (NOBJ / 2);
+    uint64_t t0 = ecs_now_ms();
+    int rc = ecs_remove_batch(c, k, NOBJ / 2, s);
+    if (rc != ECS_OK)
+      fprintf(stderr, "remove: %s: %s\n", ecs_strerror(rc), ecs_client_errmsg(c));
+    assert_int_equal(rc, ECS_OK);
+    assert_true(ecs_now_ms() - t0 < 3000 + 500);
+  }
+  int on_dead = 0;
+  for (int i = 0; i < NOBJ; i++) {
+    int is_dead = !strcmp(where[i], dead);
+    on_dead += is_dead;
+    assert_int_equal(st[i], is_dead ? ECS_ENOTFOUND : ECS_OK);
+  }
+  assert_true(on_dead > 0 && on_dead < NOBJ);
+  /* the live holders' copies are gone (the dead one's record lives on
+   * until its registry entry expires, as for gets) */
+  assert_int_equal(ecs_exists_batch(c, keys, NOBJ, ex), ECS_OK);
+  for (int i = 0; i < NOBJ; i++)
+    if (strcmp(where[i], dead) != 0)
+      assert_int_equal(ex[i], 0);
+  ecs_client_close(c);
+}
+
+/* exists with discovery while Redis is unreachable (issue 24): the servers
+ * the client last saw in the registry answer, item by item, within the
+ * call's deadline; a frozen Redis sends exists to them after the client's
+ * Redis timeout. */
+static void test_exists_redis_down(void **state) {
+  fx_t *f = *state;
+  start_server(f, 0, NULL);
+  start_server(f, 1, NULL);
+  ecs_client_t *c = discover_client(f, "hash");
+  assert_non_null(c);
+  wait_servers(c, 2);
+  put_all(c, "ex", 32, 12);
+  static char names[40][32];
+  ecs_key_t keys[40];
+  for (int i = 0; i < 40; i++) {
+    key_of(names[i], sizeof names[i], i < 32 ? "ex" : "never", i);
+    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+  }
+  int ex[40];
+  for (int frozen = 1; frozen >= 0; frozen--) {
+    if (frozen) {
+      assert_int_equal(ecs_ts_signal(&f->redis, SIGSTOP), 0);
+    } else {
+      ecs_ts_kill9(&f->redis);
+      usleep(1200 * 1000); /* past the client's pause after a Redis failure: it tries Redis again */
+    }
+    uint64_t t0 = ecs_now_ms();
+    int rc = ecs_exists_batch(c, keys, 40, ex);
+    uint64_t dt = ecs_now_ms() - t0;
+    fprintf(stderr, "exists with Redis %s: %s after %llu ms\n", frozen ? "frozen" : "killed",
+            ecs_strerror(rc), (unsigned long long)dt);
+    if (rc != ECS_OK)
+      fprintf(stderr, "  %s\n", ecs_client_errmsg(c));
+    assert_int_equal(rc, ECS_OK);
+    for (int i = 0; i < 40; i++)
+      assert_int_equal(ex[i], i < 32);
+    assert_true(dt < (frozen ? 500 + 300 : 3000 + 50 + 300));
+    if (frozen)
+      assert_int_equal(ecs_ts_signal(&f->redis, SIGCONT), 0);
+  }
+  ecs_client_close(c);
+  assert_int_equal(ecs_ts_redis_start(&f->redis), 0); /* for the teardown */
+}
+
+/* A holder that times out is suspect for the whole client (issue 24): one
+ * get batch pays its deadline, the following ones answer its items as
+ * misses at once (the other holders' items are served), removes answer
+ * them ECS_ETIMEDOUT per item, no call overruns its deadline, and once the
+ * holder answers again a probe finds it back within the back-off.  Its
+ * registry entry lives on meanwhile (TTL 10 s), as under a partition. */
+static void test_suspect_holder(void **state) {
+  fx_t *f = *state;
+  const char *extra[] = {"--heartbeat-ttl", "10", "--pool-size", "64M", NULL};
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(ecs_ts_server_start(&f->srv[i], f->redis.port, extra), 0);
+  char url[64];
+  snprintf(url, sizeof url, "127.0.0.1:%d", f->redis.port);
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, NULL, ecs_ts_transport());
+  cfg.servers = NULL;
+  cfg.redis_url = url;
+  cfg.registry_refresh_ms = 200;
+  cfg.timeout_ms = 800;
+  cfg.connect_timeout_ms = 400;
+  ecs_client_t *c = ecs_ts_connect(&cfg);
+  assert_non_null(c);
+  wait_servers(c, 3);
+  put_all(c, "sus", NOBJ, 13);
+  static char where[NOBJ][64], names[NOBJ][32];
+  ecs_key_t keys[NOBJ];
+  char stopped[64];
+  node_of(f, 2, stopped, sizeof stopped);
+  int on_stopped = 0, st[NOBJ];
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(names[i], sizeof names[i], "sus", i);
+    keys[i] = (ecs_key_t){names[i], strlen(names[i])};
+    holder(f, names[i], where[i], sizeof where[i]);
+    on_stopped += !strcmp(where[i], stopped);
+  }
+  assert_true(on_stopped > 0 && on_stopped < NOBJ);
+  assert_int_equal(ecs_ts_signal(&f->srv[2], SIGSTOP), 0);
+  uint64_t worst = 0, later_worst = 0;
+  for (int round = 0; round < 6; round++) {
+    uint64_t t0 = ecs_now_ms();
+    assert_int_equal(get_all(c, "sus", NOBJ, 13, st), ECS_OK);
+    uint64_t dt = ecs_now_ms() - t0;
+    worst = dt > worst ? dt : worst;
+    if (round > 0)
+      later_worst = dt > later_worst ? dt : later_worst;
+    for (int i = 0; i < NOBJ; i++)
+      assert_int_equal(st[i], strcmp(where[i], stopped) ? ECS_OK : ECS_ENOTFOUND);
+  }
+  /* a remove of the suspect holder's keys: per item, at once, nothing removed */
+  ecs_key_t sk[NOBJ];
+  int ns = 0;
+  for (int i = 0; i < NOBJ; i++)
+    if (!strcmp(where[i], stopped))
+      sk[ns++] = keys[i];
+  uint64_t t0 = ecs_now_ms();
+  assert_int_equal(ecs_remove_batch(c, sk, (size_t)ns, st), ECS_OK);
+  uint64_t rm_ms = ecs_now_ms() - t0;
+  for (int i = 0; i < ns; i++)
+    assert_int_equal(st[i], ECS_ETIMEDOUT);
+  assert_true(rm_ms < 300);
+  fprintf(stderr, "stopped holder: slowest get %llu ms, slowest after the first %llu ms (deadline 800)\n",
+          (unsigned long long)worst, (unsigned long long)later_worst);
+  assert_true(worst <= 800 + 200);
+  assert_true(later_worst < 300); /* suspect: no wait for it */
+  /* back: a probe after the back-off (3 s) finds it */
+  assert_int_equal(ecs_ts_signal(&f->srv[2], SIGCONT), 0);
+  int all_ok = 0;
+  t0 = ecs_now_ms();
+  while (!all_ok && ecs_now_ms() - t0 < 8000) {
+    usleep(200 * 1000);
+    if (get_all(c, "sus", NOBJ, 13, st) != ECS_OK)
+      continue;
+    all_ok = 1;
+    for (int i = 0; i < NOBJ; i++)
+      all_ok &= st[i] == ECS_OK;
+  }
+  fprintf(stderr, "found back after %llu ms\n", (unsigned long long)(ecs_now_ms() - t0));
+  assert_true(all_ok);
+  ecs_client_close(c);
+}
+
 /* Redis gone: puts still reach the servers the client knew (they serve on
  * without Redis); a get cannot locate anything and fails as a whole, at
  * once and saying why, never with a wrong or partial answer. */
@@ -389,6 +562,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_least_loaded, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_server_killed_mid_run, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_redis_down, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_remove_after_holder_killed, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_exists_redis_down, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_suspect_holder, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,14 +19,18 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 
 #include "ecstore/ecstore.h"
 #include "store/server/metrics.h"
 #include "store/core/net.h"
 #include "store/core/parse.h"
+#include "support/fixture.h"
 #include "support/ts.h"
 
 #define RUN_TIMEOUT_MS 20000 /* one CLI or server run; ASan builds are slow */
@@ -185,6 +189,48 @@ static void test_port_in_use(void **state) {
   assert_int_equal(lines_with(out, "cannot start"), 1);
   assert_null(strstr(out, "input/output error"));
   assert_int_equal(ecs_ts_stop(&srv, 5000), 0);
+}
+
+/* A server that fails to start after reaching Redis (its metrics port is
+ * taken) leaves no registry entry behind: no node hash, not in the node
+ * set (issue 24), so no client places puts on it until an entry expires. */
+static void test_failed_start_not_registered(void **state) {
+  (void)state;
+  ecs_ts_proc_t redis = {0};
+  assert_int_equal(ecs_ts_redis_start(&redis), 0);
+  int busy = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  assert_true(busy >= 0);
+  setsockopt(busy, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(busy, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(busy, 1), 0);
+  socklen_t al = sizeof a;
+  assert_int_equal(getsockname(busy, (struct sockaddr *)&a, &al), 0);
+  char mlisten[32], listen_at[32], rurl[32], out[OUT_CAP], bin[512];
+  snprintf(mlisten, sizeof mlisten, "127.0.0.1:%d", ntohs(a.sin_port));
+  snprintf(listen_at, sizeof listen_at, "127.0.0.1:%d", ecs_ts_free_port());
+  snprintf(rurl, sizeof rurl, "127.0.0.1:%d", redis.port);
+  snprintf(bin, sizeof bin, "%s", ecs_ts_bin("ecstore-server"));
+  char *argv[] = {bin,   "--listen",         listen_at,  "--redis",     rurl, "--ns",
+                  "reg", "--node-id",        "failnode", "--pool-size", "8M", "--shm-socket",
+                  "off", "--metrics-listen", mlisten,    NULL};
+  int st = run(argv, NULL, out, sizeof out);
+  show("ecstore-server with its metrics port taken", out);
+  assert_int_equal(st, 1);
+  assert_int_equal(lines_with(out, "cannot start"), 1);
+  redisContext *r = ecs_ts_redis_at(redis.port);
+  assert_non_null(r);
+  redisReply *rep = redisCommand(r, "SISMEMBER ecs:{reg}:nodes failnode");
+  assert_non_null(rep);
+  assert_int_equal(rep->integer, 0);
+  freeReplyObject(rep);
+  rep = redisCommand(r, "EXISTS ecs:{reg}:node:failnode");
+  assert_non_null(rep);
+  assert_int_equal(rep->integer, 0);
+  freeReplyObject(rep);
+  redisFree(r);
+  close(busy);
+  ecs_ts_stop(&redis, 5000);
 }
 
 /* --hugepages require with too few huge pages free: says huge pages, how
@@ -845,6 +891,7 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_port_in_use),
+      cmocka_unit_test(test_failed_start_not_registered),
       cmocka_unit_test(test_protected_mode),
       cmocka_unit_test(test_hugepages_required_none_free),
       cmocka_unit_test(test_cli_server_not_running),

@@ -21,6 +21,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <linux/futex.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -813,6 +814,109 @@ static void test_lock_sleepers(void **state) {
   assert_int_equal(atomic_load(&lock.word), 0);
 }
 
+/* The hand-over contract (issue 24): when every waiter is asleep on the
+ * futex, the next release hands the lock to one of them, and each of them
+ * in turn hands it to the next, so all finish.  A waiter that took the
+ * lock with 1 instead of 2 after a sleep, or a release that does not wake
+ * on 2, leaves the rest asleep for good: the joins below then time out.
+ * "Asleep" is checked, not assumed: each waiter's thread must be blocked
+ * in the futex syscall (/proc/self/task/TID/syscall) before the release. */
+typedef struct sleeper {
+  ecs__lock_t *lock;
+  uint64_t *counter;
+  _Atomic pid_t tid;
+  atomic_int done;
+} sleeper_t;
+
+static void *sleeper_main(void *arg) {
+  sleeper_t *s = arg;
+  atomic_store(&s->tid, (pid_t)syscall(SYS_gettid));
+  ecs__lock_acquire(s->lock);
+  (*s->counter)++;
+  ecs__lock_release(s->lock);
+  atomic_store(&s->done, 1);
+  return NULL;
+}
+
+/* 1 when thread tid is blocked in futex(2). */
+static int in_futex(pid_t tid) {
+  char path[64], buf[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  return atoi(buf) == SYS_futex && buf[0] != 'r'; /* "running" is not blocked */
+}
+
+static int sleepers_done(sleeper_t *sl, int n) {
+  int d = 0;
+  for (int i = 0; i < n; i++)
+    d += atomic_load(&sl[i].done);
+  return d;
+}
+
+/* After a failure: frees the lock until every sleeper has finished, so
+ * that the test ends and reports instead of hanging. */
+static void sleepers_unstick(ecs__lock_t *lock, sleeper_t *sl, int n) {
+  for (int round = 0; round < 1000 && sleepers_done(sl, n) < n; round++) {
+    atomic_store(&lock->word, 0);
+    syscall(SYS_futex, &lock->word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+    usleep(10000);
+  }
+}
+
+static void test_lock_all_asleep_handover(void **state) {
+  (void)state;
+  enum { NT = 4 };
+  ecs__lock_t lock;
+  ecs__lock_init(&lock);
+  uint64_t counter = 0;
+  sleeper_t sl[NT];
+  pthread_t th[NT];
+  ecs__lock_acquire(&lock);
+  for (int i = 0; i < NT; i++) {
+    sl[i] = (sleeper_t){.lock = &lock, .counter = &counter};
+    assert_int_equal(pthread_create(&th[i], NULL, sleeper_main, &sl[i]), 0);
+  }
+  /* Up to 20 s for all of them to give up spinning (sanitizers, load). */
+  int asleep = 0;
+  for (int ms = 0; ms < 20000 && asleep < NT; ms += 2) {
+    usleep(2000);
+    asleep = 0;
+    for (int i = 0; i < NT; i++)
+      asleep += atomic_load(&sl[i].tid) != 0 && in_futex(atomic_load(&sl[i].tid));
+  }
+  int word = atomic_load(&lock.word);
+  uint64_t sleeps = atomic_load(&lock.sleeps);
+  int handed_over = 0;
+  if (asleep == NT && word == 2) {
+    ecs__lock_release(&lock); /* the one unlock: everything else is theirs */
+    for (int ms = 0; ms < 10000 && sleepers_done(sl, NT) < NT; ms += 2)
+      usleep(2000);
+    handed_over = sleepers_done(sl, NT) == NT;
+    if (!handed_over)
+      fprintf(stderr, "%d of %d sleepers still waiting 10 s after the release\n", NT - sleepers_done(sl, NT),
+              NT);
+  } else {
+    fprintf(stderr, "%d of %d waiters asleep in futex(2), lock word %d (want %d and 2)\n", asleep, NT, word,
+            NT);
+  }
+  sleepers_unstick(&lock, sl, NT);
+  for (int i = 0; i < NT; i++)
+    pthread_join(th[i], NULL);
+  assert_int_equal(asleep, NT);
+  assert_int_equal(word, 2);
+  assert_true(sleeps >= NT);
+  assert_true(handed_over);
+  assert_int_equal(counter, (uint64_t)NT);
+  assert_int_equal(atomic_load(&lock.word), 0);
+}
+
 /* The same through the pool: threads on one pool while another thread
  * holds its lock for long walks (validate over a pool of 16k blocks), so
  * that the pool's waiters back off and may sleep too; every answer stays
@@ -1177,6 +1281,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_threads_fifo_accounted),
       cmocka_unit_test(test_lock_exclusion),
       cmocka_unit_test(test_lock_sleepers),
+      cmocka_unit_test(test_lock_all_asleep_handover),
       cmocka_unit_test(test_threads_validate_holder),
       cmocka_unit_test(test_can_fit_agrees),
       cmocka_unit_test(test_stats),

@@ -21,6 +21,7 @@
 #include <hiredis/hiredis.h>
 
 #include "ecstore/ecstore.h"
+#include "store/core/net.h"
 #include "support/fixture.h"
 #include "support/raw.h"
 
@@ -98,7 +99,8 @@ typedef struct flip_arg {
   const uint8_t *a, *b; /* the two versions */
   size_t n;             /* bytes of each */
   atomic_int stop;      /* set by the test */
-  int ok, bad;          /* gets that saw one whole version / anything else */
+  atomic_int ok;        /* gets that saw one whole version */
+  int bad;              /* gets that saw anything else */
 } flip_arg_t;
 
 static void *flip_reader(void *p) {
@@ -115,7 +117,7 @@ static void *flip_reader(void *p) {
     uint64_t got = 0;
     int st = ecs_ts_get1(c, "flip", buf, fa->n, &got);
     if (st == ECS_OK && got == fa->n && (memcmp(buf, fa->a, fa->n) == 0 || memcmp(buf, fa->b, fa->n) == 0))
-      fa->ok++;
+      atomic_fetch_add(&fa->ok, 1);
     else
       fa->bad++; /* a miss, an error or mixed bytes */
   }
@@ -138,12 +140,23 @@ static void test_upsert_atomic_for_readers(void **state) {
   flip_arg_t fa = {.servers = e->servers, .a = a, .b = b, .n = n};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, flip_reader, &fa), 0);
-  for (int i = 0; i < 200; i++)
-    assert_int_equal(upsert1(e->c, "flip", (i & 1) ? a : b, n), ECS_OK);
+  /* The flips start once the reader reads, and go on until it has read
+   * during them: on a loaded machine the writer used to finish its 200
+   * upserts before the reader's thread had connected, and the test then
+   * failed on ok == 0 (issue 24, a load-sensitive flake). */
+  for (int ms = 0; ms < 20000 && atomic_load(&fa.ok) == 0 && fa.bad == 0; ms++)
+    usleep(1000);
+  assert_true(atomic_load(&fa.ok) > 0);
+  int before = atomic_load(&fa.ok), flips = 0;
+  uint64_t t0 = ecs_now_ms();
+  while (flips < 200 || (atomic_load(&fa.ok) - before < 20 && ecs_now_ms() - t0 < 20000)) {
+    assert_int_equal(upsert1(e->c, "flip", (flips & 1) ? a : b, n), ECS_OK);
+    flips++;
+  }
   atomic_store(&fa.stop, 1);
   pthread_join(th, NULL);
   assert_int_equal(fa.bad, 0);
-  assert_true(fa.ok > 0);
+  assert_true(atomic_load(&fa.ok) - before >= 20); /* reads that overlapped the flips */
   ecs_server_stat_t st = ecs_ts_stat0(e->c);
   assert_true(st.objects >= 1);
   free(a);

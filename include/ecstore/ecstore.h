@@ -18,10 +18,13 @@
  * fetches from the holders in parallel; an object whose holder died or
  * restarted is a miss (ECS_ENOTFOUND), never an error for the batch.
  *
- * Deadlines: every call finishes within config.timeout_ms (connects within
- * connect_timeout_ms): a dead or stopped server or Redis becomes
- * ECS_ETIMEDOUT or ECS_ECONN, never a hang.  A connection that failed is
- * dropped and re-opened by the next call.
+ * Deadlines: every call finishes within config.timeout_ms, a connect and
+ * HELLO it makes included (each connect attempt also within
+ * connect_timeout_ms, and never past what is left of the call's deadline);
+ * ecs_client_connect() is a call too: timeout_ms for all its servers.  A
+ * dead or stopped server or Redis becomes ECS_ETIMEDOUT or ECS_ECONN, never
+ * a hang.  A connection that failed is dropped and re-opened by the next
+ * call.
  *
  * Ownership: the library never keeps pointers to keys, tensors or buffers
  * after a call returns.  Buffers filled by ecs_get_batch_alloc() belong to
@@ -169,7 +172,11 @@ ECS_API void ecs_client_put_copies(const ecs_client_t *c, size_t *stored, size_t
  * never sent), ECS_EREDIS (stored, but Redis did not acknowledge its record
  * within the server's Redis timeout: gets find it, exists through Redis
  * says 0 until the server re-publishes it; ecs_client_errmsg() says so),
- * or the whole-batch error. */
+ * ECS_EBUSY (another request, from this client or another, was writing the
+ * same key and had not stored it when this item's bytes were in: this item
+ * stored nothing; retry, and the retry gets ECS_OK when the other write
+ * stored the same content, ECS_ECONFLICT when it stored other content), or
+ * the whole-batch error. */
 ECS_API int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *tensors, size_t n,
                           int *status);
 
@@ -246,13 +253,24 @@ ECS_API void ecs_free(void *p);
 /* exists[i] = 1 when the object is stored.  Answered from Redis when a
  * Redis URL is configured (the scheduler's call: it does not touch the
  * data servers), else by the servers; when Redis fails or times out (one
- * attempt, bounded by the call's timeout), the servers answer instead.  On
+ * attempt, bounded by 500 ms and by the call's deadline), the servers
+ * answer instead: with a servers list each key's server, with discovery
+ * every server of the last registry read, item by item (a server that
+ * cannot be reached answers 0 for what it held).  On
  * a whole-batch error every exists[i] is 0 and the error is returned (the
  * message names Redis's failure and the servers'): an error is never
  * "exists". */
 ECS_API int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists);
 
-/* Removes n objects.  status[i]: ECS_OK or ECS_ENOTFOUND. */
+/* Removes n objects.  status[i]: ECS_OK (removed; with replicas, from at
+ * least one holder), ECS_ENOTFOUND (no holder had it, or, with discovery,
+ * its holder refused the connection: the copy went with its process),
+ * ECS_ETIMEDOUT (with discovery: its holder did not answer within the
+ * deadline, stopped or cut off, and may still hold it), ECS_EREDIS
+ * (removed, but Redis did not acknowledge the record's delete; the server's
+ * re-sync deletes it), ECS_EKEY.  With discovery an unreachable holder
+ * never fails the whole call; with a servers list a failed server is the
+ * whole-batch error, as for every call. */
 ECS_API int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status);
 
 /* Number of configured servers (discovery: server slots seen so far,

@@ -292,7 +292,8 @@ int ecs_put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t *te
   if (!c || (n && (!keys || !tensors || !status)))
     return ECS_EINVAL;
   c->put_flags = 0;
-  return put_batch(c, keys, tensors, n, status, NULL);
+  ecs__cli_begin(c);
+  return ecs__cli_end(c, put_batch(c, keys, tensors, n, status, NULL));
 }
 
 /* ------------------------------------------------------------------ */
@@ -337,7 +338,7 @@ static void get_again(void *arg, size_t i) {
   memset(&b->desc, 0, sizeof b->desc);
 }
 
-static const batch_kind_t get_kind = {get_share, get_status, get_fail, get_again, 1, 1};
+static const batch_kind_t get_kind = {get_share, get_status, get_fail, get_again, 1, ECS_CLI_GONE_MISS};
 
 static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n, int alloc) {
   if (!c || (n && (!keys || !bufs)))
@@ -370,11 +371,17 @@ static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs
 }
 
 int ecs_get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n) {
-  return get_batch(c, keys, bufs, n, 0);
+  if (!c)
+    return ECS_EINVAL;
+  ecs__cli_begin(c);
+  return ecs__cli_end(c, get_batch(c, keys, bufs, n, 0));
 }
 
 int ecs_get_batch_alloc(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs, size_t n) {
-  return get_batch(c, keys, bufs, n, 1);
+  if (!c)
+    return ECS_EINVAL;
+  ecs__cli_begin(c);
+  return ecs__cli_end(c, get_batch(c, keys, bufs, n, 1));
 }
 
 /* ------------------------------------------------------------------ */
@@ -412,9 +419,18 @@ static void view_again(void *arg, size_t i) {
   v->status = ECS_OK;
 }
 
-static const batch_kind_t view_kind = {view_share, view_status, view_fail, view_again, 0, 1};
+static const batch_kind_t view_kind = {view_share, view_status, view_fail, view_again, 0, ECS_CLI_GONE_MISS};
+
+static int get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n);
 
 int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n) {
+  if (!c)
+    return ECS_EINVAL;
+  ecs__cli_begin(c);
+  return ecs__cli_end(c, get_view_batch(c, keys, views, n));
+}
+
+static int get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views, size_t n) {
   if (!c || (n && (!keys || !views)))
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
@@ -475,7 +491,12 @@ static void keys_again(void *arg, size_t i) {
   ((keys_arg_t *)arg)->out[i] = ECS_OK;
 }
 
-static const batch_kind_t keys_kind = {keys_share, keys_status, keys_fail, keys_again, 0, 0};
+/* A holder that cannot be reached answers its items alone (remove: a miss
+ * when refused, ECS_ETIMEDOUT when timed out), never the whole call
+ * (issue 24: remove batches failed with ECONN for 8-10 s after a holder's
+ * kill -9, while gets counted the same keys as misses).  Shares run in
+ * parallel, so one stopped holder costs the call one deadline. */
+static const batch_kind_t keys_kind = {keys_share, keys_status, keys_fail, keys_again, 1, ECS_CLI_GONE_ITEM};
 
 /* exists / remove on every copy (replicas): item i is sent to each of its
  * holders in turn, and is ECS_OK when any holder answered OK (it held the
@@ -583,25 +604,33 @@ int ecs_upsert_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
   }
   for (size_t i = 0; wrote && i < n * ECS_CLI_MAX_COPIES; i++)
     wrote[i] = ECS_CLI_NOWHERE;
+  ecs__cli_begin(c);
   int ret = put_batch(c, keys, tensors, n, status, wrote);
   c->put_flags = 0;
   if (wrote && ret == ECS_OK)
     upsert_drop_others(c, keys, n, status, wrote);
   free(wrote);
-  return ret;
+  return ecs__cli_end(c, ret);
 }
 
 int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status) {
   if (!c || (n && (!keys || !status)))
     return ECS_EINVAL;
-  return keys_batch(c, ECS_OP_REMOVE, keys, n, status);
+  ecs__cli_begin(c);
+  return ecs__cli_end(c, keys_batch(c, ECS_OP_REMOVE, keys, n, status));
 }
 
 static int exists_from_servers(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists);
+static int exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists);
 
 int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists) {
   if (!c || (n && (!keys || !exists)))
     return ECS_EINVAL;
+  ecs__cli_begin(c);
+  return ecs__cli_end(c, exists_batch(c, keys, n, exists));
+}
+
+static int exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists) {
   c->errmsg[0] = '\0';
   for (size_t i = 0; i < n; i++)
     exists[i] = 0;
@@ -623,6 +652,7 @@ int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exis
           kl[m] = (uint16_t)keys[i].len;
           map[m++] = i;
         }
+        ecs__cli_redis_budget(c); /* a frozen Redis: the servers answer after this */
         rc = m ? ecs_meta_exists_batch(c->meta, kp, kl, m, ex) : ECS_OK;
         if (rc == ECS_OK)
           for (size_t j = 0; j < m; j++)
@@ -657,7 +687,57 @@ int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exis
 
 /* exists answered by the servers: each server says whether it holds the
  * keys routed to it. */
+/* Discovery with Redis unreachable: nothing says which server holds what,
+ * so every server the client last saw in the registry is asked about every
+ * key, all of them at once (a thread per server) and within the call's one
+ * deadline; a key exists when any of them holds it.  Round r sends item i
+ * to server (i + r) mod L, so each round spreads the keys over every
+ * server.  A server that cannot be reached answers nothing for its items
+ * (absent, as for a get: for a cache the copy went with its server); the
+ * call fails only when no server is known.  (issue 24: exists failed
+ * whole batches with ECONN while Redis was down.) */
+static int exists_ask_all(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists) {
+  size_t live[ECS_CLI_MAX_SERVERS], nl = 0;
+  for (size_t s = 0; s < c->nsrv; s++)
+    if (c->srv[s].live)
+      live[nl++] = s;
+  if (nl == 0) {
+    ecs__cli_err(c, "no server known to ask (Redis unreachable: %s)", ecs_meta_errstr(c->meta));
+    return ECS_ECONN;
+  }
+  int *st = malloc(n * sizeof *st);
+  size_t *cur = malloc(n * sizeof *cur);
+  if (!st || !cur) {
+    free(st);
+    free(cur);
+    return ECS_ENOMEM;
+  }
+  uint64_t deadline = ecs__cli_deadline(c);
+  for (size_t r = 0; r < nl && ecs_now_ms() < deadline; r++) {
+    size_t more = 0;
+    for (size_t i = 0; i < n; i++) {
+      int ask = !exists[i] && key_ok(&keys[i]);
+      st[i] = ask ? ECS_OK : ECS_ENOTFOUND;
+      cur[i] = ask ? live[(i + r) % nl] : ECS_CLI_NOWHERE;
+      more += ask;
+    }
+    if (!more)
+      break;
+    keys_arg_t a = {keys, ECS_OP_EXISTS, st};
+    (void)ecs__cli_run_batch(c, keys, n, &keys_kind, &a, cur);
+    for (size_t i = 0; i < n; i++)
+      if (cur[i] != ECS_CLI_NOWHERE && st[i] == ECS_OK)
+        exists[i] = 1;
+  }
+  c->errmsg[0] = '\0';
+  free(st);
+  free(cur);
+  return ECS_OK;
+}
+
 static int exists_from_servers(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *exists) {
+  if (c->discover && c->meta)
+    return exists_ask_all(c, keys, n, exists);
   int *st = malloc(n * sizeof *st);
   if (!st)
     return ECS_ENOMEM;
@@ -706,7 +786,8 @@ int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st) {
   c->errmsg[0] = '\0';
   srv_t *s = &c->srv[server];
   ecs_hdr_t h;
-  int rc = simple_rpc(c, s, ECS_OP_STAT, NULL, NULL, 0, &h);
+  ecs__cli_begin(c);
+  int rc = ecs__cli_end(c, simple_rpc(c, s, ECS_OP_STAT, NULL, NULL, 0, &h));
   if (rc)
     return rc;
   ecs_stat_reply_t sr;
@@ -737,10 +818,18 @@ int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st) {
   return ECS_OK;
 }
 
+static int ping(ecs_client_t *c);
+
 int ecs_ping(ecs_client_t *c) {
   if (!c)
     return ECS_EINVAL;
+  ecs__cli_begin(c);
+  return ecs__cli_end(c, ping(c));
+}
+
+static int ping(ecs_client_t *c) {
   c->errmsg[0] = '\0';
+  ecs__cli_redis_budget(c);
   ecs__place_refresh(c, 0);
   c->errmsg[0] = '\0';
   for (size_t i = 0; i < c->nsrv; i++) {
@@ -774,6 +863,13 @@ int ecs__client_debug_corrupt(ecs_client_t *c, const void *key, size_t key_len) 
 
 int ecs__client_server_fd(ecs_client_t *c, size_t server) {
   return server < c->nsrv ? c->srv[server].fd : -1;
+}
+
+int ecs__client_reconnect(ecs_client_t *c, size_t server, int left_ms) {
+  if (server >= c->nsrv || left_ms < 0)
+    return ECS_EINVAL;
+  ecs__cli_drop(&c->srv[server]);
+  return ecs__cli_ensure(c, &c->srv[server], ecs_now_ms() + (uint64_t)left_ms);
 }
 
 const char *ecs_client_transport(const ecs_client_t *c) {

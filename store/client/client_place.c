@@ -126,8 +126,10 @@ static int slot_set(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_meta_node_t *nd
     snprintf(s->addr, sizeof s->addr, "%s", nd->addr);
     s->local = host_is_local(host, ifs);
   }
-  if (s->reg_epoch != nd->epoch)
+  if (s->reg_epoch != nd->epoch) {
     s->down_until = 0; /* a restart: worth trying at once */
+    s->fails = 0;
+  }
   snprintf(s->reg_id, sizeof s->reg_id, "%s", nd->node_id);
   s->reg_epoch = nd->epoch;
   s->free_bytes = nd->free_bytes;
@@ -154,6 +156,7 @@ int ecs__place_refresh(ecs_client_t *c, int force) {
   if (!nodes)
     return ECS_ENOMEM;
   size_t n = 0;
+  ecs__cli_redis_budget(c);
   int rc = ecs_meta_nodes(c->meta, nodes, ECS_CLI_MAX_SERVERS, &n);
   if (rc != ECS_OK) {
     /* Keep what we knew: the servers may well be serving; try again soon. */
@@ -198,7 +201,7 @@ int ecs__place_refresh(ecs_client_t *c, int force) {
 }
 
 void ecs__place_down(ecs_client_t *c, ecs_cli_srv_t *s) {
-  s->down_until = ecs_now_ms() + ECS_CLI_DOWN_MS;
+  ecs__cli_suspect(s, ECS_ECONN);
   c->next_refresh_ms = 0;
 }
 
@@ -273,6 +276,7 @@ int ecs__place_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const in
     kl[m] = (uint16_t)keys[i].len;
     map[m++] = i;
   }
+  ecs__cli_redis_budget(c);
   rc = m ? ecs_meta_lookup_batch(c->meta, kp, kl, m, recs, st) : ECS_OK;
   if (rc != ECS_OK) {
     ecs__cli_err(c, "discovery: cannot locate the batch's objects: Redis %s: %s", c->redis_s,

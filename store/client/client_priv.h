@@ -112,7 +112,10 @@ struct ecs_cli_srv {
   uint64_t free_bytes; /* pool bytes free at its last heartbeat */
   int live;            /* 1: usable (configured, or in the registry at the last refresh) */
   int local;           /* 1: its address is one of this host's */
-  uint64_t down_until; /* a connection to it failed: placement skips it until then (ms) */
+  uint64_t down_until; /* it refused or timed out: suspect until then (ms): placement skips
+                          it, and with discovery calls answer its items at once */
+  unsigned fails;      /* failures in a row: the suspicion's back-off doubles with each */
+  int down_rc;         /* the last failure: ECS_ECONN (refused) or ECS_ETIMEDOUT */
 };
 
 /* What to do when a server cannot be moved onto the path asked for. */
@@ -147,6 +150,7 @@ struct ecs_client {
   int placement;               /* ECS_PLACE_*: where a discovery put goes */
   uint64_t next_refresh_ms;    /* discovery: when the registry is read again */
   uint64_t redis_retry_ms;     /* after a Redis failure, exists asks the servers until then */
+  uint64_t call_deadline;      /* the public call under way: its one deadline (ms); 0 outside */
   size_t copies_stored;        /* copies the last put stored (replicas) */
   size_t copies_wanted;        /* copies it asked for: items x replicas */
   uint32_t next_req;           /* request ids */
@@ -159,9 +163,33 @@ struct ecs_client {
 /* How long exists skips a Redis that just failed (then tries it again). */
 #define ECS_CLI_REDIS_RETRY_MS 1000
 
+/* The deadline of the call under way: set once when a public call starts
+ * (ecs__cli_begin), so that its phases (the Redis lookup, each round of
+ * copies, each server's share) share it instead of each taking a fresh
+ * timeout_ms (issue 24: a remove batch overran its deadline by a connect
+ * timeout). */
 static inline uint64_t ecs__cli_deadline(const ecs_client_t *c) {
-  return ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+  return c->call_deadline ? c->call_deadline : ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
 }
+
+static inline void ecs__cli_begin(ecs_client_t *c) {
+  c->call_deadline = ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+}
+
+static inline int ecs__cli_end(ecs_client_t *c, int rc) {
+  c->call_deadline = 0;
+  return rc;
+}
+
+/* How long a client waits for Redis, at most: the server's default Redis
+ * timeout, and half of what is left of the call (the servers answer in the
+ * other half: exists when Redis failed, the data after a lookup).  Lookups
+ * that find nothing within it fail their batch (gets) or send exists to
+ * the servers. */
+#define ECS_CLI_REDIS_TIMEOUT_MS 500
+
+/* Caps the Redis handle's waits as above (client_route.c). */
+void ecs__cli_redis_budget(ecs_client_t *c);
 
 /* ---- client_place.c: discovery, placement, location ----------------- */
 
@@ -173,6 +201,13 @@ enum { ECS_PLACE_HASH = 0, ECS_PLACE_LOCAL = 1, ECS_PLACE_LEAST_LOADED = 2 };
 
 /* How long placement avoids a server whose connection just failed. */
 #define ECS_CLI_DOWN_MS 3000
+/* The longest suspicion: a holder that keeps failing is probed at least
+ * this often (by the first call that would use it). */
+#define ECS_CLI_DOWN_MAX_MS 24000
+
+/* Server s refused or timed out: suspect for ECS_CLI_DOWN_MS, doubled for
+ * each failure in a row (client_route.c). */
+void ecs__cli_suspect(ecs_cli_srv_t *s, int rc);
 
 /* Parses cfg.placement into c->placement; ECS_EINVAL with errbuf set. */
 int ecs__place_parse(ecs_client_t *c, const char *name, char *errbuf, size_t errlen);
@@ -222,8 +257,17 @@ typedef struct ecs_cli_batch_kind {
   void (*fail)(void *arg, size_t i, int rc); /* an item a whole-share failure took down */
   void (*again)(void *arg, size_t i);        /* item i goes to another copy: status back to OK */
   int parallel;                              /* 1: shares on several servers run at once */
-  int miss_when_gone;                        /* 1: discovery, an unreachable holder is a miss */
+  int miss_when_gone;                        /* discovery, an unreachable holder: ECS_CLI_GONE_* */
 } ecs_cli_batch_kind_t;
+
+/* What a discovered holder that cannot be reached (refused, or timed out)
+ * means for its items.  Never an error for the whole call but with _ERROR. */
+#define ECS_CLI_GONE_ERROR 0 /* the share's error, for the call too */
+#define ECS_CLI_GONE_MISS 1  /* a miss: the object went with its server (gets) */
+#define ECS_CLI_GONE_ITEM                                                                                    \
+  2 /* refused: a miss (the process is gone, and its copy with it);                                          \
+       timed out: ECS_ETIMEDOUT for the item alone (a stopped or                                             \
+       cut-off holder may still have it) -- remove, exists */
 
 /* The server an object lives on, with a configured servers list. */
 size_t ecs__cli_route(const ecs_client_t *c, const ecs_key_t *k);

@@ -21,6 +21,7 @@
 #include "store/client/client_priv.h"
 #include "store/core/net.h"
 #include "store/core/proto.h"
+#include "store/redis/meta.h"
 
 typedef ecs_cli_srv_t srv_t;
 typedef ecs_cli_batch_kind_t batch_kind_t;
@@ -34,6 +35,36 @@ size_t ecs__cli_route(const ecs_client_t *c, const ecs_key_t *k) {
 
 /* Items of a batch that go to server si, as indices into the caller's
  * arrays.  idx must hold n entries. */
+void ecs__cli_suspect(ecs_cli_srv_t *s, int rc) {
+  s->down_rc = rc;
+  uint64_t ms = ECS_CLI_DOWN_MS;
+  for (unsigned k = 1; k < s->fails && ms < ECS_CLI_DOWN_MAX_MS; k++)
+    ms *= 2;
+  s->fails++;
+  s->down_until = ecs_now_ms() + (ms < ECS_CLI_DOWN_MAX_MS ? ms : ECS_CLI_DOWN_MAX_MS);
+}
+
+/* A holder that refused or timed out is suspect for a while (issue 24: a
+ * cut-off holder cost every call that touched it a connect timeout or its
+ * whole deadline): with discovery its items are answered at once, without
+ * a packet, as if it had failed again (misses for gets, which then try
+ * their other copies; per-item statuses for remove and exists).  When the
+ * suspicion runs out, the next call that needs it is the probe: one
+ * share, which clears it or renews it for twice as long.  A handle is used
+ * by one thread at a time and a call sends one share per server, so there
+ * is one probe at a time. */
+static void fail_suspect(ecs_client_t *c, size_t n, const batch_kind_t *kind, void *arg, const size_t *where,
+                         size_t si) {
+  ecs_cli_srv_t *s = &c->srv[si];
+  if (!c->discover || kind->miss_when_gone == ECS_CLI_GONE_ERROR || s->down_until <= ecs_now_ms())
+    return;
+  int st = kind->miss_when_gone == ECS_CLI_GONE_ITEM && s->down_rc == ECS_ETIMEDOUT ? ECS_ETIMEDOUT
+                                                                                    : ECS_ENOTFOUND;
+  for (size_t i = 0; i < n; i++)
+    if (where[i] == si && kind->status(arg, i) == ECS_OK)
+      kind->fail(arg, i, st);
+}
+
 static size_t pick(const size_t *where, size_t n, const batch_kind_t *kind, void *arg, size_t si,
                    size_t *idx) {
   size_t m = 0;
@@ -49,6 +80,15 @@ static size_t pick(const size_t *where, size_t n, const batch_kind_t *kind, void
  * ECS_CLI_MAX_COPIES entries: item i's servers, nearest first, from
  * where[i * ECS_CLI_MAX_COPIES], then ECS_CLI_NOWHERE.  An error is
  * Redis's, for the whole batch: every item still OK is given it. */
+void ecs__cli_redis_budget(ecs_client_t *c) {
+  if (!c->meta)
+    return;
+  uint64_t now = ecs_now_ms(), end = ecs__cli_deadline(c);
+  uint64_t left = end > now ? (end - now) / 2 : 1; /* the servers keep the other half */
+  ecs_meta_set_timeout(c->meta,
+                       left < ECS_CLI_REDIS_TIMEOUT_MS ? (int)(left ? left : 1) : ECS_CLI_REDIS_TIMEOUT_MS);
+}
+
 int ecs__cli_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
                     size_t *where) {
   if (!c->discover) {
@@ -107,16 +147,20 @@ static void share_run(share_job_t *j) {
       rc = j->kind->share(c, j->s, j->idx + off, k, j->arg, j->deadline);
     if (rc) {
       int gone = c->discover && (rc == ECS_ECONN || rc == ECS_ETIMEDOUT);
-      int miss = gone && j->kind->miss_when_gone;
+      int miss = gone && j->kind->miss_when_gone != ECS_CLI_GONE_ERROR;
+      int item = miss ? ECS_ENOTFOUND : rc;
+      if (miss && j->kind->miss_when_gone == ECS_CLI_GONE_ITEM && rc == ECS_ETIMEDOUT)
+        item = ECS_ETIMEDOUT;
       for (size_t q = off; q < j->m; q++)
-        j->kind->fail(j->arg, j->idx[q], miss ? ECS_ENOTFOUND : rc);
+        j->kind->fail(j->arg, j->idx[q], item);
       if (gone)
-        j->s->down_until = ecs_now_ms() + ECS_CLI_DOWN_MS;
+        ecs__cli_suspect(j->s, rc);
       if (!miss)
         j->rc = rc;
       return;
     }
   }
+  j->s->fails = 0; /* it answered: no longer suspect */
 }
 
 static void *share_thread(void *p) {
@@ -172,6 +216,7 @@ static int run_batch_until(ecs_client_t *c, size_t n, const batch_kind_t *kind, 
   }
   size_t nj = 0, used = 0;
   for (size_t si = 0; si < c->nsrv; si++) {
+    fail_suspect(c, n, kind, arg, where, si);
     size_t m = pick(where, n, kind, arg, si, idx + used);
     if (m == 0)
       continue;

@@ -230,7 +230,11 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     rc = ECS_EINVAL;
     goto fail;
   }
-  uint64_t deadline = ecs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms + (uint64_t)c->cfg.timeout_ms;
+  /* Connecting is a call like any other: one deadline, timeout_ms, for
+   * every connect and HELLO (each connect attempt also within
+   * connect_timeout_ms).  It used to add the two, so a stopped server held
+   * ecstore-cli for twice its --timeout-ms (issue 24). */
+  uint64_t deadline = ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
   for (size_t i = 0; i < c->nsrv && !c->discover; i++) { /* discovered servers: lazily */
     rc = ecs__cli_ensure(c, &c->srv[i], deadline);
     if (rc) {
@@ -243,7 +247,8 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     ecs_meta_opts_init(&mo);
     mo.redis_url = c->redis_s;
     mo.ns = c->ns_s;
-    mo.timeout_ms = c->cfg.timeout_ms < 2000 ? c->cfg.timeout_ms : 2000;
+    mo.timeout_ms =
+        c->cfg.timeout_ms < ECS_CLI_REDIS_TIMEOUT_MS ? c->cfg.timeout_ms : ECS_CLI_REDIS_TIMEOUT_MS;
     rc = ecs_meta_open(&mo, &c->meta);
     if (rc) {
       char shown[256], port[256]; /* never the password */

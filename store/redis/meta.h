@@ -92,6 +92,9 @@ void ecs_meta_opts_init(ecs_meta_opts_t *o);
 int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out);
 void ecs_meta_close(ecs_meta_t *m); /* accepts NULL */
 int ecs_meta_is_up(const ecs_meta_t *m);
+/* Bounds each later connect and reply wait of the blocking link to ms
+ * (clients: what is left of a call's deadline). */
+void ecs_meta_set_timeout(ecs_meta_t *m, int ms);
 /* Text of the last Redis error ("" if none). */
 const char *ecs_meta_errstr(const ecs_meta_t *m);
 
@@ -100,8 +103,13 @@ const char *ecs_meta_errstr(const ecs_meta_t *m);
 /* Writes the registry entry (HSET + EXPIRE + SADD). */
 int ecs_meta_register(ecs_meta_t *m);
 /* Deletes this node's registry entry and every record this process wrote
- * that is still live (on graceful shutdown). */
-int ecs_meta_unregister(ecs_meta_t *m);
+ * that is still live (on graceful shutdown), giving up budget_ms from now
+ * (every connect and reply is bounded by what is left; ECS_ETIMEDOUT when
+ * it ran out).  What it could not delete is stale once the registry entry
+ * is gone or has expired (readers drop such records) and is swept by the
+ * next start with the same node id; the queued writes are dropped for the
+ * same reason. */
+int ecs_meta_unregister(ecs_meta_t *m, int budget_ms);
 /* Queue a record write / delete; sent by the next flush().  A record always
  * names this node and epoch (rec->node_id and rec->epoch are ignored; a
  * t_ms of 0 means now).  A delete removes the record only while it still

@@ -97,6 +97,14 @@ int ecs__meta_reply(ecs_meta_t *m, redisReply **out, uint64_t deadline) {
   return rc == ECS_OK ? ECS_OK : meta_link_fail(m, rc);
 }
 
+void ecs_meta_set_timeout(ecs_meta_t *m, int ms) {
+  if (m == NULL)
+    return;
+  m->timeout_ms = ms > 0 ? ms : 1;
+  m->link.timeout_ms = m->timeout_ms;
+  m->link.connect_timeout_ms = m->timeout_ms;
+}
+
 uint64_t ecs__meta_deadline(const ecs_meta_t *m) {
   return ecs_now_ms() + (uint64_t)m->timeout_ms;
 }

@@ -235,15 +235,23 @@ int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
   return ECS_OK;
 }
 
-int ecs_meta_unregister(ecs_meta_t *m) {
-  if (m == NULL || !m->server)
-    return ECS_EINVAL;
-  m->want_reg = 0;
-  ecs__meta_queue_clear(m);
-  if (m->async) { /* the rest is a bounded wait on the blocking link */
-    ecs__rdsa_close(&m->alink, ECS_ECANCELED);
-    m->async = 0;
-  }
+/* Caps the blocking link's waits (connect and each reply) at what is left
+ * until `until`, never above their configured values; 0 once nothing is
+ * left. */
+static int meta_cap_waits(ecs_meta_t *m, uint64_t until, int tmo, int ctmo) {
+  uint64_t now = ecs_now_ms();
+  if (now >= until)
+    return 0;
+  int left = until - now > (uint64_t)INT32_MAX ? INT32_MAX : (int)(until - now);
+  m->timeout_ms = left < tmo ? left : tmo;
+  m->link.timeout_ms = m->timeout_ms;
+  m->link.connect_timeout_ms = left < ctmo ? left : ctmo;
+  return 1;
+}
+
+static int meta_unregister_by(ecs_meta_t *m, uint64_t until, int tmo, int ctmo) {
+  if (!meta_cap_waits(m, until, tmo, ctmo))
+    return ECS_ETIMEDOUT;
   int rc = ecs__meta_connect(m);
   if (rc != ECS_OK)
     return rc;
@@ -252,6 +260,8 @@ int ecs_meta_unregister(ecs_meta_t *m) {
   const char *del[] = {"DEL", m->node_key};
   const char *srem[] = {"SREM", m->nodes_key, m->node_id};
   redisReply *r;
+  if (!meta_cap_waits(m, until, tmo, ctmo))
+    return ECS_ETIMEDOUT;
   rc = ecs__meta_cmdv(m, &r, 2, del);
   if (rc != ECS_OK)
     return rc;
@@ -259,6 +269,8 @@ int ecs_meta_unregister(ecs_meta_t *m) {
   freeReplyObject(r);
   if (rc != ECS_OK)
     return rc;
+  if (!meta_cap_waits(m, until, tmo, ctmo))
+    return ECS_ETIMEDOUT;
   rc = ecs__meta_cmdv(m, &r, 3, srem);
   if (rc != ECS_OK)
     return rc;
@@ -267,10 +279,31 @@ int ecs_meta_unregister(ecs_meta_t *m) {
   m->sweeping = 0;
   for (;;) {
     int done;
+    if (!meta_cap_waits(m, until, tmo, ctmo))
+      return ECS_ETIMEDOUT;
     rc = ecs__meta_sweep_step(m, NULL, &done);
     if (rc != ECS_OK || done)
       break;
   }
-  m->resync_owed = 0;
+  if (rc == ECS_OK)
+    m->resync_owed = 0;
+  return rc;
+}
+
+int ecs_meta_unregister(ecs_meta_t *m, int budget_ms) {
+  if (m == NULL || !m->server)
+    return ECS_EINVAL;
+  m->want_reg = 0;
+  ecs__meta_queue_clear(m);
+  if (m->async) { /* the rest is a bounded wait on the blocking link */
+    ecs__rdsa_close(&m->alink, ECS_ECANCELED);
+    m->async = 0;
+  }
+  int tmo = m->timeout_ms, ctmo = m->link.connect_timeout_ms, ltmo = m->link.timeout_ms;
+  uint64_t until = ecs_now_ms() + (uint64_t)(budget_ms > 0 ? budget_ms : 0);
+  int rc = meta_unregister_by(m, until, tmo, ctmo);
+  m->timeout_ms = tmo;
+  m->link.connect_timeout_ms = ctmo;
+  m->link.timeout_ms = ltmo;
   return rc;
 }

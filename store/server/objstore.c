@@ -338,24 +338,38 @@ int ecs_objstore_create(ecs_pool_t *pool, const ecs_objstore_opts_t *o, ecs_objs
   return ECS_OK;
 }
 
-void ecs_objstore_destroy(ecs_objstore_t *os) {
+static void objstore_free_all(ecs_objstore_t *os, int give_back) {
   if (!os)
     return;
   for (size_t i = 0; i < os->nbuckets; i++) {
     ecs_obj_t *o = os->buckets[i];
     while (o) {
       ecs_obj_t *next = o->hnext;
-      obj_free(os, o);
+      if (give_back)
+        obj_free(os, o);
+      else
+        free(o);
       o = next;
     }
   }
   while (os->doomed) {
     ecs_obj_t *o = os->doomed;
     os->doomed = o->fnext;
-    obj_free(os, o);
+    if (give_back)
+      obj_free(os, o);
+    else
+      free(o);
   }
   free(os->buckets);
   free(os);
+}
+
+void ecs_objstore_destroy(ecs_objstore_t *os) {
+  objstore_free_all(os, 1);
+}
+
+void ecs_objstore_abandon(ecs_objstore_t *os) {
+  objstore_free_all(os, 0);
 }
 
 ecs_obj_t *ecs_objstore_find(ecs_objstore_t *os, const void *key, uint16_t key_len) {

@@ -728,11 +728,6 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
       goto fail;
     }
     s->redis_was_up = ecs_meta_is_up(s->meta);
-    if (ecs_meta_is_up(s->meta) && ecs_meta_register(s->meta) == ECS_OK)
-      ECS_LOG_I("registered with Redis at %s as node '%s'", o->redis_url, s->o.node_id);
-    else
-      ECS_LOG_W("Redis at %s is unreachable (%s); serving anyway, will retry", o->redis_url,
-                ecs_meta_errstr(s->meta));
   } else {
     ECS_LOG_W("running without Redis: exists checks through Redis will see nothing");
   }
@@ -770,6 +765,16 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
   rc = ECS_EIO;
   if (listen(s->lfd, 512) != 0)
     goto fail_sys;
+  /* Registered last, once nothing else can fail: a server that cannot
+   * start must not stay listed in the namespace's node set for clients to
+   * place puts on until its entry expires (issue 24). */
+  if (s->meta) {
+    if (ecs_meta_is_up(s->meta) && ecs_meta_register(s->meta) == ECS_OK)
+      ECS_LOG_I("registered with Redis at %s as node '%s'", o->redis_url, s->o.node_id);
+    else
+      ECS_LOG_W("Redis at %s is unreachable (%s); serving anyway, will retry", o->redis_url,
+                ecs_meta_errstr(s->meta));
+  }
   *out = s;
   return ECS_OK;
 fail_sys:
@@ -858,6 +863,12 @@ static void *loop_thread(void *arg) {
   return NULL;
 }
 
+/* How long a stop may spend on Redis (the registry entry and the sweep of
+ * this node's records): SIGTERM must end the server within 2 s even when
+ * Redis is frozen or busy with a backlog (issue 24); what is left is
+ * stale without the registry entry and swept by the next start. */
+#define STOP_REDIS_MS 1000
+
 int ecs_server_run(ecs_server_t *s) {
   ecs_pool_stats_t ps;
   ecs_pool_stats(s->pool, &ps);
@@ -895,9 +906,11 @@ int ecs_server_run(ecs_server_t *s) {
   while (s->nconns)
     ecs__conn_close(s, s->conns[0]);
   if (s->meta && ecs_meta_is_up(s->meta)) {
-    int urc = ecs_meta_unregister(s->meta);
+    int urc = ecs_meta_unregister(s->meta, STOP_REDIS_MS);
     if (urc)
-      ECS_LOG_W("could not remove records from Redis: %s", ecs_strerror(urc));
+      ECS_LOG_W("could not remove records from Redis within %d ms: %s (they are stale without this node's "
+                "registry entry; the next start sweeps them)",
+                STOP_REDIS_MS, ecs_strerror(urc));
     else
       ECS_LOG_I("records and registry entry removed from Redis");
   }
@@ -913,7 +926,7 @@ void ecs_server_destroy(ecs_server_t *s) {
   free(s->conns);
   ecs_metrics_close(s->metrics);
   ecs_meta_close(s->meta);
-  ecs_objstore_destroy(s->os);
+  ecs_objstore_abandon(s->os); /* the pool goes next: no block back one by one */
   ecs_rdma_ctx_close(s->rdma);
   ecs_pool_destroy(s->pool);
   if (s->lfd >= 0)
