@@ -342,3 +342,13 @@ unsigned ecs__acl_rights(const ecs__acl_t *a, const void *token, size_t len, con
     *known = found;
   return rights;
 }
+
+const char *ecs__acl_entry(const ecs__acl_t *a, size_t i, const char *ns, size_t *len, unsigned *rights) {
+  const acl_entry_t *e = &a->e[i];
+  int ok = e->any_ns;
+  for (size_t k = 0; !ok && k < e->nns; k++)
+    ok = !strcmp(e->ns[k], ns);
+  *rights = ok ? e->rights : 0;
+  *len = e->token_len;
+  return e->token;
+}

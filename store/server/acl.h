@@ -67,6 +67,11 @@ unsigned ecs__acl_rights(const ecs__acl_t *a, const void *token, size_t len, con
 /* Entries loaded. */
 size_t ecs__acl_count(const ecs__acl_t *a);
 
+/* Entry i (< ecs__acl_count): its token (*len bytes) and, in *rights, its
+ * rights in namespace ns (0: not allowed there).  For the server's table
+ * of derived keys (server_auth.c), built once at start. */
+const char *ecs__acl_entry(const ecs__acl_t *a, size_t i, const char *ns, size_t *len, unsigned *rights);
+
 /* "read,write" etc. for rights into buf (for logs). */
 const char *ecs__acl_rights_str(unsigned rights, char *buf, size_t cap);
 

@@ -690,6 +690,9 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     snprintf(s->o.node_id, sizeof s->o.node_id, "%.50s:%d", o->listen_host, s->port);
   if (!s->o.advertise[0])
     snprintf(s->o.advertise, sizeof s->o.advertise, "%s:%d", o->listen_host, s->port);
+  rc = ecs__auth_init(s); /* the tokens' keys in the namespace served */
+  if (rc)
+    goto fail;
 
   ecs_pool_opts_t po;
   ecs_pool_opts_init(&po);
@@ -919,6 +922,7 @@ void ecs_server_destroy(ecs_server_t *s) {
   while (s->nconns)
     ecs__conn_close(s, s->conns[0]);
   free(s->conns);
+  ecs__auth_free(s);
   ecs_metrics_close(s->metrics);
   ecs_meta_close(s->meta);
   ecs_objstore_destroy(s->os);

@@ -32,6 +32,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
@@ -648,19 +649,24 @@ static int evict_oldest_preauth(ecs_server_t *s) {
   return 1;
 }
 
-/* The peer's address folded into 64 bits, the key of the failed-auth
- * throttle (the port is left out: one host, one source). */
+/* The peer's network folded into 64 bits, the key of the failed-auth
+ * throttle: an IPv4 /24 (an IPv4-mapped IPv6 address too), an IPv6 /64,
+ * since one host commonly holds a whole /64 and a guesser may rotate its
+ * last bytes; the port is left out. */
 static uint64_t peer_source(int fd) {
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
   if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0)
     return 0;
   if (ss.ss_family == AF_INET)
-    return 1ull << 32 | ((struct sockaddr_in *)&ss)->sin_addr.s_addr;
+    return 1ull << 32 | (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 8);
   if (ss.ss_family == AF_INET6) {
     const uint8_t *a = ((struct sockaddr_in6 *)&ss)->sin6_addr.s6_addr;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (int i = 0; i < 16; i++)
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(a, mapped, sizeof mapped) == 0)
+      return 1ull << 32 | ((uint64_t)a[12] << 16 | (uint64_t)a[13] << 8 | a[14]);
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the /64 */
+    for (int i = 0; i < 8; i++)
       h = (h ^ a[i]) * 1099511628211ull;
     return h | 1; /* never 0, the Unix socket's */
   }
