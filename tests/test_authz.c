@@ -32,7 +32,8 @@ static const char acl_text[] = "# TOKEN      NAMESPACES   RIGHTS\n"
                                "tok-read     test,other   read\n"
                                "tok-write    test         read,write   # no remove\n"
                                "tok-other    other        all          # another tenant\n"
-                               "tok-wo       test         write        # puts only\n";
+                               "tok-wo       test         write        # puts only\n"
+                               "tok-ow       test         read,write,overwrite # upserts\n";
 
 static int setup(void **state) {
   if (ecs_ts_mkdtemp(g_dir, sizeof g_dir) != 0)
@@ -178,6 +179,79 @@ static void test_write_only_token_cannot_read(void **state) {
   ecs_client_close(w);
 }
 
+static int upsert1(ecs_client_t *c, const char *key, const void *data, uint64_t n) {
+  ecs_key_t k = {key, strlen(key)};
+  ecs_tensor_t t = {.data = data, .nbytes = n};
+  t.desc.dtype = ECS_DTYPE_U8;
+  t.desc.ndim = 1;
+  t.desc.shape[0] = n;
+  int st = -999;
+  int rc = ecs_upsert_batch(c, &k, &t, 1, &st);
+  return rc ? rc : st;
+}
+
+/* N2: a token with write but neither overwrite nor remove upserts over
+ * another tenant's key (before: replaced, even with 0 bytes).  Refused,
+ * ECS_EPERM, whether the key exists or not; the object is intact.  A
+ * token with overwrite does replace. */
+static void test_upsert_needs_overwrite(void **state) {
+  ecs_ts_env_t *e = *state;
+  ecs_client_t *a = client(e, "tok-all");
+  ecs_client_t *w = client(e, "tok-write");
+  ecs_client_t *o = client(e, "tok-ow");
+  assert_non_null(a);
+  assert_non_null(w);
+  assert_non_null(o);
+  uint8_t good[4096], evil[4096], got[4096];
+  ecs_ts_fill(good, sizeof good, 21);
+  ecs_ts_fill(evil, sizeof evil, 22);
+  assert_int_equal(ecs_ts_put1(a, "up-victim", good, sizeof good, ECS_DTYPE_U8), ECS_OK);
+  assert_int_equal(upsert1(w, "up-victim", evil, 0), ECS_EPERM);
+  assert_int_equal(upsert1(w, "up-victim", evil, sizeof evil), ECS_EPERM);
+  assert_int_equal(upsert1(w, "up-absent", evil, sizeof evil), ECS_EPERM); /* the same answer */
+  uint64_t nb = 0;
+  assert_int_equal(ecs_ts_get1(a, "up-victim", got, sizeof got, &nb), ECS_OK);
+  assert_int_equal(nb, sizeof good);
+  assert_memory_equal(got, good, sizeof good);
+  assert_int_equal(upsert1(o, "up-victim", evil, sizeof evil), ECS_OK);
+  assert_int_equal(ecs_ts_get1(a, "up-victim", got, sizeof got, &nb), ECS_OK);
+  assert_memory_equal(got, evil, sizeof evil);
+  ecs_client_close(a);
+  ecs_client_close(w);
+  ecs_client_close(o);
+}
+
+/* N7: a write-only token probes keys with puts (before: ECS_ECONFLICT said
+ * "exists, and holds something else").  It gets ECS_OK whether the key is
+ * absent, holds the same bytes or other bytes, and the stored object is
+ * kept. */
+static void test_write_only_answers_hide_existence(void **state) {
+  ecs_ts_env_t *e = *state;
+  ecs_client_t *a = client(e, "tok-all");
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, e->servers, "tcp");
+  cfg.auth_token = "tok-wo";
+  ecs_client_t *w = ecs_ts_connect(&cfg);
+  assert_non_null(a);
+  assert_non_null(w);
+  uint8_t held[4096], probe[4096], got[4096];
+  ecs_ts_fill(held, sizeof held, 31);
+  ecs_ts_fill(probe, sizeof probe, 32);
+  assert_int_equal(ecs_ts_put1(a, "probe-held", held, sizeof held, ECS_DTYPE_U8), ECS_OK);
+  int absent = ecs_ts_put1(w, "probe-absent", probe, sizeof probe, ECS_DTYPE_U8);
+  int other = ecs_ts_put1(w, "probe-held", probe, sizeof probe, ECS_DTYPE_U8);
+  int same = ecs_ts_put1(w, "probe-held", held, sizeof held, ECS_DTYPE_U8);
+  assert_int_equal(absent, ECS_OK);
+  assert_int_equal(other, absent);
+  assert_int_equal(same, absent);
+  assert_int_equal(ecs_ts_get1(a, "probe-held", got, sizeof got, NULL), ECS_OK);
+  assert_memory_equal(got, held, sizeof held); /* kept */
+  /* a token that reads is still told of a conflict */
+  assert_int_equal(ecs_ts_put1(a, "probe-held", probe, sizeof probe, ECS_DTYPE_U8), ECS_ECONFLICT);
+  ecs_client_close(a);
+  ecs_client_close(w);
+}
+
 /* A token with every right still does everything on the same server. */
 static void test_good_token_works(void **state) {
   ecs_ts_env_t *e = *state;
@@ -235,6 +309,8 @@ int main(void) {
       cmocka_unit_test(test_write_without_remove),
       cmocka_unit_test(test_write_only_token_cannot_read),
       cmocka_unit_test(test_good_token_works),
+      cmocka_unit_test(test_upsert_needs_overwrite),
+      cmocka_unit_test(test_write_only_answers_hide_existence),
       cmocka_unit_test(test_bad_acl_file_refused_at_start),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

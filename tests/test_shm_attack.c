@@ -46,6 +46,7 @@
 #include "store/client/client_internal.h"
 #include "store/core/net.h"
 #include "store/core/proto.h"
+#include "store/core/sha256.h"
 #include "support/fixture.h"
 #include "support/raw.h"
 #include "support/ts.h"
@@ -450,6 +451,79 @@ static void test_tampered_proof_refused(void **state) {
   assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
 
+/* One UPGRADE on the shm socket at path: CHALLENGE, then PROVE naming id
+ * with the proof under secret (NULL: a wrong proof).  The PROVE's status. */
+static int upgrade_once(const char *path, uint64_t id, const uint8_t *secret) {
+  int fd = -1;
+  if (ecs_net_connect_unix(path, ecs_now_ms() + 2000, &fd) != ECS_OK)
+    return ECS_ECONN;
+  uint8_t meta[512], req[32 + 128];
+  uint32_t mlen = 0;
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  ecs_upgrade_t u = {.phase = ECS_UPGRADE_CHALLENGE};
+  ecs_proto_upgrade_write(&w, &u);
+  ecs_ts_raw_hdr(req, ECS_OP_UPGRADE, 0, (uint32_t)w.len, 0);
+  memcpy(req + 32, w.p, w.len);
+  int rc = ecs_ts_raw_send(fd, req, 32 + w.len);
+  if (rc == ECS_OK)
+    rc = read_reply(fd, meta, sizeof meta, &mlen);
+  if (rc == ECS_OK && mlen != ECS_UPGRADE_NONCE_SIZE)
+    rc = ECS_EPROTO;
+  if (rc == ECS_OK) {
+    u = (ecs_upgrade_t){.phase = ECS_UPGRADE_PROVE, .upgrade_id = id};
+    if (secret)
+      ecs__hmac_sha256(secret, ECS_UPGRADE_SECRET_SIZE, meta, ECS_UPGRADE_NONCE_SIZE, u.mac);
+    ecs_wbuf_reset(&w);
+    ecs_proto_upgrade_write(&w, &u);
+    ecs_ts_raw_hdr(req, ECS_OP_UPGRADE, 0, (uint32_t)w.len, 0);
+    memcpy(req + 32, w.p, w.len);
+    rc = ecs_ts_raw_send(fd, req, 32 + w.len);
+    if (rc == ECS_OK)
+      rc = read_reply(fd, meta, sizeof meta, &mlen);
+  }
+  ecs_wbuf_free(&w);
+  close(fd);
+  return rc;
+}
+
+/* Another local client races a victim's one-time upgrade secret: it
+ * cannot guess the secret, but before, the secret's id was the victim's
+ * connection number (1, 2, 3, ...) and the first PROVE naming an id spends
+ * its secret, right or wrong.  Naming every small id must not spend the
+ * victim's: its upgrade still succeeds. */
+static void test_upgrade_secret_not_raceable(void **state) {
+  (void)state;
+  ecs_ts_env_t e;
+  assert_int_equal(ecs_ts_env_start(&e, NULL), 0);
+  /* the victim: a HELLO over TCP, its reply's id and secret */
+  int vfd = -1;
+  assert_int_equal(ecs_net_connect("127.0.0.1", e.server.port, 2000, &vfd), ECS_OK);
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  ecs_hello_t hl = {.ns = (const uint8_t *)"test", .ns_len = 4};
+  ecs_proto_hello_write(&w, &hl);
+  uint8_t req[32 + 64], meta[512];
+  ecs_ts_raw_hdr(req, ECS_OP_HELLO, 0, (uint32_t)w.len, 0);
+  memcpy(req + 32, w.p, w.len);
+  assert_int_equal(ecs_ts_raw_send(vfd, req, 32 + w.len), ECS_OK);
+  ecs_wbuf_free(&w);
+  uint32_t mlen = 0;
+  assert_int_equal(read_reply(vfd, meta, sizeof meta, &mlen), ECS_OK);
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, meta, mlen);
+  ecs_hello_reply_t hr;
+  assert_int_equal(ecs_proto_hello_reply_read(&r, &hr), ECS_OK);
+  assert_true(hr.upgrade_id != 0);
+  /* the racer: a wrong proof for every id a counter could have reached */
+  for (uint64_t id = 1; id <= 64; id++)
+    assert_int_equal(upgrade_once(e.shm_path, id, NULL), ECS_EAUTH);
+  /* the victim's secret is still good */
+  assert_int_equal(upgrade_once(e.shm_path, hr.upgrade_id, hr.upgrade_secret), ECS_OK);
+  close(vfd);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
+}
+
 /* ------------------------------------------------------------------ */
 /* the socket's directory                                               */
 
@@ -558,6 +632,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_root_stranger_copies_over_socket),
       cmocka_unit_test(test_upgrade_sends_no_token_and_resists_replay),
       cmocka_unit_test(test_tampered_proof_refused),
+      cmocka_unit_test(test_upgrade_secret_not_raceable),
       cmocka_unit_test(test_socket_dir_squat_and_hostile),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

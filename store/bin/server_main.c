@@ -56,7 +56,7 @@ static void usage(FILE *f) {
           "  --auth-token-file FILE    clients must present this token (first line of FILE, which\n"
           "                            group and others must not access: chmod 600)\n"
           "  --acl-file FILE           rights per token and namespace: 'TOKEN NAMESPACES RIGHTS' lines,\n"
-          "                            rights read, write, remove, admin or all (docs/security.md);\n"
+          "                            rights read, write, overwrite, remove, admin or all (docs/security.md);\n"
           "                            chmod 600 as the token file\n"
           "  --unprotected             allow a non-loopback --listen without --auth-token-file\n"
           "                            (refused by default: anyone who can connect could read and write)\n"

@@ -36,8 +36,8 @@ static const struct {
   const char *name;
   unsigned bits;
 } right_names[] = {
-    {"read", ECS__RIGHT_READ},   {"write", ECS__RIGHT_WRITE}, {"remove", ECS__RIGHT_REMOVE},
-    {"admin", ECS__RIGHT_ADMIN}, {"all", ECS__RIGHT_ALL},
+    {"read", ECS__RIGHT_READ},   {"write", ECS__RIGHT_WRITE},         {"remove", ECS__RIGHT_REMOVE},
+    {"admin", ECS__RIGHT_ADMIN}, {"overwrite", ECS__RIGHT_OVERWRITE}, {"all", ECS__RIGHT_ALL},
 };
 
 static int acl_err(char *err, size_t errlen, const char *name, size_t line, const char *fmt, ...) {
@@ -75,7 +75,7 @@ size_t ecs__acl_count(const ecs__acl_t *a) {
 const char *ecs__acl_rights_str(unsigned rights, char *buf, size_t cap) {
   size_t used = 0;
   buf[0] = '\0';
-  for (size_t i = 0; i < 4; i++)
+  for (size_t i = 0; i < 5; i++) /* every right but "all" */
     if (rights & right_names[i].bits) {
       int k = snprintf(buf + used, cap - used, "%s%s", used ? "," : "", right_names[i].name);
       if (k < 0 || (size_t)k >= cap - used)
@@ -141,7 +141,8 @@ static int parse_entry(char **f, acl_entry_t *e, char *why, size_t whycap) {
       return ECS_EINVAL;
     }
   if (parse_rights(f[2], &e->rights) != 0) {
-    snprintf(why, whycap, "rights must be a comma-separated list of read, write, remove, admin, or 'all'");
+    snprintf(why, whycap,
+             "rights must be a comma-separated list of read, write, overwrite, remove, admin, or 'all'");
     return ECS_EINVAL;
   }
   if (!strcmp(f[1], "*")) {

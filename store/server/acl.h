@@ -10,8 +10,8 @@
  *     ops-91bd07...        *                   all
  *
  * NAMESPACES is a comma-separated list of namespaces (1..128 bytes each)
- * or '*' for any; RIGHTS a comma-separated list of read, write, remove and
- * admin, or 'all'.  '#' starts a comment at a line's start or after
+ * or '*' for any; RIGHTS a comma-separated list of read, write, overwrite,
+ * remove and admin, or 'all'.  '#' starts a comment at a line's start or after
  * whitespace (as in the config files of store/core/parse.h), so a token may
  * hold a '#' but not begin with one.  A token is 1..256 bytes without
  * whitespace and appears once.  Anything else is refused with
@@ -31,11 +31,12 @@
 
 /* Rights, as bits (a connection's rights, an opcode's requirement). */
 enum {
-  ECS__RIGHT_READ = 1u,   /* get, exists, lease, release, attach, rdma_connect, stat */
-  ECS__RIGHT_WRITE = 2u,  /* put, reserve, commit, attach for writing */
-  ECS__RIGHT_REMOVE = 4u, /* remove */
-  ECS__RIGHT_ADMIN = 8u,  /* stat, debug */
-  ECS__RIGHT_ALL = 15u
+  ECS__RIGHT_READ = 1u,       /* get, exists, lease, release, attach, rdma_connect, stat */
+  ECS__RIGHT_WRITE = 2u,      /* put, reserve, commit, attach for writing */
+  ECS__RIGHT_REMOVE = 4u,     /* remove */
+  ECS__RIGHT_ADMIN = 8u,      /* stat, debug */
+  ECS__RIGHT_OVERWRITE = 16u, /* upsert: replace a key that holds other content */
+  ECS__RIGHT_ALL = 31u
 };
 
 #define ECS__ACL_MAX_TOKEN 256    /* bytes of one token */

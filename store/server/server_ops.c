@@ -102,6 +102,24 @@ static int slots_reserve(conn_t *c, uint32_t n) {
   return 1;
 }
 
+/* What a PUT or RESERVE item may do given the connection's rights, before
+ * the key is looked at.  An upsert needs the overwrite right (else it
+ * could replace another tenant's object without the remove right), and is
+ * refused without it whether the key exists or not.  ECS_OK or ECS_EPERM. */
+static int upsert_allowed(const conn_t *c, const ecs_put_item_t *it) {
+  return (it->flags & ECS_PUT_F_UPSERT) && !(c->rights & ECS__RIGHT_OVERWRITE) ? ECS_EPERM : ECS_OK;
+}
+
+/* The answer to a put of a key already stored: same content, ECS_OK;
+ * other content, ECS_ECONFLICT, except to a token without the read right,
+ * which gets ECS_OK either way (the stored object stays): its answers must
+ * not tell whether a key exists or what it holds. */
+static int stored_answer(const conn_t *c, const ecs_obj_t *o, const ecs_put_item_t *it) {
+  if (!(c->rights & ECS__RIGHT_READ))
+    return ECS_OK;
+  return same_content(o, it) ? ECS_OK : ECS_ECONFLICT;
+}
+
 static void handle_put_begin(ecs_server_t *s, conn_t *c) {
   uint32_t n = c->hdr.count;
   if (!slots_reserve(c, n)) {
@@ -123,6 +141,8 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
     /* A bad key or dtype fails that item alone; its payload is discarded.
      * So does every item of a PUT the token has no right to (c->refuse). */
     sl->status = c->refuse ? c->refuse : rc;
+    if (sl->status == ECS_OK)
+      sl->status = upsert_allowed(c, &sl->item);
     if (sl->item.nbytes > UINT64_MAX - total) {
       ecs__reply_error(s, c, ECS_EPROTO, 1);
       return;
@@ -145,7 +165,7 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
     /* An upsert of other content goes on to replace it; of the same content
      * it is as idempotent as a put. */
     if (o && o->state == ECS_OBJ_COMMITTED && (!upsert || same_content(o, &sl->item))) {
-      sl->status = same_content(o, &sl->item) ? ECS_OK : ECS_ECONFLICT;
+      sl->status = stored_answer(c, o, &sl->item);
       continue;
     }
     int rc = upsert ? ecs_objstore_reserve_replace(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes,
@@ -212,10 +232,10 @@ void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
     ecs_obj_t *o = ecs_objstore_find(s->os, sl->item.key, sl->item.key_len);
     if (!o || o->state != ECS_OBJ_COMMITTED)
       sl->status = ECS_EBUSY;
-    else if (same_content(o, &sl->item))
-      sl->status = ECS_OK;
-    else /* an upsert lost to a concurrent writer of the key: busy, not a conflict */
-      sl->status = (sl->item.flags & ECS_PUT_F_UPSERT) ? ECS_EBUSY : ECS_ECONFLICT;
+    else if (sl->item.flags & ECS_PUT_F_UPSERT) /* lost to a concurrent writer: busy, not a conflict */
+      sl->status = same_content(o, &sl->item) ? ECS_OK : ECS_EBUSY;
+    else
+      sl->status = stored_answer(c, o, &sl->item);
   }
   /* Records reach Redis before the reply, so a client that saw OK can find
    * the object through Redis at once (exists_batch); the connection parks
@@ -411,15 +431,15 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
       ecs__reply_error(s, c, ECS_EPROTO, 1);
       return;
     }
-    ecs_reserve_reply_t rr = {.status = rc};
-    if (rc == ECS_OK) {
+    ecs_reserve_reply_t rr = {.status = rc == ECS_OK ? upsert_allowed(c, &it) : rc};
+    if (rr.status == ECS_OK) {
       int upsert = (it.flags & ECS_PUT_F_UPSERT) != 0;
       ecs_obj_t *o = ecs_objstore_find(s->os, it.key, it.key_len);
       if (o && o->state == ECS_OBJ_COMMITTED && same_content(o, &it))
         o = drop_if_corrupt(s, o);
       if (o && o->state == ECS_OBJ_COMMITTED && (!upsert || same_content(o, &it))) {
         /* already stored: same content is fine (resv_id 0), else a conflict */
-        rr.status = same_content(o, &it) ? ECS_OK : ECS_ECONFLICT;
+        rr.status = stored_answer(c, o, &it);
       } else if (it.nbytes <= ecs_pool_size(s->pool) && ecs__pin_room(s, c, it.nbytes) != ECS_OK) {
         /* (larger than the pool: the objstore says ETOOBIG, which is the truth) */
         rr.status = ECS_EBUSY; /* this connection's pin quota is spent */
