@@ -2,7 +2,7 @@
  * Authorization: which token may do what in which namespace (--acl-file).
  *
  * An ACL file has one line per token, three fields separated by spaces or
- * tabs:
+ * tabs, and an optional fourth, the token's quota (ecs__acl_quota_t):
  *
  *     # TOKEN              NAMESPACES          RIGHTS
  *     reader-7f3a9c...     model-a,model-b     read
@@ -46,6 +46,14 @@ enum {
 
 typedef struct ecs__acl ecs__acl_t;
 
+/* A token's quota (the optional fourth field, "stored=SIZE,pinned=SIZE,
+ * pins=N"; 0: no limit): bytes of objects it stored that the server
+ * holds, bytes and count of the objects its connections hold pinned
+ * (leases and reservations, all its connections together). */
+typedef struct ecs__acl_quota {
+  uint64_t stored, pinned, pins;
+} ecs__acl_quota_t;
+
 /* Parses len bytes of text (name: the file name for messages).  ECS_OK
  * with *out (free with ecs__acl_free), ECS_EINVAL with "NAME:LINE: what"
  * in err (a file without any entry is refused too), or ECS_ENOMEM. */
@@ -72,6 +80,9 @@ size_t ecs__acl_count(const ecs__acl_t *a);
  * rights in namespace ns (0: not allowed there).  For the server's table
  * of derived keys (server_auth.c), built once at start. */
 const char *ecs__acl_entry(const ecs__acl_t *a, size_t i, const char *ns, size_t *len, unsigned *rights);
+
+/* Entry i's quota. */
+void ecs__acl_entry_quota(const ecs__acl_t *a, size_t i, ecs__acl_quota_t *q);
 
 /* "read,write" etc. for rights into buf (for logs). */
 const char *ecs__acl_rights_str(unsigned rights, char *buf, size_t cap);

@@ -690,10 +690,6 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     snprintf(s->o.node_id, sizeof s->o.node_id, "%.50s:%d", o->listen_host, s->port);
   if (!s->o.advertise[0])
     snprintf(s->o.advertise, sizeof s->o.advertise, "%s:%d", o->listen_host, s->port);
-  rc = ecs__auth_init(s); /* the tokens' keys in the namespace served */
-  if (rc)
-    goto fail;
-
   ecs_pool_opts_t po;
   ecs_pool_opts_init(&po);
   po.size = (size_t)o->pool_size;
@@ -724,6 +720,9 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     ECS_LOG_E("cannot start: object index: %s", ecs_strerror(rc));
     goto fail;
   }
+  rc = ecs__auth_init(s); /* the tokens' keys in the namespace served, their quotas */
+  if (rc)
+    goto fail;
 
   if (o->redis_url[0] && strcmp(o->redis_url, "none") != 0) {
     ecs_meta_opts_t mo;

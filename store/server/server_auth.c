@@ -32,8 +32,12 @@ int ecs__auth_init(ecs_server_t *s) {
   if (!n)
     return ECS_OK;
   s->auth_keys = calloc(n, sizeof *s->auth_keys);
-  if (!s->auth_keys)
+  s->tenants = calloc(n, sizeof *s->tenants);
+  uint64_t *stored = calloc(n, sizeof *stored);
+  if (!s->auth_keys || !s->tenants || !stored) {
+    free(stored);
     return ECS_ENOMEM;
+  }
   /* the --auth-token-file token first: a token in both keeps every right */
   if (s->o.auth_token[0]) {
     struct ecs__auth_key *k = &s->auth_keys[s->nauth_keys++];
@@ -49,14 +53,29 @@ int ecs__auth_init(ecs_server_t *s) {
     ecs__auth_key(tok, len, s->o.ns, k->key);
     ecs__auth_key_id(k->key, k->id);
     k->rights = rights;
+    ecs__acl_entry_quota(s->o.acl, i, &s->tenants[s->nauth_keys - 1].q);
   }
-  return ECS_OK;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; i++) {
+    s->tenants[i].id = (uint16_t)(i + 1);
+    stored[i] = s->tenants[i].q.stored;
+    sum += stored[i];
+  }
+  int rc = ecs_objstore_set_owners(s->os, (unsigned)n, stored);
+  free(stored);
+  if (rc == ECS_OK && sum > ecs_pool_size(s->pool))
+    ECS_LOG_W("the --acl-file quotas (stored=) add up to %llu bytes, more than the pool's %llu: a tenant "
+              "within its quota may find no room (ECS_ENOSPC), as others' objects are theirs to evict",
+              (unsigned long long)sum, (unsigned long long)ecs_pool_size(s->pool));
+  return rc;
 }
 
 void ecs__auth_free(ecs_server_t *s) {
   if (s->auth_keys)
     ecs__auth_wipe(s->auth_keys, s->nauth_keys * sizeof *s->auth_keys);
   free(s->auth_keys);
+  free(s->tenants);
+  s->tenants = NULL;
   s->auth_keys = NULL;
   s->nauth_keys = 0;
 }
@@ -190,6 +209,7 @@ static void hello_challenge(ecs_server_t *s, conn_t *c, const ecs_hello_t *h) {
   memcpy(c->auth_key, k->key, sizeof c->auth_key);
   memcpy(c->auth_cn, h->nonce, sizeof c->auth_cn);
   c->auth_rights = k->rights;
+  c->auth_tenant = &s->tenants[k - s->auth_keys];
   c->auth_pending = 1;
   ecs_hello_reply_t hr;
   memset(&hr, 0, sizeof hr);
@@ -226,6 +246,7 @@ static void hello_prove(ecs_server_t *s, conn_t *c, const ecs_hello_t *h) {
     return;
   }
   c->rights = c->auth_rights;
+  c->tenant = c->auth_tenant;
   c->auth_pending = 0;
   ecs__auth_wipe(c->auth_key, sizeof c->auth_key);
   auth_good(s, c);
@@ -329,8 +350,10 @@ void ecs__handle_upgrade(ecs_server_t *s, conn_t *c) {
   conn_t *t = c->up_nonce_set ? upgrade_issuer(s, u.upgrade_id) : NULL;
   int ok = 0;
   unsigned rights = 0;
+  tenant_t *tenant = NULL;
   if (t) {
     rights = t->rights;
+    tenant = t->tenant;
     uint8_t want[ECS_SHA256_SIZE];
     ecs__hmac_sha256(t->up_secret, sizeof t->up_secret, c->up_nonce, sizeof c->up_nonce, want);
     ok = ecs_ct_equal(want, sizeof want, u.mac, sizeof u.mac);
@@ -351,6 +374,7 @@ void ecs__handle_upgrade(ecs_server_t *s, conn_t *c) {
   /* c acts for t's client: it is admitted as t's HELLO was, with the
    * rights t's token holds (--acl-file), no more. */
   c->rights = rights;
+  c->tenant = tenant;
   ecs__conn_authed(s, c);
   reply_hello(s, c);
 }

@@ -39,6 +39,7 @@
 #include "ecstore/pool.h"
 #include "store/redis/meta.h"
 #include "store/core/checksum.h"
+#include "store/server/acl.h"
 #include "store/server/metrics.h"
 #include "store/server/objstore.h"
 #include "store/core/proto.h"
@@ -149,6 +150,16 @@ typedef struct pin {
 
 #define PIN_NONE UINT32_MAX
 
+/* A token's account (server_auth.c): its owner id in the object index and
+ * its quota (--acl-file); what its connections hold pinned, all together
+ * (under the server lock). */
+typedef struct tenant {
+  uint16_t id;        /* owner in the objstore, 1.. */
+  ecs__acl_quota_t q; /* limits (0: none) */
+  uint64_t pinned;    /* bytes its connections hold pinned */
+  uint64_t pins;      /* pins they hold */
+} tenant_t;
+
 struct conn {
   int fd;                              /* the socket */
   ecs_loop_t *loop;                    /* the loop that owns it (its epoll, its thread) */
@@ -165,6 +176,8 @@ struct conn {
   uint64_t id;                         /* for logs */
   int authed;                          /* HELLO accepted */
   unsigned rights;                     /* ECS__RIGHT_* its token holds (store/server/acl.h), set by HELLO */
+  tenant_t *tenant;                    /* its token's account (NULL: a server without tokens) */
+  tenant_t *auth_tenant;               /* TCP: the account of the key a CHALLENGE named */
   int refuse;                          /* PUT refused for want of a right: this status per item */
   uint64_t accept_ms;                  /* when accepted, for the HELLO deadline */
   uint64_t src;                        /* the peer's address folded to 64 bits (0: Unix socket) */
@@ -245,6 +258,7 @@ struct ecs_server {
   uint64_t auth_good[AUTH_GOOD_SLOTS];    /* sources that proved a token lately */
   uint64_t auth_good_ms[AUTH_GOOD_SLOTS]; /* ...and when */
   struct ecs__auth_key *auth_keys;        /* every token's key in the namespace served (server_auth.c) */
+  tenant_t *tenants;                      /* one per key, the same order */
   size_t nauth_keys;                      /* how many */
   uint64_t auth_log_ms;                   /* when a failed HELLO was last logged */
   uint64_t auth_unlogged;                 /* failed HELLOs since, not logged one by one */

@@ -168,9 +168,8 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
       sl->status = stored_answer(c, o, &sl->item);
       continue;
     }
-    int rc = upsert ? ecs_objstore_reserve_replace(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes,
-                                                   &sl->obj)
-                    : ecs_objstore_reserve(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes, &sl->obj);
+    int rc = ecs_objstore_reserve_as(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes, upsert,
+                                     c->tenant ? c->tenant->id : 0, &sl->obj);
     if (rc == ECS_EBUSY)
       sl->status = SLOT_DUP_PENDING; /* settled after the batch commits */
     else
@@ -362,9 +361,8 @@ static void handle_lease(ecs_server_t *s, conn_t *c) {
     } else if (!o) {
       s->misses++;
       lr.status = ECS_ENOTFOUND;
-    } else if (ecs__pin_room(s, c, o->nbytes) != ECS_OK) {
-      ecs_objstore_release(s->os, o);
-      lr.status = ECS_EBUSY; /* this connection's pin quota is spent */
+    } else if ((lr.status = ecs__pin_room(s, c, o->nbytes)) != ECS_OK) {
+      ecs_objstore_release(s->os, o); /* this connection's (EBUSY) or token's (EQUOTA) pin quota is spent */
     } else {
       s->hits++;
       lr.lease_id = ecs__pin_add(c, o, PIN_LEASE, dl);
@@ -442,10 +440,10 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
         rr.status = stored_answer(c, o, &it);
       } else if (it.nbytes <= ecs_pool_size(s->pool) && ecs__pin_room(s, c, it.nbytes) != ECS_OK) {
         /* (larger than the pool: the objstore says ETOOBIG, which is the truth) */
-        rr.status = ECS_EBUSY; /* this connection's pin quota is spent */
+        rr.status = ecs__pin_room(s, c, it.nbytes); /* this connection's or token's pin quota is spent */
       } else {
-        rr.status = upsert ? ecs_objstore_reserve_replace(s->os, it.key, it.key_len, it.nbytes, &o)
-                           : ecs_objstore_reserve(s->os, it.key, it.key_len, it.nbytes, &o);
+        rr.status = ecs_objstore_reserve_as(s->os, it.key, it.key_len, it.nbytes, upsert,
+                                            c->tenant ? c->tenant->id : 0, &o);
         if (rr.status == ECS_OK) {
           o->codec = it.codec;
           o->raw_nbytes = it.raw_nbytes;
