@@ -10,6 +10,8 @@
  * relays to the real server) receives no token and no payload, and no put
  * reports success without its bytes being readable.
  *
+ * N5: a server out of file descriptors logs it once, not in a loop.
+ *
  * N6: a guesser rotating source addresses (127.0.x.y): the failed-auth
  * limit is per /24 and global, so the right token, once guessed, is not
  * let in from a fresh address while the guessing goes on.
@@ -35,6 +37,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -371,10 +374,54 @@ static void test_rotating_sources_guess(void **state) {
   close(fd);
 }
 
+/* N5: a server with 64 file descriptors and 200 connects (before: some
+ * 190,000 "accept:" log lines in 3 s, the loop spinning on the full
+ * listener).  It pauses accepting, logs the condition once, and serves
+ * again once the connections are gone. */
+static void test_fd_exhaustion_logs_once(void **state) {
+  ecs_ts_env_t *e = *state;
+  struct rlimit old, lim;
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+  lim = old;
+  lim.rlim_cur = 64;
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+  ecs_ts_proc_t p;
+  memset(&p, 0, sizeof p);
+  static const char *const extra[] = {"--max-preauth-conns", "1000", "--max-conns", "1000", NULL};
+  int rc = ecs_ts_server_start(&p, e->redis.port, extra); /* the child inherits the limit */
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+  assert_int_equal(rc, 0);
+  int fds[200];
+  for (int i = 0; i < 200; i++) {
+    fds[i] = -1;
+    (void)ecs_net_connect("127.0.0.1", p.port, 2000, &fds[i]); /* queued, accepted or not */
+  }
+  usleep(3000 * 1000);
+  int lines = ecs_ts_file_lines_with(p.log, "accept");
+  for (int i = 0; i < 200; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  assert_true(lines >= 1); /* it said so */
+  assert_true(lines <= 2); /* once (a second line only past ACCEPT_LOG_MS) */
+  usleep(500 * 1000);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", p.port);
+  ecs_client_t *c = ecs_ts_client(addr, NULL, NULL, 5000);
+  assert_non_null(c);
+  uint8_t a[1024], b[1024];
+  ecs_ts_fill(a, sizeof a, 77);
+  assert_int_equal(ecs_ts_put1(c, "after-emfile", a, sizeof a, ECS_DTYPE_U8), ECS_OK);
+  assert_int_equal(ecs_ts_get1(c, "after-emfile", b, sizeof b, NULL), ECS_OK);
+  assert_memory_equal(a, b, sizeof a);
+  ecs_client_close(c);
+  assert_int_equal(ecs_ts_stop(&p, 5000), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rogue_node_learns_nothing),
       cmocka_unit_test(test_relaying_rogue_node_learns_nothing),
+      cmocka_unit_test(test_fd_exhaustion_logs_once),
       cmocka_unit_test(test_rotating_sources_guess),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -362,6 +362,7 @@ static void tick(ecs_server_t *s, ecs_loop_t *l) {
 }
 
 static void tick_shared(ecs_server_t *s, uint64_t now) {
+  ecs__conn_accept_resume(s, now);
   if (s->meta) {
     ecs_meta_resync_t rs = {.publish_all = resync_publish_all, .has_key = resync_has_key, .ctx = s};
     ecs_pool_stats_t ps;

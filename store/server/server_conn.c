@@ -673,13 +673,54 @@ static uint64_t peer_source(int fd) {
   return 0;
 }
 
+/* Out of file descriptors (or kernel memory): the pending connection
+ * stays queued, and the level-triggered listener would wake the loop at
+ * once, again and again (before: ~190,000 "accept:" lines in 3 s).  Both
+ * listeners leave epoll for ACCEPT_PAUSE_MS (ecs__conn_accept_resume puts
+ * them back), and the condition is logged once per ACCEPT_LOG_MS with a
+ * count of the pauses since. */
+static void accept_pause(ecs_server_t *s, int e) {
+  uint64_t now = ecs_now_ms();
+  epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
+  if (s->ufd >= 0)
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->ufd, NULL);
+  s->accept_resume_ms = now + ACCEPT_PAUSE_MS;
+  if (s->accept_log_ms && now - s->accept_log_ms < ACCEPT_LOG_MS) {
+    s->accept_unlogged++;
+    return;
+  }
+  ECS_LOG_W("accept: %s; not accepting for %d ms at a time (%llu more such pauses since the last line). "
+            "Raise the open-file limit (ulimit -n, systemd LimitNOFILE=) or lower --max-conns",
+            strerror(e), ACCEPT_PAUSE_MS, (unsigned long long)s->accept_unlogged);
+  s->accept_log_ms = now;
+  s->accept_unlogged = 0;
+}
+
+void ecs__conn_accept_resume(ecs_server_t *s, uint64_t now) {
+  if (!s->accept_resume_ms || now < s->accept_resume_ms)
+    return;
+  s->accept_resume_ms = 0;
+  struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &e) != 0)
+    ECS_LOG_E("accept: cannot watch the listener again: %s", strerror(errno));
+  if (s->ufd >= 0) {
+    e.data.ptr = &s->ufd;
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->ufd, &e) != 0)
+      ECS_LOG_E("accept: cannot watch the shm listener again: %s", strerror(errno));
+  }
+}
+
 void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local) {
+  if (s->accept_resume_ms)
+    return; /* paused: both listeners are out of epoll */
   for (;;) {
     int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED)
         continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        accept_pause(s, errno);
+      else if (errno != EAGAIN && errno != EWOULDBLOCK)
         ECS_LOG_W("accept: %s", strerror(errno));
       return;
     }

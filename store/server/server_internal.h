@@ -50,6 +50,8 @@
 #define IOV_BATCH 64              /* iovecs built per readv/sendmsg */
 #define TICK_MS 100               /* timer work period */
 #define PREAUTH_MAX_META 4096u    /* bound on what is read before HELLO: a HELLO is < 500 bytes */
+#define ACCEPT_PAUSE_MS 100       /* out of file descriptors: stop accepting this long */
+#define ACCEPT_LOG_MS 10000       /* ...and say so at most once this often */
 #define AUTH_FAIL_SLOTS 256       /* sources remembered by the failed-auth throttle */
 #define AUTH_FAIL_BURST 5         /* bad tokens a source may send at once before it is throttled */
 #define AUTH_GLOBAL_BURST 64      /* bad tokens all sources together may send at once... */
@@ -260,6 +262,9 @@ struct ecs_server {
   struct ecs__auth_key *auth_keys;        /* every token's key in the namespace served (server_auth.c) */
   tenant_t *tenants;                      /* one per key, the same order */
   size_t nauth_keys;                      /* how many */
+  uint64_t accept_resume_ms;              /* listeners paused (out of fds) until then; 0: not paused */
+  uint64_t accept_log_ms;                 /* when a pause was last logged */
+  uint64_t accept_unlogged;               /* pauses since, not logged one by one */
   uint64_t auth_log_ms;                   /* when a failed HELLO was last logged */
   uint64_t auth_unlogged;                 /* failed HELLOs since, not logged one by one */
   uint64_t denied;                        /* requests refused for want of a right (ACL) */
@@ -318,6 +323,8 @@ void ecs__pub_abandon(pub_wait_t *w);
 
 /* Accepts every pending connection on lfd (local: the Unix socket). */
 void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local);
+/* Puts paused listeners back into epoll once their pause is over (loop 0's tick). */
+void ecs__conn_accept_resume(ecs_server_t *s, uint64_t now);
 /* Runs c as far as the epoll events ev allow; closes it on error or EOF. */
 void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev);
 /* Releases everything c holds (references, reservations, pins) and frees it. */
