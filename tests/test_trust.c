@@ -12,6 +12,9 @@
  *
  * N5: a server out of file descriptors logs it once, not in a loop.
  *
+ * N10, N11: /metrics keeps serving real scrapes past slow ones, and is
+ * under protected mode.
+ *
  * N6: a guesser rotating source addresses (127.0.x.y): the failed-auth
  * limit is per /24 and global, so the right token, once guessed, is not
  * let in from a fresh address while the guessing goes on.
@@ -40,6 +43,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -417,11 +421,72 @@ static void test_fd_exhaustion_logs_once(void **state) {
   assert_int_equal(ecs_ts_stop(&p, 5000), 0);
 }
 
+/* Runs ecstore-server with args (a shell fragment) under a 5 s timeout;
+ * its exit status, its output in out. */
+static int server_run(const char *args, char *out, size_t cap) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "timeout 5 '%s' %s 2>&1", ecs_ts_bin("ecstore-server"), args);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* N11: /metrics beyond loopback on a server without a token (before: it
+ * served the node id and counters to anyone).  Refused at start, naming
+ * the flag and the ways out; on loopback, or with --unprotected, fine. */
+static void test_metrics_protected_mode(void **state) {
+  (void)state;
+  static char out[4096];
+  int st = server_run("--listen 127.0.0.1:0 --redis none --pool-size 16M --metrics-listen 0.0.0.0:0", out,
+                      sizeof out);
+  assert_int_not_equal(st, 0);
+  assert_int_not_equal(st, 124); /* refused, not killed by the timeout */
+  assert_non_null(strstr(out, "--metrics-listen 0.0.0.0:0 is beyond loopback"));
+  assert_non_null(strstr(out, "--unprotected"));
+}
+
+/* N10: 8 slow scrapers that never finish their request (before: a real
+ * scrape was refused for 5 s per round).  The real one is answered at
+ * once (the oldest slow one makes room), and a slow one is closed after
+ * the 1 s head timeout. */
+static void test_metrics_slow_scrapers(void **state) {
+  ecs_ts_env_t *e = *state;
+  int mport = ecs_ts_free_port();
+  char mlisten[32];
+  snprintf(mlisten, sizeof mlisten, "127.0.0.1:%d", mport);
+  ecs_ts_proc_t p;
+  memset(&p, 0, sizeof p);
+  assert_int_equal(
+      ecs_ts_server_start(&p, e->redis.port, (const char *const[]){"--metrics-listen", mlisten, NULL}), 0);
+  int slow[8];
+  for (int i = 0; i < 8; i++) {
+    assert_int_equal(ecs_net_connect("127.0.0.1", mport, 2000, &slow[i]), ECS_OK);
+    assert_int_equal(ecs_ts_raw_send(slow[i], "GET /metr", 9), ECS_OK);
+  }
+  usleep(200 * 1000);
+  static char resp[1 << 16];
+  static const char get_req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+  uint64_t t0 = ecs_now_ms();
+  assert_true(ecs_ts_http(mport, get_req, sizeof get_req - 1, resp, sizeof resp) > 0);
+  assert_true(!strncmp(resp, "HTTP/1.0 200 OK\r\n", 17));
+  assert_true(ecs_now_ms() - t0 < 1000);
+  long waited = ecs_ts_raw_wait_close(slow[7], 4000); /* the newest slow one: the head timeout */
+  assert_true(waited >= 0 && waited < 2500);
+  for (int i = 0; i < 8; i++)
+    close(slow[i]);
+  assert_int_equal(ecs_ts_stop(&p, 5000), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rogue_node_learns_nothing),
       cmocka_unit_test(test_relaying_rogue_node_learns_nothing),
       cmocka_unit_test(test_fd_exhaustion_logs_once),
+      cmocka_unit_test(test_metrics_protected_mode),
+      cmocka_unit_test(test_metrics_slow_scrapers),
       cmocka_unit_test(test_rotating_sources_guess),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -779,6 +779,16 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
       ECS_LOG_E("cannot start: %s", merr);
       goto fail;
     }
+    if (!o->auth_token[0] && !o->acl && !o->unprotected && !bound_to_loopback(ecs_metrics_fd(s->metrics))) {
+      /* protected mode covers /metrics too: it tells anyone the node id,
+       * the pool's size and fill, and the request counters */
+      ECS_LOG_E("cannot start: --metrics-listen %s is beyond loopback and the server has no auth token: "
+                "anyone on the network could read the node id and counters. Listen on 127.0.0.1, give "
+                "clients a token (--auth-token-file FILE or --acl-file FILE), or pass --unprotected",
+                o->metrics_listen);
+      rc = ECS_EINVAL;
+      goto fail;
+    }
     ECS_LOG_I("metrics: http://%s:%d/metrics", mh, ecs_metrics_port(s->metrics));
   }
   rc = ECS_EIO;
