@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -613,6 +614,59 @@ static void test_socket_dir_squat_and_hostile(void **state) {
   rmdir(dir);
 }
 
+/* N12: another user makes /tmp/ecstore-UID before a server of uid UID
+ * starts there (no XDG_RUNTIME_DIR; before: the server refused to start).
+ * The server takes a fresh directory of its own (mkdtemp), says so, and
+ * serves; clients find the socket through HELLO.  Root only: it plays the
+ * server's user (uid 4242) and the squatter (nobody). */
+static void test_root_tmp_dir_squatted(void **state) {
+  (void)state;
+  const unsigned uid = 4242;
+  char squat[64];
+  snprintf(squat, sizeof squat, "/tmp/ecstore-%u", uid);
+  rmdir(squat);
+  assert_int_equal(mkdir(squat, 0755), 0);
+  assert_int_equal(chown(squat, NOBODY, NOBODY), 0);
+  ecs_ts_proc_t p;
+  memset(&p, 0, sizeof p);
+  assert_int_equal(ecs_ts_mkdtemp(p.dir, sizeof p.dir), 0);
+  assert_int_equal(chown(p.dir, uid, uid), 0);
+  snprintf(p.log, sizeof p.log, "%s/server.log", p.dir);
+  p.port = ecs_ts_free_port();
+  char listen[32], bin[512];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", p.port);
+  snprintf(bin, sizeof bin, "%s", ecs_ts_bin("ecstore-server"));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0); /* its own group, as ecs_ts_spawn's: ecs_ts_stop signals the group */
+    int fd = open(p.log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 || fchown(fd, uid, uid) != 0)
+      _exit(3);
+    unsetenv("XDG_RUNTIME_DIR");
+    if (setgroups(0, NULL) != 0 || setgid(uid) != 0 || setuid(uid) != 0)
+      _exit(3);
+    execl(bin, bin, "--listen", listen, "--redis", "none", "--pool-size", "8M", "--ns", "test", (char *)NULL);
+    _exit(4);
+  }
+  assert_true(pid > 0);
+  p.pid = pid;
+  int up = ecs_ts_wait_port(&p, p.port, 10000);
+  assert_int_equal(up, 0);
+  assert_true(log_has(&p, "is owned by another user"));
+  assert_true(log_has(&p, "instead (clients find it through HELLO)"));
+  char servers[32];
+  snprintf(servers, sizeof servers, "127.0.0.1:%d", p.port);
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, servers, "tcp");
+  ecs_client_t *c = ecs_ts_connect(&cfg);
+  assert_non_null(c);
+  assert_int_equal(put_get_verified(c, "k-squat", 8), ECS_OK);
+  ecs_client_close(c);
+  assert_int_equal(ecs_ts_stop(&p, 5000), 0);
+  rmdir(squat);
+}
+
 #define ROOT_ONLY "test_root_*"
 
 int main(int argc, char **argv) {
@@ -630,6 +684,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_root_reader_cannot_write_pool),
       cmocka_unit_test(test_root_write_uids),
       cmocka_unit_test(test_root_stranger_copies_over_socket),
+      cmocka_unit_test(test_root_tmp_dir_squatted),
       cmocka_unit_test(test_upgrade_sends_no_token_and_resists_replay),
       cmocka_unit_test(test_tampered_proof_refused),
       cmocka_unit_test(test_upgrade_secret_not_raceable),

@@ -416,7 +416,8 @@ static int rdma_setup(ecs_server_t *s) {
 static int shm_dir_ok(const char *dir, const char *how) {
   struct stat st;
   if (lstat(dir, &st) != 0) {
-    ECS_LOG_E("cannot start: shm socket directory %s: %s", dir, strerror(errno));
+    if (how)
+      ECS_LOG_E("cannot start: shm socket directory %s: %s", dir, strerror(errno));
     return -1;
   }
   const char *why = !S_ISDIR(st.st_mode)                         ? "is not a directory (a symlink?)"
@@ -425,6 +426,11 @@ static int shm_dir_ok(const char *dir, const char *how) {
                                                                  : NULL;
   if (!why)
     return 0;
+  if (!how) { /* the caller has another way; say why it takes it */
+    ECS_LOG_W("shm socket directory %s %s (uid %u, mode %03o): not using it", dir, why, (unsigned)st.st_uid,
+              (unsigned)(st.st_mode & 0777));
+    return -1;
+  }
   ECS_LOG_E("cannot start: shm socket directory %s %s (uid %u, mode %03o); anyone who can write there "
             "could take the socket's path. %s",
             dir, why, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), how);
@@ -433,8 +439,11 @@ static int shm_dir_ok(const char *dir, const char *how) {
 
 /* The default socket directory, one the server owns: /run/ecstore as root
  * (where there is a /run), else $XDG_RUNTIME_DIR/ecstore, else
- * /tmp/ecstore-UID; made 0755 when missing.  0, or -1 after logging why. */
-static int shm_default_dir(char *dir, size_t cap) {
+ * /tmp/ecstore-UID; made 0755 when missing.  Another user may make
+ * /tmp/ecstore-UID first (before: the server could not start): then a
+ * fresh one, /tmp/ecstore-UID-XXXXXX (mkdtemp, removed at exit); clients
+ * learn the path from HELLO.  0, or -1 after logging why. */
+static int shm_default_dir(ecs_server_t *s, char *dir, size_t cap) {
   const char *xdg = getenv("XDG_RUNTIME_DIR");
   int n;
   struct stat st;
@@ -448,12 +457,24 @@ static int shm_default_dir(char *dir, size_t cap) {
     ECS_LOG_E("cannot start: shm socket directory path too long (XDG_RUNTIME_DIR?)");
     return -1;
   }
+  int in_tmp = !strncmp(dir, "/tmp/", 5);
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
     ECS_LOG_E("cannot start: cannot make the shm socket directory %s: %s (or give --shm-socket PATH)", dir,
               strerror(errno));
     return -1;
   }
-  return shm_dir_ok(dir, "Remove it, or give --shm-socket PATH in a directory of yours.");
+  if (!in_tmp || shm_dir_ok(dir, NULL) == 0)
+    return shm_dir_ok(dir, "Remove it, or give --shm-socket PATH in a directory of yours.");
+  n = snprintf(dir, cap, "/tmp/ecstore-%u-XXXXXX", (unsigned)geteuid());
+  if (n < 0 || (size_t)n >= cap || !mkdtemp(dir) || chmod(dir, 0755) != 0) {
+    ECS_LOG_E("cannot start: cannot make a shm socket directory in /tmp: %s (give --shm-socket PATH in a "
+              "directory of yours)",
+              strerror(errno));
+    return -1;
+  }
+  snprintf(s->shm_tmpdir, sizeof s->shm_tmpdir, "%s", dir);
+  ECS_LOG_W("shm socket directory: using %s instead (clients find it through HELLO)", dir);
+  return shm_dir_ok(dir, "Give --shm-socket PATH in a directory of yours.");
 }
 
 /* The Unix socket local clients use for shm (and any request), in a
@@ -473,7 +494,7 @@ static int shm_listen(ecs_server_t *s) {
     if (shm_dir_ok(dir, "Give --shm-socket a path in a directory only the server's user can write.") != 0)
       return ECS_EINVAL;
   } else {
-    if (shm_default_dir(dir, sizeof dir) != 0)
+    if (shm_default_dir(s, dir, sizeof dir) != 0)
       return ECS_EINVAL;
     if (snprintf(s->shm_path, sizeof s->shm_path, "%s/ecstore-%d.sock", dir, s->port) >=
         (int)sizeof s->shm_path) {
@@ -944,6 +965,8 @@ void ecs_server_destroy(ecs_server_t *s) {
     close(s->ufd);
     unlink(s->shm_path);
   }
+  if (s->shm_tmpdir[0])
+    rmdir(s->shm_tmpdir); /* the mkdtemp one: ours alone */
   loops_destroy(s);
   if (s->mu_init)
     pthread_mutex_destroy(&s->mu);

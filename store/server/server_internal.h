@@ -229,6 +229,7 @@ struct ecs_server {
   int lfd;               /* listening socket */
   int ufd;               /* Unix listening socket for shm clients, or -1 */
   char shm_path[108];    /* its path ("" when off) */
+  char shm_tmpdir[108];  /* the directory it made with mkdtemp, removed at exit ("" none) */
   ecs_rdma_ctx *rdma;    /* RDMA device context, or NULL */
   int port;              /* bound port */
   int epfd;              /* loop 0's epoll instance (listeners, Redis, metrics) */
