@@ -4,7 +4,7 @@
  * the first chunk (every key there: 1) and then fails, by an error reply
  * or by closing the connection.  No layer a scheduler may call may then
  * report a key as 1 from Redis's partial answer: the metadata layer
- * (store/redis/meta.c) and the connector's redis backend fail the call with
+ * (store/redis/meta_records.c) and the connector's redis backend fail the call with
  * every key 0; the client (ecs_exists_batch) and the connector's ecstore
  * backend either do the same or, since Redis holds metadata only, ask the
  * data servers instead, whose answer is the truth (only STORED is there).

@@ -1,8 +1,8 @@
 /*
- * Redis metadata layer (store/redis/meta.c) against a real redis-server.
+ * Redis metadata layer (store/redis/meta_*.c) against a real redis-server.
  *
  * Every test starts its own redis-server on a free port (tests/support) and
- * checks what meta.c wrote with a raw hiredis connection.  Clocks passed to
+ * checks what the layer wrote with a raw hiredis connection.  Clocks passed to
  * ecs_meta_tick() are the test's own, so heartbeats and reconnects happen
  * exactly when a test says.
  */

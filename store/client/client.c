@@ -1,569 +1,32 @@
 /*
- * libecstore client: the batch driver; see include/ecstore/ecstore.h.
+ * libecstore client: the batch calls; see include/ecstore/ecstore.h.
  *
- * A call checks its items, splits the batch by server (key hash), and
- * hands each server's share to the data path the server is on, through
- * that path's operations table (store/client/client_priv.h): the driver never
- * knows whether the bytes go over a socket, through shared memory or by
- * RDMA.  It owns what every path has in common: connecting and choosing the
- * path, the call's deadline, a per-item status for every item, and the
- * requests that are the same on every path (exists, remove, stat, ping).
+ * Each call (put, upsert, get, view, exists, remove) checks its items,
+ * gives every item a status, and says in an ecs_cli_batch_kind_t what one
+ * server's share of it does; client_route.c finds each item's server and
+ * runs the shares.  A share hands its items to the data path its server is
+ * on, through that path's operations table (store/client/client_priv.h):
+ * the calls never know whether the bytes go over a socket, through shared
+ * memory or by RDMA.  The requests that are the same on every path (exists,
+ * remove, stat, ping) are built here.
  */
 #include "ecstore/ecstore.h"
 
-#include <ctype.h>
-#include <errno.h>
-#include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <xxhash.h>
-
 #include "store/client/client_internal.h"
 #include "store/client/client_priv.h"
-#include "store/core/codec.h"
 #include "store/redis/meta.h"
 #include "store/core/net.h"
 #include "store/core/proto.h"
-#include "store/redis/rds.h"
 
 typedef ecs_cli_srv_t srv_t;
-
-const char *ecs_client_errmsg(const ecs_client_t *c) {
-  return c ? c->errmsg : "";
-}
-
-void ecs_client_config_init(ecs_client_config_t *cfg) {
-  memset(cfg, 0, sizeof *cfg);
-  cfg->servers = NULL; /* "127.0.0.1:7700" unless a Redis URL asks for discovery */
-  cfg->ns = "default";
-  cfg->connect_timeout_ms = 2000;
-  cfg->timeout_ms = 10000;
-  cfg->verify_checksum = 1;
-  cfg->max_object_size = ECS_DEFAULT_MAX_OBJECT_SIZE;
-  cfg->shm_server_uid = -1;
-  cfg->registry_refresh_ms = 2000;
-  cfg->replicas = 1;
-}
-
-void ecs_free(void *p) {
-  free(p);
-}
-
-/* Why a connection could not be made, in the words a user acts on: the
- * system's reason ("connection refused") and what it usually means. */
-static void connect_err(ecs_client_t *c, const srv_t *s, int rc, int to_ms) {
-  if (rc == ECS_ETIMEDOUT) {
-    ecs__cli_err(c, "cannot connect to %s: no answer within %d ms", s->addr, to_ms);
-    return;
-  }
-  int e = errno;
-  char why[96];
-  snprintf(why, sizeof why, "%s", e == EHOSTUNREACH ? "host unreachable or name not resolved" : strerror(e));
-  why[0] = (char)tolower((unsigned char)why[0]);
-  ecs__cli_err(c, "cannot connect to %s: %s%s", s->addr, why,
-               e == ECONNREFUSED ? " (is ecstore-server running there?)" : "");
-}
-
-/* Makes sure server s is connected and greeted. */
-static int ensure(ecs_client_t *c, srv_t *s, uint64_t deadline) {
-  if (s->fd >= 0)
-    return ECS_OK;
-  uint64_t now = ecs_now_ms();
-  int left = now >= deadline ? 0 : (int)((deadline - now) > INT_MAX ? INT_MAX : deadline - now);
-  if (left == 0)
-    return ECS_ETIMEDOUT;
-  int to = c->cfg.connect_timeout_ms < left ? c->cfg.connect_timeout_ms : left;
-  int rc = ecs_net_connect(s->host, s->port, to, &s->fd);
-  if (rc) {
-    s->fd = -1;
-    connect_err(c, s, rc, to);
-    return rc;
-  }
-  ecs_net_tune_local(s->fd); /* a server on this host: no pacing of puts (net.h) */
-  rc = ecs__cli_hello(c, s, deadline);
-  if (rc) {
-    if (!c->errmsg[0])
-      ecs__cli_err(c, "%s: HELLO failed: %s", s->addr, ecs_strerror(rc));
-    ecs__cli_drop(s);
-    return rc;
-  }
-  s->ops = &ecs__cli_tcp_ops;
-  if (!c->path->upgrade)
-    return ECS_OK;
-  rc = c->path->upgrade(c, s, deadline);
-  if (rc == ECS_OK)
-    return ECS_OK;
-  if (c->fallback == ECS_FALLBACK_NONE) {
-    ecs__cli_drop(s);
-    return rc;
-  }
-  if (c->fallback == ECS_FALLBACK_SAY && s->fd >= 0)
-    fprintf(stderr, "ecstore: %s; using tcp\n", c->errmsg);
-  c->errmsg[0] = '\0'; /* TCP it is */
-  return s->fd >= 0 ? ECS_OK : rc;
-}
-
-/* ------------------------------------------------------------------ */
-/* connect / close                                                      */
-
-static int parse_servers(ecs_client_t *c, char *errbuf, size_t errlen) {
-  char *save = NULL;
-  for (char *tok = strtok_r(c->servers_s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    while (*tok == ' ')
-      tok++;
-    if (!*tok)
-      continue;
-    if (c->nsrv == ECS_CLI_MAX_SERVERS) {
-      snprintf(errbuf, errlen, "too many servers (at most %d)", ECS_CLI_MAX_SERVERS);
-      return ECS_EINVAL;
-    }
-    srv_t *s = &c->srv[c->nsrv];
-    if (ecs_net_parse_hostport(tok, s->host, sizeof s->host, &s->port) || s->port == 0) {
-      snprintf(errbuf, errlen, "bad server address '%s' (expected HOST:PORT)", tok);
-      return ECS_EINVAL;
-    }
-    snprintf(s->addr, sizeof s->addr, "%s", tok);
-    s->fd = -1;
-    s->cli = c;
-    s->live = 1;
-    c->nsrv++;
-  }
-  if (c->nsrv == 0) {
-    snprintf(errbuf, errlen, "no server address given");
-    return ECS_EINVAL;
-  }
-  return ECS_OK;
-}
-
-int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char *errbuf, size_t errlen) {
-  char dummy[8];
-  if (!errbuf) {
-    errbuf = dummy;
-    errlen = sizeof dummy;
-  }
-  errbuf[0] = '\0';
-  *out = NULL;
-  ecs_client_config_t def;
-  ecs_client_config_init(&def);
-  if (!cfg)
-    cfg = &def;
-  ecs_client_t *c = calloc(1, sizeof *c);
-  if (!c)
-    return ECS_ENOMEM;
-  c->cfg = *cfg;
-  if (c->cfg.connect_timeout_ms <= 0)
-    c->cfg.connect_timeout_ms = def.connect_timeout_ms;
-  if (c->cfg.timeout_ms <= 0)
-    c->cfg.timeout_ms = def.timeout_ms;
-  if (c->cfg.max_object_size == 0) /* a zeroed config: the default, never "no cap" */
-    c->cfg.max_object_size = def.max_object_size;
-  if (c->cfg.registry_refresh_ms <= 0)
-    c->cfg.registry_refresh_ms = def.registry_refresh_ms;
-  /* No servers list but a Redis URL: the servers come from the registry. */
-  c->discover = (!cfg->servers || !*cfg->servers) && cfg->redis_url && *cfg->redis_url;
-  c->servers_s = strdup(cfg->servers && *cfg->servers ? cfg->servers : "127.0.0.1:7700");
-  c->ns_s = strdup(cfg->ns && *cfg->ns ? cfg->ns : def.ns);
-  c->redis_s = cfg->redis_url && *cfg->redis_url ? strdup(cfg->redis_url) : NULL;
-  c->token_s = cfg->auth_token && *cfg->auth_token ? strdup(cfg->auth_token) : NULL;
-  ecs_wbuf_init(&c->w);
-  int rc = ECS_ENOMEM;
-  if (!c->servers_s || !c->ns_s || (cfg->redis_url && *cfg->redis_url && !c->redis_s) ||
-      (cfg->auth_token && *cfg->auth_token && !c->token_s))
-    goto fail;
-  rc = ECS_EINVAL;
-  if (strlen(c->ns_s) > ECS_PROTO_MAX_NS) {
-    snprintf(errbuf, errlen, "namespace longer than %d bytes", ECS_PROTO_MAX_NS);
-    goto fail;
-  }
-  if (c->token_s && strlen(c->token_s) > ECS_PROTO_MAX_TOKEN) {
-    snprintf(errbuf, errlen, "auth token longer than %d bytes", ECS_PROTO_MAX_TOKEN);
-    goto fail;
-  }
-  rc = ecs__place_parse(c, c->cfg.placement, errbuf, errlen);
-  if (rc)
-    goto fail;
-  if (c->cfg.replicas <= 0) /* a zeroed config: one copy */
-    c->cfg.replicas = 1;
-  if (c->cfg.replicas > ECS_MAX_REPLICAS) {
-    snprintf(errbuf, errlen, "replicas %d: at most %d copies", c->cfg.replicas, ECS_MAX_REPLICAS);
-    rc = ECS_EINVAL;
-    goto fail;
-  }
-  if (c->cfg.replicas > 1 && !c->discover) {
-    /* With a list, an object lives where its key hashes and a get asks
-     * only that server: copies elsewhere would never be read. */
-    snprintf(errbuf, errlen,
-             "replicas %d needs the servers from Redis (a redis_url and no servers list); "
-             "with a servers list each object has one home",
-             c->cfg.replicas);
-    rc = ECS_EINVAL;
-    goto fail;
-  }
-  if (!c->discover) {
-    rc = parse_servers(c, errbuf, errlen);
-    if (rc)
-      goto fail;
-  }
-  const char *tr = c->cfg.transport && *c->cfg.transport ? c->cfg.transport : "auto";
-  if (!strcmp(tr, "auto")) {
-    c->path = &ecs__cli_shm_ops;
-    c->fallback = ECS_FALLBACK_QUIET;
-  } else if (!strcmp(tr, "tcp")) {
-    c->path = &ecs__cli_tcp_ops;
-  } else if (!strcmp(tr, "shm")) {
-    c->path = &ecs__cli_shm_ops;
-    c->fallback = ECS_FALLBACK_NONE;
-  } else if (!strcmp(tr, "rdma")) {
-    /* Without a device: one line, then tcp: asking for rdma where there is
-     * none is a deployment choice, not a reason to refuse to connect. */
-    char rerr[256] = "";
-    c->path = &ecs__cli_rdma_ops;
-    c->fallback = ECS_FALLBACK_SAY;
-    if (ecs__rdma_client_open(c, rerr, sizeof rerr) != ECS_OK) {
-      fprintf(stderr, "ecstore: %s; using tcp\n", rerr[0] ? rerr : "rdma: unavailable");
-      c->path = &ecs__cli_tcp_ops;
-    }
-  } else {
-    snprintf(errbuf, errlen, "unknown transport '%s' (expected auto, tcp, shm or rdma)", tr);
-    rc = ECS_EINVAL;
-    goto fail;
-  }
-  if (c->cfg.compression && *c->cfg.compression && ecs_codec_parse(c->cfg.compression, &c->codec) != ECS_OK) {
-    snprintf(errbuf, errlen, "unknown compression '%s' (expected none, lz4, zstd or auto)",
-             c->cfg.compression);
-    rc = ECS_EINVAL;
-    goto fail;
-  }
-  uint64_t deadline = ecs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms + (uint64_t)c->cfg.timeout_ms;
-  for (size_t i = 0; i < c->nsrv && !c->discover; i++) { /* discovered servers: lazily */
-    rc = ensure(c, &c->srv[i], deadline);
-    if (rc) {
-      snprintf(errbuf, errlen, "%s", c->errmsg);
-      goto fail;
-    }
-  }
-  if (c->redis_s) {
-    ecs_meta_opts_t mo;
-    ecs_meta_opts_init(&mo);
-    mo.redis_url = c->redis_s;
-    mo.ns = c->ns_s;
-    mo.timeout_ms = c->cfg.timeout_ms < 2000 ? c->cfg.timeout_ms : 2000;
-    rc = ecs_meta_open(&mo, &c->meta);
-    if (rc) {
-      char shown[256]; /* never the password */
-      snprintf(errbuf, errlen,
-               "bad Redis URL '%s' (a user needs a password, in the URL or ECSTORE_REDIS_PASSWORD; "
-               "a sentinel_user in the URL or ECSTORE_SENTINEL_PASSWORD)",
-               ecs__rds_url_redact(c->redis_s, shown, sizeof shown));
-      goto fail;
-    }
-    /* A Redis that is down is not a reason to refuse: puts and gets go to
-     * the servers, which keep serving without it; exists falls back to
-     * asking the servers, and the handle reconnects on the next call. */
-  }
-  if (c->discover) {
-    /* Without a servers list, Redis is the only way to find a server. */
-    rc = ecs__place_refresh(c, 1);
-    if (rc) {
-      snprintf(errbuf, errlen, "%s", c->errmsg);
-      goto fail;
-    }
-  }
-  c->errmsg[0] = '\0';
-  *out = c;
-  return ECS_OK;
-fail:
-  ecs_client_close(c);
-  return rc;
-}
-
-void ecs_client_close(ecs_client_t *c) {
-  if (!c)
-    return;
-  for (size_t i = 0; i < c->nsrv; i++)
-    ecs__cli_drop(&c->srv[i]);
-  ecs_meta_close(c->meta);
-  ecs__rdma_client_close(c);
-  ecs_wbuf_free(&c->w);
-  free(c->rmeta);
-  free(c->servers_s);
-  free(c->redis_s);
-  free(c->ns_s);
-  free(c->token_s);
-  free(c);
-}
-
-size_t ecs_client_server_count(const ecs_client_t *c) {
-  return c->nsrv;
-}
-
-void ecs_client_put_copies(const ecs_client_t *c, size_t *stored, size_t *wanted) {
-  if (stored)
-    *stored = c ? c->copies_stored : 0;
-  if (wanted)
-    *wanted = c ? c->copies_wanted : 0;
-}
-
-/* A kind of batch call (put, get, view, exists/remove): what it does with
- * one server's share of the items (idx: indices into the caller's arrays),
- * and how it reads and sets one item's status there.  arg is the call's
- * own struct of the caller's arrays. */
-typedef struct batch_kind {
-  int (*share)(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline);
-  int (*status)(void *arg, size_t i);        /* item i's status: only OK items are sent */
-  void (*fail)(void *arg, size_t i, int rc); /* an item a whole-share failure took down */
-  void (*again)(void *arg, size_t i);        /* item i goes to another copy: status back to OK */
-  int parallel;                              /* 1: shares on several servers run at once */
-  int miss_when_gone;                        /* 1: discovery, an unreachable holder is a miss */
-} batch_kind_t;
-
-/* The server an object lives on, with a configured servers list. */
-static size_t route(const ecs_client_t *c, const ecs_key_t *k) {
-  if (c->nsrv == 1)
-    return 0;
-  return (size_t)(XXH3_64bits(k->data, k->len) % c->nsrv);
-}
-
-/* Items of a batch that go to server si, as indices into the caller's
- * arrays.  idx must hold n entries. */
-static size_t pick(const size_t *where, size_t n, const batch_kind_t *kind, void *arg, size_t si,
-                   size_t *idx) {
-  size_t m = 0;
-  for (size_t i = 0; i < n; i++)
-    if (kind->status(arg, i) == ECS_OK && where[i] == si)
-      idx[m++] = i;
-  return m;
-}
+typedef ecs_cli_batch_kind_t batch_kind_t;
 
 static int key_ok(const ecs_key_t *k) {
   return k->data && ecs_key_check(k->data, k->len) == ECS_OK;
-}
-
-/* Where each item still OK is: by key hash over the servers list, or,
- * with discovery, where Redis says its copies are (an item with no live
- * holder is a miss: fail(ECS_ENOTFOUND)).  where must hold n *
- * ECS_CLI_MAX_COPIES entries: item i's servers, nearest first, from
- * where[i * ECS_CLI_MAX_COPIES], then ECS_CLI_NOWHERE.  An error is
- * Redis's, for the whole batch: every item still OK is given it. */
-static int locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
-                  size_t *where) {
-  if (!c->discover) {
-    for (size_t i = 0; i < n * ECS_CLI_MAX_COPIES; i++)
-      where[i] = ECS_CLI_NOWHERE;
-    for (size_t i = 0; i < n; i++)
-      if (kind->status(arg, i) == ECS_OK)
-        where[i * ECS_CLI_MAX_COPIES] = route(c, &keys[i]);
-    return ECS_OK;
-  }
-  ecs__place_refresh(c, 0); /* a failure keeps the servers we knew */
-  c->errmsg[0] = '\0';
-  int *ok = malloc((n ? n : 1) * sizeof *ok);
-  if (!ok)
-    return ECS_ENOMEM;
-  for (size_t i = 0; i < n; i++)
-    ok[i] = kind->status(arg, i);
-  int rc = ecs__place_locate(c, keys, n, ok, where);
-  for (size_t i = 0; i < n; i++)
-    if (ok[i] == ECS_OK && (rc != ECS_OK || where[i * ECS_CLI_MAX_COPIES] == ECS_CLI_NOWHERE))
-      kind->fail(arg, i, rc != ECS_OK ? rc : ECS_ENOTFOUND);
-  free(ok);
-  return rc;
-}
-
-/* One server's share of a batch, run by run_batch on the caller's thread
- * or on a thread of its own. */
-typedef struct share_job {
-  ecs_client_t *c;          /* the client, or a worker copy of it */
-  srv_t *s;                 /* the server */
-  size_t *idx;              /* its items */
-  size_t m;                 /* their count */
-  const batch_kind_t *kind; /* what to do */
-  void *arg;                /* the call's arrays */
-  uint64_t deadline;        /* the call's deadline */
-  int rc;                   /* out: 0, or the error that failed the share */
-  pthread_t tid;            /* its thread, when it has one */
-  int threaded;             /* 1 when tid runs it */
-} share_job_t;
-
-/* Sends a server's items ECS_PROTO_MAX_ITEMS at a time.  A connection that
- * turns out stale (the server restarted since the last call) is re-opened
- * and the share sent once more: every request is idempotent (a removal
- * retried after it took effect reports ENOTFOUND).  When a share fails as
- * a whole, fail() gives its items, and the server's remaining ones, that
- * error; with discovery, a get's or view's items on a server that cannot
- * be reached are misses instead (the object went with its server). */
-static void share_run(share_job_t *j) {
-  ecs_client_t *c = j->c;
-  j->rc = ECS_OK;
-  for (size_t off = 0; off < j->m; off += ECS_PROTO_MAX_ITEMS) {
-    size_t k = j->m - off < ECS_PROTO_MAX_ITEMS ? j->m - off : ECS_PROTO_MAX_ITEMS;
-    int reused = j->s->fd >= 0;
-    int rc = j->kind->share(c, j->s, j->idx + off, k, j->arg, j->deadline);
-    if (rc == ECS_ECONN && reused)
-      rc = j->kind->share(c, j->s, j->idx + off, k, j->arg, j->deadline);
-    if (rc) {
-      int gone = c->discover && (rc == ECS_ECONN || rc == ECS_ETIMEDOUT);
-      int miss = gone && j->kind->miss_when_gone;
-      for (size_t q = off; q < j->m; q++)
-        j->kind->fail(j->arg, j->idx[q], miss ? ECS_ENOTFOUND : rc);
-      if (gone)
-        j->s->down_until = ecs_now_ms() + ECS_CLI_DOWN_MS;
-      if (!miss)
-        j->rc = rc;
-      return;
-    }
-  }
-}
-
-static void *share_thread(void *p) {
-  share_job_t *j = p;
-  share_run(j);
-  return NULL;
-}
-
-/* A copy of c for a worker thread: the same servers and settings, its own
- * request, reply and error buffers (every path keeps its per-call state
- * there); s is the server it may touch, in the real client. */
-static ecs_client_t *worker_of(const ecs_client_t *c) {
-  ecs_client_t *w = malloc(sizeof *w);
-  if (!w)
-    return NULL;
-  *w = *c;
-  w->rmeta = NULL;
-  w->rmeta_cap = 0;
-  ecs_wbuf_init(&w->w);
-  w->errmsg[0] = '\0';
-  return w;
-}
-
-static void worker_free(ecs_client_t *w) {
-  if (!w)
-    return;
-  free(w->rmeta);
-  ecs_wbuf_free(&w->w);
-  free(w);
-}
-
-/* Runs a batch whose items have their first status (the checks made here)
- * server by server, within one deadline: kind->share gets each server's
- * share of the items still OK (where[i]: item i's server).  The first
- * error that failed a share is returned; other servers still run.
- *
- * With kind->parallel and more than one server in the batch, each server's
- * share runs on a thread of its own (the first on the caller's), so a
- * batch spread over several hosts costs the slowest host, not the sum.
- * Threads rather than one poll loop: every path (tcp, shm, RDMA) is a
- * sequence of blocking, deadline-bounded exchanges on its own connection,
- * which a thread runs unchanged; a thread per server costs tens of
- * microseconds against transfers of megabytes.  RDMA shares stay on the
- * caller's thread (its device context and registered buffers are shared). */
-static int run_batch_until(ecs_client_t *c, size_t n, const batch_kind_t *kind, void *arg,
-                           const size_t *where, uint64_t deadline) {
-  size_t *idx = malloc((n ? n : 1) * sizeof *idx);
-  share_job_t *jobs = calloc(c->nsrv ? c->nsrv : 1, sizeof *jobs);
-  if (!idx || !jobs) {
-    free(idx);
-    free(jobs);
-    return ECS_ENOMEM;
-  }
-  size_t nj = 0, used = 0;
-  for (size_t si = 0; si < c->nsrv; si++) {
-    size_t m = pick(where, n, kind, arg, si, idx + used);
-    if (m == 0)
-      continue;
-    jobs[nj++] = (share_job_t){
-        .c = c, .s = &c->srv[si], .idx = idx + used, .m = m, .kind = kind, .arg = arg, .deadline = deadline};
-    used += m;
-  }
-  int par = kind->parallel && nj > 1 && !c->rdma;
-  /* Every copy is made before the first thread starts: a copy reads the
-   * whole of c, srv[] included, which a running share writes to. */
-  for (size_t k = 1; par && k < nj; k++)
-    jobs[k].c = worker_of(c);
-  for (size_t k = 1; par && k < nj; k++) {
-    share_job_t *j = &jobs[k];
-    if (j->c && pthread_create(&j->tid, NULL, share_thread, j) == 0) {
-      j->threaded = 1;
-      continue;
-    }
-    worker_free(j->c); /* no thread: run it here, after the others */
-    j->c = c;
-  }
-  for (size_t k = 0; k < nj; k++)
-    if (!jobs[k].threaded)
-      share_run(&jobs[k]);
-  int ret = ECS_OK;
-  for (size_t k = 0; k < nj; k++) {
-    share_job_t *j = &jobs[k];
-    if (j->threaded) {
-      pthread_join(j->tid, NULL);
-      if (j->rc && !c->errmsg[0])
-        snprintf(c->errmsg, sizeof c->errmsg, "%s", j->c->errmsg);
-      if (j->c->next_req > c->next_req)
-        c->next_req = j->c->next_req;
-      worker_free(j->c);
-    }
-    if (j->rc && ret == ECS_OK)
-      ret = j->rc;
-  }
-  free(jobs);
-  free(idx);
-  return ret;
-}
-
-static int run_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
-                     const size_t *where) {
-  (void)keys;
-  return run_batch_until(c, n, kind, arg, where, ecs__cli_deadline(c));
-}
-
-/* An item status worth another copy: a miss there (evicted, or its server
- * gone), bytes that failed their checksum, or a server that failed. */
-static int try_other_copy(int st) {
-  return st == ECS_ENOTFOUND || st == ECS_ECHECKSUM || st == ECS_ECONN || st == ECS_ETIMEDOUT;
-}
-
-/* A located batch (where: locate's n * ECS_CLI_MAX_COPIES servers) read
- * from the nearest copy of each item; an item whose copy failed or was a
- * miss goes to its next copy, round after round, within one deadline.
- * The return is the first whole-share error that some item still
- * carries at the end (ECS_OK when every such item was served by another
- * copy). */
-static int run_nearest(ecs_client_t *c, size_t n, const batch_kind_t *kind, void *arg, const size_t *where) {
-  uint64_t deadline = ecs__cli_deadline(c);
-  size_t *cur = malloc((n ? n : 1) * sizeof *cur);
-  if (!cur)
-    return ECS_ENOMEM;
-  for (size_t i = 0; i < n; i++)
-    cur[i] = where[i * ECS_CLI_MAX_COPIES];
-  int ret = run_batch_until(c, n, kind, arg, cur, deadline);
-  int first = ret;
-  for (size_t r = 1; r < ECS_CLI_MAX_COPIES && ecs_now_ms() < deadline; r++) {
-    size_t more = 0;
-    for (size_t i = 0; i < n; i++) {
-      size_t next = where[i * ECS_CLI_MAX_COPIES + r];
-      cur[i] = ECS_CLI_NOWHERE;
-      if (next == ECS_CLI_NOWHERE || !try_other_copy(kind->status(arg, i)))
-        continue;
-      kind->again(arg, i);
-      cur[i] = next;
-      more++;
-    }
-    if (!more)
-      break;
-    int rc = run_batch_until(c, n, kind, arg, cur, deadline);
-    if (rc && !first)
-      first = rc;
-  }
-  free(cur);
-  ret = ECS_OK;
-  for (size_t i = 0; i < n && first; i++)
-    if (kind->status(arg, i) == first)
-      ret = first;
-  return ret;
 }
 
 /* ------------------------------------------------------------------ */
@@ -591,7 +54,7 @@ typedef struct put_arg {
 
 static int put_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline) {
   put_arg_t *a = arg;
-  int rc = ensure(c, s, deadline);
+  int rc = ecs__cli_ensure(c, s, deadline);
   return rc ? rc : s->ops->put(c, s, a->keys, a->ts, idx, m, a->status, deadline);
 }
 
@@ -637,7 +100,7 @@ static void put_place(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t
 /*
  * Replicas (discovery): item i's R copies are entries i*R .. i*R+R-1 of
  * one batch of n*R, each placed on a server none of the item's other
- * copies uses, and sent to every server at once (run_batch, parallel).
+ * copies uses, and sent to every server at once (ecs__cli_run_batch, parallel).
  * A copy whose server could not be reached is placed again, once, on a
  * server left.  Item i is ECS_OK when at least one copy was stored (a
  * cache needs one copy to serve; fewer than R is counted in
@@ -673,7 +136,7 @@ static int put_replicas(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor
     }
   }
   put_arg_t a = {k2, t2, st2};
-  ret = run_batch(c, k2, N, &put_copies_kind, &a, w2);
+  ret = ecs__cli_run_batch(c, k2, N, &put_copies_kind, &a, w2);
   for (size_t e = 0; e < N && ret == ECS_ENOMEM; e++)
     if (st2[e] == ECS_OK && w2[e] != ECS_CLI_NOWHERE)
       st2[e] = ECS_ENOMEM; /* never sent */
@@ -705,7 +168,7 @@ static int put_replicas(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor
     for (size_t e = 0; e < N; e++)
       if (st2[e] != ECS_OK)
         w2[e] = ECS_CLI_NOWHERE; /* kept for the exclusions above; not sent again */
-    ret = run_batch(c, k2, N, &put_copies_kind, &a, w2);
+    ret = ecs__cli_run_batch(c, k2, N, &put_copies_kind, &a, w2);
     for (size_t e = 0; e < N && ret == ECS_ENOMEM; e++)
       if (st2[e] == ECS_OK && w2[e] != ECS_CLI_NOWHERE)
         st2[e] = ECS_ENOMEM;
@@ -773,16 +236,16 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
     sent += status[i] == ECS_OK;
   if (!c->discover) {
     for (size_t i = 0; i < n; i++)
-      where[i] = route(c, &keys[i]);
-    ret = run_batch(c, keys, n, &put_kind, &a, where);
+      where[i] = ecs__cli_route(c, &keys[i]);
+    ret = ecs__cli_run_batch(c, keys, n, &put_kind, &a, where);
   } else {
     ecs__place_refresh(c, 0);
     c->errmsg[0] = '\0';
     put_place(c, keys, tensors, n, status, where, load);
-    ret = run_batch(c, keys, n, &put_kind, &a, where);
+    ret = ecs__cli_run_batch(c, keys, n, &put_kind, &a, where);
     /* A server that could not be reached (it died, and the registry still
      * lists it until its entry expires): place its items again, once, on
-     * the servers left (run_batch marked it down). */
+     * the servers left (ecs__cli_run_batch marked it down). */
     int again = 0;
     for (size_t i = 0; i < n; i++) {
       if (wrote && where[i] != ECS_CLI_NOWHERE && (status[i] == ECS_OK || status[i] == ECS_EREDIS))
@@ -798,7 +261,7 @@ static int put_batch(ecs_client_t *c, const ecs_key_t *keys, const ecs_tensor_t 
       ecs__place_refresh(c, 1);
       c->errmsg[0] = '\0';
       put_place(c, keys, tensors, n, status, where, load);
-      ret = run_batch(c, keys, n, &put_kind, &a, where);
+      ret = ecs__cli_run_batch(c, keys, n, &put_kind, &a, where);
       for (size_t i = 0; i < n && wrote; i++)
         if (where[i] != ECS_CLI_NOWHERE && (status[i] == ECS_OK || status[i] == ECS_EREDIS))
           wrote[i * ECS_CLI_MAX_COPIES] = where[i];
@@ -843,7 +306,7 @@ typedef struct get_arg {
 
 static int get_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline) {
   get_arg_t *a = arg;
-  int rc = ensure(c, s, deadline);
+  int rc = ecs__cli_ensure(c, s, deadline);
   return rc ? rc : s->ops->get(c, s, a->keys, a->bufs, idx, m, a->alloc, deadline);
 }
 
@@ -891,9 +354,9 @@ static int get_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_get_buf_t *bufs
   size_t *where = malloc((n ? n : 1) * ECS_CLI_MAX_COPIES * sizeof *where);
   if (!where)
     return ECS_ENOMEM;
-  int ret = locate(c, keys, n, &get_kind, &a, where);
+  int ret = ecs__cli_locate(c, keys, n, &get_kind, &a, where);
   if (ret == ECS_OK)
-    ret = run_nearest(c, n, &get_kind, &a, where);
+    ret = ecs__cli_run_nearest(c, n, &get_kind, &a, where);
   free(where);
   if (alloc) { /* only OK items keep a buffer */
     for (size_t i = 0; i < n; i++) {
@@ -924,7 +387,7 @@ typedef struct view_arg {
 
 static int view_share(ecs_client_t *c, srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline) {
   view_arg_t *a = arg;
-  int rc = ensure(c, s, deadline);
+  int rc = ecs__cli_ensure(c, s, deadline);
   if (rc)
     return rc;
   if (!s->ops->view) { /* the bytes are not mapped here */
@@ -963,9 +426,9 @@ int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views
   size_t *where = malloc((n ? n : 1) * ECS_CLI_MAX_COPIES * sizeof *where);
   if (!where)
     return ECS_ENOMEM;
-  int ret = locate(c, keys, n, &view_kind, &a, where);
+  int ret = ecs__cli_locate(c, keys, n, &view_kind, &a, where);
   if (ret == ECS_OK)
-    ret = run_nearest(c, n, &view_kind, &a, where);
+    ret = ecs__cli_run_nearest(c, n, &view_kind, &a, where);
   free(where);
   return ret;
 }
@@ -975,7 +438,7 @@ int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_t *views
 
 static int keys_one_server(ecs_client_t *c, srv_t *s, uint8_t op, const ecs_key_t *keys, const size_t *idx,
                            size_t m, int *out, uint64_t deadline) {
-  int rc = ensure(c, s, deadline);
+  int rc = ecs__cli_ensure(c, s, deadline);
   if (rc)
     return rc;
   ecs_wbuf_reset(&c->w);
@@ -1028,12 +491,12 @@ static int keys_batch(ecs_client_t *c, uint8_t op, const ecs_key_t *keys, size_t
   int ret = ECS_ENOMEM;
   if (!where || !cur || !st)
     goto out;
-  ret = locate(c, keys, n, &keys_kind, &a, where);
+  ret = ecs__cli_locate(c, keys, n, &keys_kind, &a, where);
   if (ret != ECS_OK)
     goto out;
   for (size_t i = 0; i < n; i++)
     cur[i] = where[i * ECS_CLI_MAX_COPIES];
-  ret = run_batch(c, keys, n, &keys_kind, &a, cur);
+  ret = ecs__cli_run_batch(c, keys, n, &keys_kind, &a, cur);
   keys_arg_t b = {keys, op, st};
   for (size_t r = 1; r < ECS_CLI_MAX_COPIES; r++) {
     size_t more = 0;
@@ -1044,7 +507,7 @@ static int keys_batch(ecs_client_t *c, uint8_t op, const ecs_key_t *keys, size_t
     }
     if (!more)
       break;
-    int rc = run_batch(c, keys, n, &keys_kind, &b, cur);
+    int rc = ecs__cli_run_batch(c, keys, n, &keys_kind, &b, cur);
     if (rc && !ret)
       ret = rc;
     for (size_t i = 0; i < n; i++)
@@ -1083,7 +546,7 @@ static void upsert_drop_others(ecs_client_t *c, const ecs_key_t *keys, size_t n,
   for (size_t i = 0; i < n; i++)
     st[i] = status[i] == ECS_OK || status[i] == ECS_EREDIS ? ECS_OK : ECS_ENOTFOUND;
   keys_arg_t a = {keys, ECS_OP_REMOVE, st};
-  if (locate(c, keys, n, &keys_kind, &a, where) != ECS_OK)
+  if (ecs__cli_locate(c, keys, n, &keys_kind, &a, where) != ECS_OK)
     goto out;
   for (size_t r = 0; r < ECS_CLI_MAX_COPIES; r++) {
     size_t more = 0;
@@ -1097,7 +560,7 @@ static void upsert_drop_others(ecs_client_t *c, const ecs_key_t *keys, size_t n,
       more += !mine;
     }
     if (more)
-      (void)run_batch(c, keys, n, &keys_kind, &a, cur);
+      (void)ecs__cli_run_batch(c, keys, n, &keys_kind, &a, cur);
   }
 out:
   snprintf(c->errmsg, sizeof c->errmsg, "%s", saved);
@@ -1215,7 +678,7 @@ typedef void (*build_fn)(ecs_client_t *c, const void *arg, size_t len);
 
 static int simple_rpc_once(ecs_client_t *c, srv_t *s, uint8_t op, build_fn build, const void *arg, size_t len,
                            ecs_hdr_t *h, uint64_t deadline) {
-  int rc = ensure(c, s, deadline);
+  int rc = ecs__cli_ensure(c, s, deadline);
   if (rc)
     return rc;
   ecs_wbuf_reset(&c->w);
@@ -1303,7 +766,7 @@ int ecs__client_debug_corrupt(ecs_client_t *c, const void *key, size_t key_len) 
   ecs_hdr_t h;
   int st = ECS_OK;
   size_t where[ECS_CLI_MAX_COPIES]; /* the nearest copy is the one corrupted */
-  int rc = locate(c, &k, 1, &keys_kind, &(keys_arg_t){&k, ECS_OP_DEBUG, &st}, where);
+  int rc = ecs__cli_locate(c, &k, 1, &keys_kind, &(keys_arg_t){&k, ECS_OP_DEBUG, &st}, where);
   if (rc || st)
     return rc ? rc : st;
   return simple_rpc(c, &c->srv[where[0]], ECS_OP_DEBUG, build_corrupt, key, key_len, &h);

@@ -3,9 +3,14 @@
  *
  * The files and who calls whom (no cycles; each uses only those below it):
  *
- *   client.c        the batch driver: connect, route by key, split a batch
- *                   by server, deadlines, per-item statuses; calls a data
+ *   client.c        the batch calls: put, upsert, get, view, exists,
+ *                   remove, stat, ping; per-item statuses; calls a data
  *                   path only through its ecs_cli_ops_t table
+ *   client_route.c  route by key or by the holders Redis lists, split a
+ *                   batch by server, run the shares (threads, deadline),
+ *                   try an item's other copies
+ *   client_setup.c  config defaults and checks, connect / close, choosing
+ *                   the path, connecting a server on demand
  *   client_place.c  servers from the Redis registry, put placement
  *                   (hash / local / least-loaded), locating a get's keys
  *   client_tcp.c    the socket path (tcp, and a read-only shm mapping's puts)
@@ -197,6 +202,50 @@ int ecs__place_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const in
 /* Marks slot s as failing: placement skips it for ECS_CLI_DOWN_MS and the
  * registry is read again on the next call. */
 void ecs__place_down(ecs_client_t *c, ecs_cli_srv_t *s);
+
+/* ---- client_setup.c: a handle and its connections ------------------- */
+
+/* Makes sure server s is connected, greeted and on the path asked for (or
+ * TCP, as c->fallback allows); ECS_OK, or why not (c->errmsg says so). */
+int ecs__cli_ensure(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline);
+
+/* ---- client_route.c: where items go, running a batch ----------------- */
+
+/* A kind of batch call (put, get, view, exists/remove): what it does with
+ * one server's share of the items (idx: indices into the caller's arrays),
+ * and how it reads and sets one item's status there.  arg is the call's
+ * own struct of the caller's arrays. */
+typedef struct ecs_cli_batch_kind {
+  int (*share)(ecs_client_t *c, ecs_cli_srv_t *s, const size_t *idx, size_t m, void *arg, uint64_t deadline);
+  int (*status)(void *arg, size_t i);        /* item i's status: only OK items are sent */
+  void (*fail)(void *arg, size_t i, int rc); /* an item a whole-share failure took down */
+  void (*again)(void *arg, size_t i);        /* item i goes to another copy: status back to OK */
+  int parallel;                              /* 1: shares on several servers run at once */
+  int miss_when_gone;                        /* 1: discovery, an unreachable holder is a miss */
+} ecs_cli_batch_kind_t;
+
+/* The server an object lives on, with a configured servers list. */
+size_t ecs__cli_route(const ecs_client_t *c, const ecs_key_t *k);
+/* Where each item still OK is: by key hash over the servers list, or,
+ * with discovery, where Redis says its copies are (an item with no live
+ * holder is a miss: fail(ECS_ENOTFOUND)).  where must hold n *
+ * ECS_CLI_MAX_COPIES entries: item i's servers, nearest first, from
+ * where[i * ECS_CLI_MAX_COPIES], then ECS_CLI_NOWHERE.  An error is
+ * Redis's, for the whole batch: every item still OK is given it. */
+int ecs__cli_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const ecs_cli_batch_kind_t *kind,
+                    void *arg, size_t *where);
+/* Runs a batch server by server within the call's deadline: kind->share
+ * gets each server's share of the items still OK (where[i]: item i's
+ * server, n entries).  The first error that failed a share is returned;
+ * other servers still run. */
+int ecs__cli_run_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, const ecs_cli_batch_kind_t *kind,
+                       void *arg, const size_t *where);
+/* A located batch (where: ecs__cli_locate's n * ECS_CLI_MAX_COPIES
+ * servers) read from the nearest copy of each item, an item that missed
+ * or failed going to its next copy; returns the first whole-share error
+ * some item still carries at the end. */
+int ecs__cli_run_nearest(ecs_client_t *c, size_t n, const ecs_cli_batch_kind_t *kind, void *arg,
+                         const size_t *where);
 
 /* ---- client_conn.c: one connection ---------------------------------- */
 

@@ -1,7 +1,7 @@
 /*
  * The verbs calls the RDMA transport makes, behind one operations table.
  *
- * store/rdma/rdma.c never calls libibverbs directly: it calls through an
+ * store/rdma/ never calls libibverbs directly: it calls through an
  * ecs_verbs_ops table chosen when its context is opened.  Two tables exist:
  *
  *   ecs_verbs_real_ops()   libibverbs itself (store/rdma/verbs_real.c);

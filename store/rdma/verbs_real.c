@@ -122,7 +122,7 @@ const ecs_verbs_ops *ecs_verbs_real_ops(void) {
 }
 
 #else
-/* Built without libibverbs: store/rdma/rdma.c reports ECS_ENOTSUP.  ISO C wants
+/* Built without libibverbs: store/rdma/ reports ECS_ENOTSUP.  ISO C wants
  * at least one declaration in a translation unit. */
 typedef int ecs_verbs_real_unused;
 #endif /* ECS_HAVE_RDMA */

@@ -1,7 +1,7 @@
 /*
  * The Redis link: the one piece of code that connects to Redis, waits for
  * its replies and says what went wrong, for the metadata layer
- * (store/redis/meta.c: object records, node registry) and the connector (the
+ * (store/redis/meta_*.c: object records, node registry) and the connector (the
  * redis backend and the KV handoff).
  *
  * Connects within connect_timeout_ms; every reply is awaited until a

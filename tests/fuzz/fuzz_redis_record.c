@@ -4,7 +4,7 @@
  * Input: bytes as Redis would send them (RESP), fed to hiredis's own reader
  * (redisReaderCreate / redisReaderFeed / redisReaderGetReply), the parser
  * the client's Redis link uses.  Every reply that comes out is handled as
- * the lookup script's reply is by ecs_meta_lookup_batch (store/redis/meta.c
+ * the lookup script's reply is by ecs_meta_lookup_batch (store/redis/meta_records.c
  * meta_each_lookup): an integer is a miss or a stale record, anything else
  * goes to ecs__meta_parse_rec; so do the elements of an array reply, one
  * per key, as the script returns them.
