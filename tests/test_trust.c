@@ -480,10 +480,48 @@ static void test_metrics_slow_scrapers(void **state) {
   assert_int_equal(ecs_ts_stop(&p, 5000), 0);
 }
 
+/* N9: a Redis user deletes the server's registry entry (before: its live
+ * objects read as absent, and readers deleted their records as stale,
+ * until the next heartbeat, ttl/3 = 20 s here).  The server checks its
+ * entry every second: the objects read as present again within ~2 s. */
+static void test_deleted_registry_entry_comes_back(void **state) {
+  ecs_ts_env_t *e = *state;
+  ecs_client_t *c = discovery_client(e);
+  assert_non_null(c);
+  uint8_t a[4096], b[4096];
+  ecs_ts_fill(a, sizeof a, 4242);
+  assert_int_equal(ecs_ts_put1(c, "n9-live", a, sizeof a, ECS_DTYPE_U8), ECS_OK);
+  ecs_key_t k = {"n9-live", 7};
+  int ex = 0;
+  assert_int_equal(ecs_exists_batch(c, &k, 1, &ex), ECS_OK);
+  assert_int_equal(ex, 1);
+  redisContext *rc = ecs_ts_redis_at(e->redis.port);
+  assert_non_null(rc);
+  char node[64];
+  snprintf(node, sizeof node, "%s", e->servers); /* the node id defaults to the listen address */
+  freeReplyObject(redisCommand(rc, "DEL ecs:{test}:node:%s", node));
+  freeReplyObject(redisCommand(rc, "SREM ecs:{test}:nodes %s", node));
+  redisFree(rc);
+  uint64_t t0 = ecs_now_ms();
+  int back = 0;
+  while (!back && ecs_now_ms() - t0 < 5000) {
+    usleep(100 * 1000);
+    ex = 0;
+    back = ecs_exists_batch(c, &k, 1, &ex) == ECS_OK && ex == 1 &&
+           ecs_ts_get1(c, "n9-live", b, sizeof b, NULL) == ECS_OK;
+  }
+  uint64_t took = ecs_now_ms() - t0;
+  assert_true(back);
+  assert_true(took < 3000);
+  assert_memory_equal(a, b, sizeof a);
+  ecs_client_close(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rogue_node_learns_nothing),
       cmocka_unit_test(test_relaying_rogue_node_learns_nothing),
+      cmocka_unit_test(test_deleted_registry_entry_comes_back),
       cmocka_unit_test(test_fd_exhaustion_logs_once),
       cmocka_unit_test(test_metrics_protected_mode),
       cmocka_unit_test(test_metrics_slow_scrapers),

@@ -216,7 +216,7 @@ int ecs__meta_tick_async(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t
     return ECS_ENOTCONN;
   int starting = m->resync_owed && !m->sweeping && rs != NULL;
   if (!m->hb_inflight &&
-      (starting || !m->hb_valid || now_ms - m->last_hb_ms >= (uint64_t)m->ttl_s * 1000u / 3u)) {
+      (starting || !m->hb_valid || now_ms - m->last_hb_ms >= ecs__meta_hb_period_ms(m))) {
     meta_heartbeat_async(m);
     m->hb_valid = 1;
     m->last_hb_ms = now_ms;
