@@ -25,6 +25,7 @@
 #include "ecstore/error.h"
 #include "store/core/log.h"
 #include "store/core/net.h"
+#include "store/redis/rds.h"
 
 /* ------------------------------------------------------------------ */
 /* options                                                             */
@@ -758,8 +759,14 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     mo.timeout_ms = o->redis_timeout_ms;
     mo.heartbeat_ttl_s = o->heartbeat_ttl_s;
     rc = ecs_meta_open(&mo, &s->meta);
-    if (rc) {
-      ECS_LOG_E("cannot start: bad --redis '%s': %s", o->redis_url, ecs_strerror(rc));
+    if (rc) { /* say why (before: "invalid argument"), never the password */
+      char why[512], shown[256];
+      ecs__rds_url_t u;
+      if (ecs__rds_url_resolve(s->o.redis_url, &u, why, sizeof why) == ECS_OK)
+        snprintf(why, sizeof why, "%s", ecs_strerror(rc));
+      memset(&u, 0, sizeof u);
+      ECS_LOG_E("cannot start: --redis '%s': %s", ecs__rds_url_redact(s->o.redis_url, shown, sizeof shown),
+                why);
       goto fail;
     }
     s->redis_was_up = ecs_meta_is_up(s->meta);
