@@ -31,7 +31,8 @@ static void raw_secret(const char *url, int sentinel_pw, char *out, size_t cap) 
   out[0] = '\0';
   const char *b = NULL, *e = NULL;
   if (sentinel_pw) {
-    b = strstr(url, "sentinel_password=");
+    const char *q = strrchr(url, '?'); /* the query, as the parser takes it */
+    b = q ? strstr(q, "sentinel_password=") : NULL;
     if (b) {
       b += 18;
       e = strchr(b, '&');
@@ -58,8 +59,8 @@ static void raw_secret(const char *url, int sentinel_pw, char *out, size_t cap) 
   }
 }
 
-/* Whether needle occurs in hay more than once, or anywhere outside the
- * span [b, b + n) it was taken from: then finding it proves nothing. */
+/* Whether needle occurs in hay more than once: then finding it in the
+ * redacted form proves nothing. */
 static int occurs_elsewhere(const char *hay, const char *needle) {
   const char *first = strstr(hay, needle);
   return first && strstr(first + 1, needle) != NULL;
