@@ -514,6 +514,21 @@ static void test_deleted_registry_entry_comes_back(void **state) {
   assert_true(back);
   assert_true(took < 3000);
   assert_memory_equal(a, b, sizeof a);
+  /* the entry rewritten to send clients elsewhere (same epoch): put back too */
+  rc = ecs_ts_redis_at(e->redis.port);
+  assert_non_null(rc);
+  freeReplyObject(redisCommand(rc, "HSET ecs:{test}:node:%s addr 127.0.0.1:1", node));
+  t0 = ecs_now_ms();
+  back = 0;
+  while (!back && ecs_now_ms() - t0 < 5000) {
+    usleep(100 * 1000);
+    redisReply *r = redisCommand(rc, "HGET ecs:{test}:node:%s addr", node);
+    back = r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, e->servers);
+    freeReplyObject(r);
+  }
+  redisFree(rc);
+  assert_true(back);
+  assert_true(ecs_now_ms() - t0 < 3000);
   ecs_client_close(c);
 }
 

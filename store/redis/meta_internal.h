@@ -187,4 +187,9 @@ static inline uint64_t ecs__meta_hb_period_ms(const ecs_meta_t *m) {
   return p < 1000u ? p : 1000u;
 }
 
+/* Whether an HMGET epoch addr reply names this server's epoch and
+ * address: else the entry was lost or rewritten by someone else, and the
+ * heartbeat registers it again (meta_registry.c). */
+int ecs__meta_entry_ours(const ecs_meta_t *m, const struct redisReply *r);
+
 #endif
