@@ -211,13 +211,11 @@ static void hello_challenge(ecs_server_t *s, conn_t *c, const ecs_hello_t *h) {
   c->auth_rights = k->rights;
   c->auth_tenant = &s->tenants[k - s->auth_keys];
   c->auth_pending = 1;
+  /* what the proof covers, and nothing more: the epoch and the limits
+   * come with the full reply, once the client has proved the key too */
   ecs_hello_reply_t hr;
   memset(&hr, 0, sizeof hr);
   snprintf(hr.node_id, sizeof hr.node_id, "%s", s->o.node_id);
-  hr.epoch = s->epoch;
-  hr.pool_size = ecs_pool_size(s->pool);
-  hr.max_items = ECS_PROTO_MAX_ITEMS;
-  hr.max_data = s->o.max_request;
   hr.proof = 1;
   snprintf(hr.addr, sizeof hr.addr, "%s", s->o.advertise);
   memcpy(hr.snonce, c->auth_sn, sizeof hr.snonce);
