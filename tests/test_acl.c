@@ -91,7 +91,12 @@ static void test_malformed_lines(void **state) {
   } bad[] = {
       {"tok ns\n", "acl:1:", "2 fields"},
       {"tok\n", "acl:1:", "1 fields"},
-      {"# c\ntok ns read extra\n", "acl:2:", "more than 3"},
+      {"# c\ntok ns read stored=1M extra\n", "acl:2:", "more than 4"},
+      {"tok ns read extra\n", "acl:1:", "quota field"},
+      {"tok ns read stored=0\n", "acl:1:", "quota field"},
+      {"tok ns read stored=12Q\n", "acl:1:", "quota field"},
+      {"tok ns read pins=-1\n", "acl:1:", "quota field"},
+      {"tok ns read bytes=1M\n", "acl:1:", "quota field"},
       {"tok ns reed\n", "acl:1:", "rights"},
       {"tok ns read,\n", "acl:1:", "rights"},
       {"tok ns ,\n", "acl:1:", "rights"},
@@ -117,6 +122,26 @@ static void test_malformed_lines(void **state) {
     if (rc != ECS_EINVAL || a != NULL || !strstr(err, bad[i].where) || !strstr(err, bad[i].what))
       fail_msg("case %zu: rc %d, err '%s' (want %s ... %s)", i, rc, err, bad[i].where, bad[i].what);
   }
+}
+
+/* The optional quota field. */
+static void test_quota_field(void **state) {
+  (void)state;
+  const char *text = "q ns read,write stored=16M,pinned=4M,pins=8\nr ns read pins=2\nn ns read\n";
+  ecs__acl_t *a = NULL;
+  char err[256] = "";
+  assert_int_equal(ecs__acl_parse(text, strlen(text), "acl", &a, err, sizeof err), ECS_OK);
+  ecs__acl_quota_t q;
+  ecs__acl_entry_quota(a, 0, &q);
+  assert_int_equal(q.stored, 16u << 20);
+  assert_int_equal(q.pinned, 4u << 20);
+  assert_int_equal(q.pins, 8);
+  ecs__acl_entry_quota(a, 1, &q);
+  assert_int_equal(q.stored, 0);
+  assert_int_equal(q.pins, 2);
+  ecs__acl_entry_quota(a, 2, &q);
+  assert_int_equal(q.stored | q.pinned | q.pins, 0);
+  ecs__acl_free(a);
 }
 
 /* Sizes at and past every limit. */
@@ -237,9 +262,9 @@ static void test_load_permissions(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_good_file),        cmocka_unit_test(test_malformed_lines),
-      cmocka_unit_test(test_limits),           cmocka_unit_test(test_hostile_bytes),
-      cmocka_unit_test(test_load_permissions),
+      cmocka_unit_test(test_good_file),     cmocka_unit_test(test_malformed_lines),
+      cmocka_unit_test(test_quota_field),   cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_hostile_bytes), cmocka_unit_test(test_load_permissions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

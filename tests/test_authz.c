@@ -23,6 +23,8 @@
 #include "ecstore/ecstore.h"
 #include "support/fixture.h"
 #include "support/raw.h"
+#include "store/core/net.h"
+#include "store/core/proto.h"
 
 static char g_dir[256], g_acl[300];
 
@@ -32,7 +34,10 @@ static const char acl_text[] = "# TOKEN      NAMESPACES   RIGHTS\n"
                                "tok-read     test,other   read\n"
                                "tok-write    test         read,write   # no remove\n"
                                "tok-other    other        all          # another tenant\n"
-                               "tok-wo       test         write        # puts only\n";
+                               "tok-wo       test         write        # puts only\n"
+                               "tok-ow       test         read,write,overwrite # upserts\n"
+                               "tok-qa       test         read,write   stored=40M,pinned=8M,pins=4\n"
+                               "tok-qv       test         read,write   stored=8M\n";
 
 static int setup(void **state) {
   if (ecs_ts_mkdtemp(g_dir, sizeof g_dir) != 0)
@@ -85,8 +90,9 @@ static void test_other_namespace_token_refused(void **state) {
   int fd = -1;
   assert_int_equal(ecs_ts_raw_hello(e->server.port, "test", "tok-other", &fd), ECS_EAUTH);
   assert_int_equal(fd, -1);
-  /* naming its own namespace does not help: the server binds to the one it serves */
-  assert_int_equal(ecs_ts_raw_hello(e->server.port, "other", "tok-other", &fd), ECS_EAUTH);
+  /* naming its own namespace does not help: the server binds to the one it
+   * serves (and checks the namespace first, before any token proof) */
+  assert_int_equal(ecs_ts_raw_hello(e->server.port, "other", "tok-other", &fd), ECS_EINVAL);
   assert_int_equal(ecs_ts_raw_hello(e->server.port, "test", "no-such-token", &fd), ECS_EAUTH);
   assert_int_equal(ecs_ts_raw_hello(e->server.port, "test", NULL, &fd), ECS_EAUTH);
   assert_null(client(e, "tok-other"));
@@ -177,6 +183,183 @@ static void test_write_only_token_cannot_read(void **state) {
   ecs_client_close(w);
 }
 
+static int upsert1(ecs_client_t *c, const char *key, const void *data, uint64_t n) {
+  ecs_key_t k = {key, strlen(key)};
+  ecs_tensor_t t = {.data = data, .nbytes = n};
+  t.desc.dtype = ECS_DTYPE_U8;
+  t.desc.ndim = 1;
+  t.desc.shape[0] = n;
+  int st = -999;
+  int rc = ecs_upsert_batch(c, &k, &t, 1, &st);
+  return rc ? rc : st;
+}
+
+/* N2: a token with write but neither overwrite nor remove upserts over
+ * another tenant's key (before: replaced, even with 0 bytes).  Refused,
+ * ECS_EPERM, whether the key exists or not; the object is intact.  A
+ * token with overwrite does replace. */
+static void test_upsert_needs_overwrite(void **state) {
+  ecs_ts_env_t *e = *state;
+  ecs_client_t *a = client(e, "tok-all");
+  ecs_client_t *w = client(e, "tok-write");
+  ecs_client_t *o = client(e, "tok-ow");
+  assert_non_null(a);
+  assert_non_null(w);
+  assert_non_null(o);
+  uint8_t good[4096], evil[4096], got[4096];
+  ecs_ts_fill(good, sizeof good, 21);
+  ecs_ts_fill(evil, sizeof evil, 22);
+  assert_int_equal(ecs_ts_put1(a, "up-victim", good, sizeof good, ECS_DTYPE_U8), ECS_OK);
+  assert_int_equal(upsert1(w, "up-victim", evil, 0), ECS_EPERM);
+  assert_int_equal(upsert1(w, "up-victim", evil, sizeof evil), ECS_EPERM);
+  assert_int_equal(upsert1(w, "up-absent", evil, sizeof evil), ECS_EPERM); /* the same answer */
+  uint64_t nb = 0;
+  assert_int_equal(ecs_ts_get1(a, "up-victim", got, sizeof got, &nb), ECS_OK);
+  assert_int_equal(nb, sizeof good);
+  assert_memory_equal(got, good, sizeof good);
+  assert_int_equal(upsert1(o, "up-victim", evil, sizeof evil), ECS_OK);
+  assert_int_equal(ecs_ts_get1(a, "up-victim", got, sizeof got, &nb), ECS_OK);
+  assert_memory_equal(got, evil, sizeof evil);
+  ecs_client_close(a);
+  ecs_client_close(w);
+  ecs_client_close(o);
+}
+
+/* N7: a write-only token probes keys with puts (before: ECS_ECONFLICT said
+ * "exists, and holds something else").  It gets ECS_OK whether the key is
+ * absent, holds the same bytes or other bytes, and the stored object is
+ * kept. */
+static void test_write_only_answers_hide_existence(void **state) {
+  ecs_ts_env_t *e = *state;
+  ecs_client_t *a = client(e, "tok-all");
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, e->servers, "tcp");
+  cfg.auth_token = "tok-wo";
+  ecs_client_t *w = ecs_ts_connect(&cfg);
+  assert_non_null(a);
+  assert_non_null(w);
+  uint8_t held[4096], probe[4096], got[4096];
+  ecs_ts_fill(held, sizeof held, 31);
+  ecs_ts_fill(probe, sizeof probe, 32);
+  assert_int_equal(ecs_ts_put1(a, "probe-held", held, sizeof held, ECS_DTYPE_U8), ECS_OK);
+  int absent = ecs_ts_put1(w, "probe-absent", probe, sizeof probe, ECS_DTYPE_U8);
+  int other = ecs_ts_put1(w, "probe-held", probe, sizeof probe, ECS_DTYPE_U8);
+  int same = ecs_ts_put1(w, "probe-held", held, sizeof held, ECS_DTYPE_U8);
+  assert_int_equal(absent, ECS_OK);
+  assert_int_equal(other, absent);
+  assert_int_equal(same, absent);
+  assert_int_equal(ecs_ts_get1(a, "probe-held", got, sizeof got, NULL), ECS_OK);
+  assert_memory_equal(got, held, sizeof held); /* kept */
+  /* a token that reads is still told of a conflict */
+  assert_int_equal(ecs_ts_put1(a, "probe-held", probe, sizeof probe, ECS_DTYPE_U8), ECS_ECONFLICT);
+  ecs_client_close(a);
+  ecs_client_close(w);
+}
+
+/* Leases keys on an open connection fd (raw LEASE); how many were granted,
+ * the others' statuses in st[]. */
+static int lease_raw(int fd, const char *const *keys, size_t n, int *st) {
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  for (size_t i = 0; i < n; i++)
+    ecs_proto_key_write(&w, keys[i], (uint16_t)strlen(keys[i]));
+  uint8_t hb[32];
+  ecs_ts_raw_hdr(hb, ECS_OP_LEASE, (uint32_t)n, (uint32_t)w.len, 0);
+  assert_int_equal(ecs_ts_raw_send(fd, hb, sizeof hb), ECS_OK);
+  assert_int_equal(ecs_ts_raw_send(fd, w.p, w.len), ECS_OK);
+  ecs_wbuf_free(&w);
+  ecs_hdr_t h;
+  assert_int_equal(ecs_net_read_all(fd, hb, sizeof hb, ecs_now_ms() + 3000), ECS_OK);
+  assert_int_equal(ecs_proto_hdr_decode(hb, UINT64_MAX, &h), ECS_OK);
+  uint8_t meta[4096];
+  assert_true(h.meta_len <= sizeof meta);
+  assert_int_equal(ecs_net_read_all(fd, meta, h.meta_len, ecs_now_ms() + 3000), ECS_OK);
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, meta, h.meta_len);
+  int granted = 0;
+  for (size_t i = 0; i < n; i++) {
+    ecs_lease_reply_t lr;
+    assert_int_equal(ecs_proto_lease_reply_read(&r, &lr), ECS_OK);
+    st[i] = lr.status;
+    granted += lr.status == ECS_OK;
+  }
+  return granted;
+}
+
+/* N3: a writer puts far more than the pool holds (before: the other
+ * tenant's objects were evicted to make room).  With quotas the writer
+ * evicts only its own oldest objects (FIFO within the tenant), an object
+ * over its quota is ECS_EQUOTA, and the other tenant's objects stay. */
+static void test_stored_quota_protects_other_tenant(void **state) {
+  ecs_ts_env_t *e = *state;
+  ecs_client_t *v = client(e, "tok-qv");
+  ecs_client_t *a = client(e, "tok-qa");
+  assert_non_null(v);
+  assert_non_null(a);
+  static uint8_t buf[1u << 20], got[1u << 20];
+  char key[64];
+  for (int i = 0; i < 4; i++) {
+    ecs_ts_fill(buf, sizeof buf, 500u + (uint32_t)i);
+    snprintf(key, sizeof key, "qv-%d", i);
+    assert_int_equal(ecs_ts_put1(v, key, buf, sizeof buf, ECS_DTYPE_U8), ECS_OK);
+  }
+  for (int i = 0; i < 96; i++) { /* 96 MiB into a 64 MiB pool, 40 MiB of quota */
+    ecs_ts_fill(buf, sizeof buf, 900u + (uint32_t)i);
+    snprintf(key, sizeof key, "qa-%d", i);
+    int rc = ecs_ts_put1(a, key, buf, sizeof buf, ECS_DTYPE_U8);
+    assert_true(rc == ECS_OK || rc == ECS_ENOSPC);
+  }
+  for (int i = 0; i < 4; i++) {
+    ecs_ts_fill(buf, sizeof buf, 500u + (uint32_t)i);
+    snprintf(key, sizeof key, "qv-%d", i);
+    assert_int_equal(ecs_ts_get1(v, key, got, sizeof got, NULL), ECS_OK);
+    assert_memory_equal(got, buf, sizeof buf);
+  }
+  /* the writer's newest are there, its oldest made room */
+  ecs_ts_fill(buf, sizeof buf, 900u + 95u);
+  assert_int_equal(ecs_ts_get1(a, "qa-95", got, sizeof got, NULL), ECS_OK);
+  assert_memory_equal(got, buf, sizeof buf);
+  assert_int_equal(ecs_ts_get1(a, "qa-0", got, sizeof got, NULL), ECS_ENOTFOUND);
+  /* one object over the whole quota: refused, per item */
+  uint8_t *big = calloc(9u << 20, 1);
+  assert_non_null(big);
+  assert_int_equal(ecs_ts_put1(v, "qv-big", big, 9u << 20, ECS_DTYPE_U8), ECS_EQUOTA);
+  free(big);
+  ecs_client_close(v);
+  ecs_client_close(a);
+}
+
+/* N4: two connections of one token lease 4 MiB objects (before: the pin
+ * limit was per connection, so enough connections pinned the whole pool
+ * and other tenants' puts failed with no space).  The token's pinned=8M
+ * binds both together: two leases in all, the rest ECS_EQUOTA. */
+static void test_pin_quota_per_token(void **state) {
+  ecs_ts_env_t *e = *state;
+  ecs_client_t *a = client(e, "tok-qa");
+  assert_non_null(a);
+  uint8_t *obj = calloc(4u << 20, 1);
+  assert_non_null(obj);
+  const char *keys[6] = {"pq-0", "pq-1", "pq-2", "pq-3", "pq-4", "pq-5"};
+  for (int i = 0; i < 6; i++) {
+    obj[0] = (uint8_t)i;
+    assert_int_equal(ecs_ts_put1(a, keys[i], obj, 4u << 20, ECS_DTYPE_U8), ECS_OK);
+  }
+  int f1 = -1, f2 = -1, st[3];
+  assert_int_equal(ecs_ts_raw_hello(e->server.port, "test", "tok-qa", &f1), ECS_OK);
+  assert_int_equal(ecs_ts_raw_hello(e->server.port, "test", "tok-qa", &f2), ECS_OK);
+  int g = lease_raw(f1, keys, 3, st);
+  assert_int_equal(g, 2);
+  assert_int_equal(st[2], ECS_EQUOTA);
+  g = lease_raw(f2, keys + 3, 3, st);
+  assert_int_equal(g, 0);
+  assert_int_equal(st[0], ECS_EQUOTA);
+  close(f1); /* its leases go with it */
+  assert_int_equal(lease_raw(f2, keys + 3, 3, st), 2);
+  close(f2);
+  free(obj);
+  ecs_client_close(a);
+}
+
 /* A token with every right still does everything on the same server. */
 static void test_good_token_works(void **state) {
   ecs_ts_env_t *e = *state;
@@ -234,6 +417,10 @@ int main(void) {
       cmocka_unit_test(test_write_without_remove),
       cmocka_unit_test(test_write_only_token_cannot_read),
       cmocka_unit_test(test_good_token_works),
+      cmocka_unit_test(test_upsert_needs_overwrite),
+      cmocka_unit_test(test_write_only_answers_hide_existence),
+      cmocka_unit_test(test_stored_quota_protects_other_tenant),
+      cmocka_unit_test(test_pin_quota_per_token),
       cmocka_unit_test(test_bad_acl_file_refused_at_start),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

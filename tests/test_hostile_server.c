@@ -33,8 +33,11 @@
 #include <cmocka.h>
 
 #include "ecstore/ecstore.h"
+#include "store/core/auth.h"
 #include "store/core/codec.h"
 #include "store/core/proto.h"
+
+#define FAKE_TOKEN "s3cret" /* the token the fake server proves */
 
 /* One lying item of the crafted reply. */
 typedef struct lie {
@@ -112,17 +115,39 @@ static void *fake_serve(void *arg) {
   uint8_t *meta = NULL;
   ecs_wbuf_t w;
   ecs_wbuf_init(&w);
-  /* HELLO, as a real server answers it (no shm socket: tcp only) */
-  if (read_request(fd, &h, &meta) || h.opcode != ECS_OP_HELLO)
-    goto out;
-  ecs_hello_reply_t hr = {.epoch = 1, .pool_size = 1u << 20, .max_items = 1024, .max_data = 1u << 20};
-  snprintf(hr.node_id, sizeof hr.node_id, "fake");
-  snprintf(hr.shm_path, sizeof hr.shm_path, "%s", f->shm_path ? f->shm_path : "");
-  ecs_proto_hello_reply_write(&w, &hr);
-  if (send_reply(fd, ECS_OP_HELLO, h.req_id, 0, &w, 0))
-    goto out;
-  free(meta);
-  meta = NULL;
+  /* HELLO, as a real server answers it (no shm socket: tcp only); a
+   * client with a token proves it, and so does this fake, which knows it
+   * (FAKE_TOKEN): the lies below come from a server the client trusts */
+  uint8_t key[ECS_AUTH_KEY_SIZE], cn[ECS_AUTH_NONCE_SIZE], sn[ECS_AUTH_NONCE_SIZE] = {1};
+  for (int round = 0; round < 2; round++) {
+    if (read_request(fd, &h, &meta) || h.opcode != ECS_OP_HELLO)
+      goto out;
+    ecs_rbuf_t hrb;
+    ecs_rbuf_init(&hrb, meta, h.meta_len);
+    ecs_hello_t hl;
+    if (ecs_proto_hello_read(&hrb, &hl) != ECS_OK)
+      goto out;
+    char ns[129];
+    snprintf(ns, sizeof ns, "%.*s", (int)hl.ns_len, (const char *)hl.ns);
+    ecs_hello_reply_t hr = {.epoch = 1, .pool_size = 1u << 20, .max_items = 1024, .max_data = 1u << 20};
+    snprintf(hr.node_id, sizeof hr.node_id, "fake");
+    snprintf(hr.shm_path, sizeof hr.shm_path, "%s", f->shm_path ? f->shm_path : "");
+    if (hl.client_flags & ECS_HELLO_C_CHALLENGE) {
+      ecs__auth_key(FAKE_TOKEN, strlen(FAKE_TOKEN), ns, key);
+      memcpy(cn, hl.nonce, sizeof cn);
+      hr.proof = 1;
+      memcpy(hr.snonce, sn, sizeof sn);
+      ecs__auth_mac(key, 1, cn, sn, ns, hr.node_id, hr.addr, hr.smac);
+    }
+    ecs_wbuf_reset(&w);
+    ecs_proto_hello_reply_write(&w, &hr);
+    if (send_reply(fd, ECS_OP_HELLO, h.req_id, 0, &w, 0))
+      goto out;
+    free(meta);
+    meta = NULL;
+    if (!(hl.client_flags & ECS_HELLO_C_CHALLENGE))
+      break;
+  }
   /* GET: the lies */
   if (read_request(fd, &h, &meta) || h.opcode != ECS_OP_GET)
     goto out;

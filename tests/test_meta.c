@@ -556,7 +556,7 @@ static void test_registry_vanished(void **state) {
 
   redisReply *r = redisCommand(f->raw, "FLUSHALL");
   freeReplyObject(r);
-  assert_int_equal(ecs_meta_tick(m, 1000, &rs), ECS_OK); /* not due: nothing seen */
+  assert_int_equal(ecs_meta_tick(m, 500, &rs), ECS_OK); /* not due (1 s at most): nothing seen */
   assert_int_equal(raw_count_records(f), 0);
   assert_int_equal(ecs_meta_tick(m, 4000, &rs), ECS_OK); /* heartbeat due */
   assert_false(ecs_meta_resync_pending(m));
@@ -1192,6 +1192,60 @@ static void test_unregister(void **state) {
   free(kb);
 }
 
+/* N8 (issue 23): records forged or junk, written into Redis by anyone who
+ * may write the namespace's keys, naming a live node at its real epoch
+ * (before: exists said yes, and the get then missed).  exists says no
+ * whenever lookup would not find the record; a real record still exists. */
+static void test_exists_checks_fields(void **state) {
+  fx_t *f = *state;
+  ecs_meta_t *srv = open_server(f, "node-a", 42, 10);
+  assert_int_equal(ecs_meta_register(srv), ECS_OK);
+  keyset_t *ks = keys_make(1, 9);
+  ecs_meta_rec_t rec;
+  rec_for(&rec, ks, 0);
+  ecs_meta_queue_put(srv, &rec);
+  assert_int_equal(ecs_meta_flush(srv), ECS_OK);
+  static const char *const forged[][2] = {
+      {"ecs:{" NS "}:obj:junk-1", "node node-a epoch 42 h:node-a 42"}, /* only the holder */
+      {"ecs:{" NS "}:obj:junk-2",
+       "node node-a epoch 42 h:node-a 42 off zz len 8 raw_len 8 dtype 7 shape 8 csum 0 codec 0 t 1"},
+      {"ecs:{" NS "}:obj:junk-3",
+       "node node-a epoch 42 h:node-a 42 off 0 len 8 raw_len 8 dtype 7 shape x,y csum 0 codec 0 t 1"},
+      {"ecs:{" NS "}:obj:junk-4",
+       "node node-a epoch 42 h:node-a 42 off 0 len 8 raw_len 8 dtype 999 shape 8 csum 0 codec 0 t 1"},
+  };
+  const size_t nf = sizeof forged / sizeof forged[0];
+  for (size_t i = 0; i < nf; i++) {
+    char cmd[512], *argv[40], *save = NULL;
+    int argc = 0;
+    argv[argc++] = "HSET";
+    argv[argc++] = (char *)forged[i][0];
+    snprintf(cmd, sizeof cmd, "%s", forged[i][1]);
+    for (char *t = strtok_r(cmd, " ", &save); t && argc < 40; t = strtok_r(NULL, " ", &save))
+      argv[argc++] = t;
+    redisReply *r = redisCommandArgv(f->raw, argc, (const char **)argv, NULL);
+    assert_true(r && r->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+  }
+  const uint8_t *keys[5] = {ks->ptr[0], (const uint8_t *)"junk-1", (const uint8_t *)"junk-2",
+                            (const uint8_t *)"junk-3", (const uint8_t *)"junk-4"};
+  uint16_t lens[5] = {ks->len[0], 6, 6, 6, 6};
+  ecs_meta_t *cl = open_client(f, 500);
+  int ex[5], st[5];
+  ecs_meta_rec_t recs[5];
+  assert_int_equal(ecs_meta_exists_batch(cl, keys, lens, 5, ex), ECS_OK);
+  assert_int_equal(ecs_meta_lookup_batch(cl, keys, lens, 5, recs, st), ECS_OK);
+  assert_int_equal(ex[0], 1);
+  assert_int_equal(st[0], ECS_OK);
+  for (size_t i = 1; i < 5; i++) {
+    if (ex[i] != 0 || st[i] == ECS_OK)
+      fail_msg("forged record %zu: exists %d, lookup %d", i, ex[i], st[i]);
+  }
+  ecs_meta_close(cl);
+  ecs_meta_close(srv);
+  free(ks);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ts_redis_lifecycle),
@@ -1200,6 +1254,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_register_heartbeat_ttl, setup, teardown),
       cmocka_unit_test_setup_teardown(test_registry_vanished, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_exists_lookup, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_exists_checks_fields, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stale_epoch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replica_holders, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deadline_stopped_redis, setup, teardown),

@@ -17,7 +17,9 @@
 
 #include "ecstore/tensor.h"
 #include "proto_util.h"
+#include "store/core/auth.h"
 #include "store/core/proto.h"
+#include "store/core/sha256.h"
 
 static void test_put_item_roundtrip(void **state) {
   (void)state;
@@ -149,7 +151,7 @@ static void test_hello_roundtrip(void **state) {
        .token_len = ECS_PROTO_MAX_TOKEN,
        .ns = ns,
        .ns_len = ECS_PROTO_MAX_NS,
-       .client_flags = 5},
+       .client_flags = 4}, /* a reserved bit: carried, ignored */
   };
   for (size_t i = 0; i < 2; i++) {
     ecs_wbuf_t w;
@@ -333,11 +335,114 @@ static void test_lease_records(void **state) {
   ecs_wbuf_free(&w);
 }
 
+/* The token proof's records (HELLO CHALLENGE / PROVE, a reply with the
+ * server's proof) round trip, and the ill-formed ones are refused; the
+ * proof itself is the HMAC that auth.h spells out. */
+static void test_hello_proof(void **state) {
+  (void)state;
+  uint8_t id[ECS_AUTH_ID_SIZE], nonce[ECS_AUTH_NONCE_SIZE], mac[ECS_AUTH_MAC_SIZE];
+  memset(id, 1, sizeof id);
+  memset(nonce, 2, sizeof nonce);
+  memset(mac, 3, sizeof mac);
+  ecs_hello_t ch = {.ns = (const uint8_t *)"ns",
+                    .ns_len = 2,
+                    .client_flags = ECS_HELLO_C_CHALLENGE,
+                    .key_id = id,
+                    .nonce = nonce};
+  ecs_hello_t pv = {.ns = (const uint8_t *)"ns", .ns_len = 2, .client_flags = ECS_HELLO_C_PROVE, .mac = mac};
+  const ecs_hello_t *in[2] = {&ch, &pv};
+  for (int i = 0; i < 2; i++) {
+    ecs_wbuf_t w;
+    ecs_wbuf_init(&w);
+    ecs_proto_hello_write(&w, in[i]);
+    assert_int_equal(w.len, 8u + 2 + (i == 0 ? 48u : 32u));
+    for (size_t cut = 0; cut <= w.len; cut++) { /* every truncation refused, the whole accepted */
+      uint8_t *p = dup_exact(w.p, cut);
+      ecs_rbuf_t r;
+      ecs_rbuf_init(&r, p, cut);
+      ecs_hello_t o;
+      int rc = ecs_proto_hello_read(&r, &o);
+      assert_int_equal(rc, cut == w.len ? ECS_OK : ECS_EPROTO);
+      if (rc == ECS_OK && i == 0) {
+        assert_memory_equal(o.key_id, id, sizeof id);
+        assert_memory_equal(o.nonce, nonce, sizeof nonce);
+      } else if (rc == ECS_OK) {
+        assert_memory_equal(o.mac, mac, sizeof mac);
+      }
+      free(p);
+    }
+    ecs_wbuf_free(&w);
+  }
+  /* both phases at once, or a token beside a proof: refused */
+  uint8_t bad[8 + 1 + 1 + 48] = {1, 0, 1, 0, 3, 0, 0, 0, 't', 'n'};
+  ecs_rbuf_t r;
+  ecs_hello_t o;
+  ecs_rbuf_init(&r, bad, sizeof bad);
+  assert_int_equal(ecs_proto_hello_read(&r, &o), ECS_EPROTO);
+  bad[4] = 1;
+  ecs_rbuf_init(&r, bad, sizeof bad);
+  assert_int_equal(ecs_proto_hello_read(&r, &o), ECS_EPROTO);
+
+  ecs_hello_reply_t hr;
+  memset(&hr, 0, sizeof hr);
+  snprintf(hr.node_id, sizeof hr.node_id, "n1");
+  hr.proof = 1;
+  snprintf(hr.addr, sizeof hr.addr, "10.0.0.1:7700");
+  memset(hr.snonce, 4, sizeof hr.snonce);
+  memset(hr.smac, 5, sizeof hr.smac);
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  ecs_proto_hello_reply_write(&w, &hr);
+  for (size_t cut = 0; cut <= w.len; cut++) {
+    uint8_t *p = dup_exact(w.p, cut);
+    ecs_rbuf_init(&r, p, cut);
+    ecs_hello_reply_t ho;
+    int rc = ecs_proto_hello_reply_read(&r, &ho);
+    if (cut == w.len) {
+      assert_int_equal(rc, ECS_OK);
+      assert_int_equal(ho.proof, 1);
+      assert_string_equal(ho.addr, "10.0.0.1:7700");
+      assert_memory_equal(ho.snonce, hr.snonce, sizeof hr.snonce);
+      assert_memory_equal(ho.smac, hr.smac, sizeof hr.smac);
+    } else if (cut >= 34 + 2) {
+      assert_int_equal(rc, ECS_EPROTO); /* the flag promised a proof */
+    }
+    free(p);
+  }
+  ecs_wbuf_free(&w);
+
+  /* the MAC is HMAC(key, label NUL cn sn len|ns len|node len|addr) */
+  uint8_t key[ECS_AUTH_KEY_SIZE], got[32], want[32], msg[256];
+  ecs__auth_key("tok", 3, "ns", key);
+  uint8_t k2[32];
+  ecs__hmac_sha256("tok", 3, "ecstore-auth-v1 key\0ns", 22, k2);
+  assert_memory_equal(key, k2, 32);
+  ecs__auth_mac(key, 1, nonce, mac, "ns", "n1", "a:1", got);
+  size_t n = 0;
+  memcpy(msg, "ecstore-auth-v1 server", 23), n = 23;
+  memcpy(msg + n, nonce, 32), n += 32;
+  memcpy(msg + n, mac, 32), n += 32;
+  memcpy(msg + n,
+         "\x02\x00"
+         "ns"
+         "\x02\x00"
+         "n1"
+         "\x03\x00"
+         "a:1",
+         13),
+      n += 13;
+  ecs__hmac_sha256(key, 32, msg, n, want);
+  assert_memory_equal(got, want, 32);
+  ecs__auth_mac(key, 0, nonce, mac, "ns", "n1", "a:1", want); /* the client's differs */
+  assert_memory_not_equal(got, want, 32);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_put_item_roundtrip),   cmocka_unit_test(test_get_roundtrip),
       cmocka_unit_test(test_key_status_roundtrip), cmocka_unit_test(test_hello_roundtrip),
-      cmocka_unit_test(test_stat_roundtrip),       cmocka_unit_test(test_lease_records),
+      cmocka_unit_test(test_hello_proof),          cmocka_unit_test(test_stat_roundtrip),
+      cmocka_unit_test(test_lease_records),
   };
   return cmocka_run_group_tests_name("proto_records", tests, NULL, NULL);
 }

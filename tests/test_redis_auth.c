@@ -35,6 +35,7 @@
 #define PW "s3cret-Redis-pw"         /* requirepass (the default user) */
 #define ALICE_PW "alice:p@ss/word%!" /* ACL user alice: needs escaping in a URL */
 #define ALICE_PW_URL "alice%3Ap%40ss%2Fword%25%21"
+#define NS_PW "ns-pw-5b1c0e" /* the per-namespace users */
 
 static ecs_ts_proc_t g_redis;
 static char g_dir[256];
@@ -64,27 +65,14 @@ static int setup(void **state) {
     g_redis.port = ecs_ts_free_port();
     char port[16];
     snprintf(port, sizeof port, "%d", g_redis.port);
-    char *argv[] = {(char *)redis_path(),
-                    "--port",
-                    port,
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--daemonize",
-                    "no",
-                    "--requirepass",
-                    PW,
-                    "--user",
-                    "alice",
-                    "on",
-                    ">" ALICE_PW,
-                    "~*",
-                    "&*",
-                    "+@all",
-                    NULL};
+    char *argv[] = {(char *)redis_path(), "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                    "no", "--daemonize", "no", "--requirepass", PW, "--user", "alice", "on", ">" ALICE_PW,
+                    "~*", "&*", "+@all",
+                    /* the registry-trust deployment (docs/security.md): a
+                     * Redis user per namespace, its keys only */
+                    "--user", "ns-test", "on", ">" NS_PW, "resetkeys", "~ecs:{test}:*", "&*", "+@all",
+                    "-@dangerous", "--user", "ns-other", "on", ">" NS_PW, "resetkeys", "~ecs:{other}:*", "&*",
+                    "+@all", "-@dangerous", NULL};
     if (ecs_ts_spawn(&g_redis, argv) != 0)
       return -1;
     if (ecs_ts_wait_port(&g_redis, g_redis.port, 5000) == 0)
@@ -451,12 +439,81 @@ static void test_connector_redis_backend(void **state) {
   unlink(pwf);
 }
 
+/* Registry trust (issue 23, N1 and N9): with a Redis user per namespace
+ * (keys ~ecs:{NS}:*, no dangerous commands), the servers and clients of
+ * namespace test work as user ns-test, and another namespace's user
+ * cannot write a rogue registry entry there, nor delete a server's, nor
+ * flush the database.  (Without it, any Redis user could: test_trust has
+ * what the token proof and the heartbeat still bound then.) */
+static void test_namespace_acl_user_cannot_forge(void **state) {
+  (void)state;
+  char pwf[300], url[256];
+  snprintf(pwf, sizeof pwf, "%s/ns-pw", g_dir);
+  write_file(pwf, NS_PW "\n", 0600);
+  snprintf(url, sizeof url, "redis://ns-test@127.0.0.1:%d", g_redis.port);
+  const char *extra[] = {"--redis", url, "--redis-password-file", pwf, NULL};
+  ecs_ts_proc_t s;
+  memset(&s, 0, sizeof s);
+  assert_int_equal(ecs_ts_server_start(&s, g_redis.port, extra), 0);
+  /* a discovery client as ns-test: puts, finds, reads */
+  snprintf(url, sizeof url, "redis://ns-test:%s@127.0.0.1:%d", NS_PW, g_redis.port);
+  ecs_client_t *c = ecs_ts_client(NULL, url, NULL, 5000);
+  assert_non_null(c);
+  uint8_t a[4096], b[4096];
+  ecs_ts_fill(a, sizeof a, 12);
+  assert_int_equal(ecs_ts_put1(c, "acl-key", a, sizeof a, ECS_DTYPE_U8), ECS_OK);
+  ecs_key_t k = {"acl-key", 7};
+  int ex = -1;
+  assert_int_equal(ecs_exists_batch(c, &k, 1, &ex), ECS_OK);
+  assert_int_equal(ex, 1);
+  assert_int_equal(ecs_ts_get1(c, "acl-key", b, sizeof b, NULL), ECS_OK);
+  assert_memory_equal(a, b, sizeof a);
+  /* another namespace's user */
+  redisContext *r = ecs_ts_redis_at(g_redis.port);
+  assert_non_null(r);
+  redisReply *rep = redisCommand(r, "AUTH ns-other %s", NS_PW);
+  assert_true(rep && rep->type == REDIS_REPLY_STATUS);
+  freeReplyObject(rep);
+  static const char *const forge[] = {
+      "HSET ecs:{test}:node:rogue addr 127.0.0.1:1 port 1 pool 1 epoch 1 started 1",
+      "SADD ecs:{test}:nodes rogue",
+      "DEL the-servers-entry",
+      "HSET ecs:{test}:obj:acl-key node rogue",
+      "FLUSHALL",
+  };
+  for (size_t i = 0; i < sizeof forge / sizeof forge[0]; i++) {
+    char cmd[256], *argv[16], *save = NULL;
+    int argc = 0;
+    snprintf(cmd, sizeof cmd, "%s", forge[i]);
+    for (char *t = strtok_r(cmd, " ", &save); t && argc < 16; t = strtok_r(NULL, " ", &save))
+      argv[argc++] = t;
+    char node[96];
+    if (!strcmp(argv[0], "DEL")) { /* the server's own entry */
+      snprintf(node, sizeof node, "ecs:{test}:node:127.0.0.1:%d", s.port);
+      argv[1] = node;
+    }
+    rep = redisCommandArgv(r, argc, (const char **)argv, NULL);
+    assert_non_null(rep);
+    if (rep->type != REDIS_REPLY_ERROR || strncmp(rep->str, "NOPERM", 6) != 0)
+      fail_msg("'%s' was not refused: type %d", forge[i], rep->type);
+    freeReplyObject(rep);
+  }
+  /* its own namespace it may write */
+  rep = redisCommand(r, "SET ecs:{other}:probe 1");
+  assert_true(rep && rep->type == REDIS_REPLY_STATUS);
+  freeReplyObject(rep);
+  redisFree(r);
+  assert_int_equal(ecs_ts_get1(c, "acl-key", b, sizeof b, NULL), ECS_OK);
+  ecs_client_close(c);
+  assert_int_equal(ecs_ts_stop(&s, 5000), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_server_password_file),    cmocka_unit_test(test_server_acl_user_from_config),
       cmocka_unit_test(test_server_wrong_password),   cmocka_unit_test(test_password_on_command_line_refused),
       cmocka_unit_test(test_link_and_meta),           cmocka_unit_test(test_client_library),
-      cmocka_unit_test(test_connector_redis_backend),
+      cmocka_unit_test(test_connector_redis_backend), cmocka_unit_test(test_namespace_acl_user_cannot_forge),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

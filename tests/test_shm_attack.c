@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -46,6 +47,7 @@
 #include "store/client/client_internal.h"
 #include "store/core/net.h"
 #include "store/core/proto.h"
+#include "store/core/sha256.h"
 #include "support/fixture.h"
 #include "support/raw.h"
 #include "support/ts.h"
@@ -450,6 +452,79 @@ static void test_tampered_proof_refused(void **state) {
   assert_int_equal(ecs_ts_env_stop(&e), 0);
 }
 
+/* One UPGRADE on the shm socket at path: CHALLENGE, then PROVE naming id
+ * with the proof under secret (NULL: a wrong proof).  The PROVE's status. */
+static int upgrade_once(const char *path, uint64_t id, const uint8_t *secret) {
+  int fd = -1;
+  if (ecs_net_connect_unix(path, ecs_now_ms() + 2000, &fd) != ECS_OK)
+    return ECS_ECONN;
+  uint8_t meta[512], req[32 + 128];
+  uint32_t mlen = 0;
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  ecs_upgrade_t u = {.phase = ECS_UPGRADE_CHALLENGE};
+  ecs_proto_upgrade_write(&w, &u);
+  ecs_ts_raw_hdr(req, ECS_OP_UPGRADE, 0, (uint32_t)w.len, 0);
+  memcpy(req + 32, w.p, w.len);
+  int rc = ecs_ts_raw_send(fd, req, 32 + w.len);
+  if (rc == ECS_OK)
+    rc = read_reply(fd, meta, sizeof meta, &mlen);
+  if (rc == ECS_OK && mlen != ECS_UPGRADE_NONCE_SIZE)
+    rc = ECS_EPROTO;
+  if (rc == ECS_OK) {
+    u = (ecs_upgrade_t){.phase = ECS_UPGRADE_PROVE, .upgrade_id = id};
+    if (secret)
+      ecs__hmac_sha256(secret, ECS_UPGRADE_SECRET_SIZE, meta, ECS_UPGRADE_NONCE_SIZE, u.mac);
+    ecs_wbuf_reset(&w);
+    ecs_proto_upgrade_write(&w, &u);
+    ecs_ts_raw_hdr(req, ECS_OP_UPGRADE, 0, (uint32_t)w.len, 0);
+    memcpy(req + 32, w.p, w.len);
+    rc = ecs_ts_raw_send(fd, req, 32 + w.len);
+    if (rc == ECS_OK)
+      rc = read_reply(fd, meta, sizeof meta, &mlen);
+  }
+  ecs_wbuf_free(&w);
+  close(fd);
+  return rc;
+}
+
+/* Another local client races a victim's one-time upgrade secret: it
+ * cannot guess the secret, but before, the secret's id was the victim's
+ * connection number (1, 2, 3, ...) and the first PROVE naming an id spends
+ * its secret, right or wrong.  Naming every small id must not spend the
+ * victim's: its upgrade still succeeds. */
+static void test_upgrade_secret_not_raceable(void **state) {
+  (void)state;
+  ecs_ts_env_t e;
+  assert_int_equal(ecs_ts_env_start(&e, NULL), 0);
+  /* the victim: a HELLO over TCP, its reply's id and secret */
+  int vfd = -1;
+  assert_int_equal(ecs_net_connect("127.0.0.1", e.server.port, 2000, &vfd), ECS_OK);
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  ecs_hello_t hl = {.ns = (const uint8_t *)"test", .ns_len = 4};
+  ecs_proto_hello_write(&w, &hl);
+  uint8_t req[32 + 64], meta[512];
+  ecs_ts_raw_hdr(req, ECS_OP_HELLO, 0, (uint32_t)w.len, 0);
+  memcpy(req + 32, w.p, w.len);
+  assert_int_equal(ecs_ts_raw_send(vfd, req, 32 + w.len), ECS_OK);
+  ecs_wbuf_free(&w);
+  uint32_t mlen = 0;
+  assert_int_equal(read_reply(vfd, meta, sizeof meta, &mlen), ECS_OK);
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, meta, mlen);
+  ecs_hello_reply_t hr;
+  assert_int_equal(ecs_proto_hello_reply_read(&r, &hr), ECS_OK);
+  assert_true(hr.upgrade_id != 0);
+  /* the racer: a wrong proof for every id a counter could have reached */
+  for (uint64_t id = 1; id <= 64; id++)
+    assert_int_equal(upgrade_once(e.shm_path, id, NULL), ECS_EAUTH);
+  /* the victim's secret is still good */
+  assert_int_equal(upgrade_once(e.shm_path, hr.upgrade_id, hr.upgrade_secret), ECS_OK);
+  close(vfd);
+  assert_int_equal(ecs_ts_env_stop(&e), 0);
+}
+
 /* ------------------------------------------------------------------ */
 /* the socket's directory                                               */
 
@@ -539,6 +614,59 @@ static void test_socket_dir_squat_and_hostile(void **state) {
   rmdir(dir);
 }
 
+/* N12: another user makes /tmp/ecstore-UID before a server of uid UID
+ * starts there (no XDG_RUNTIME_DIR; before: the server refused to start).
+ * The server takes a fresh directory of its own (mkdtemp), says so, and
+ * serves; clients find the socket through HELLO.  Root only: it plays the
+ * server's user (uid 4242) and the squatter (nobody). */
+static void test_root_tmp_dir_squatted(void **state) {
+  (void)state;
+  const unsigned uid = 4242;
+  char squat[64];
+  snprintf(squat, sizeof squat, "/tmp/ecstore-%u", uid);
+  rmdir(squat);
+  assert_int_equal(mkdir(squat, 0755), 0);
+  assert_int_equal(chown(squat, NOBODY, NOBODY), 0);
+  ecs_ts_proc_t p;
+  memset(&p, 0, sizeof p);
+  assert_int_equal(ecs_ts_mkdtemp(p.dir, sizeof p.dir), 0);
+  assert_int_equal(chown(p.dir, uid, uid), 0);
+  snprintf(p.log, sizeof p.log, "%s/server.log", p.dir);
+  p.port = ecs_ts_free_port();
+  char listen[32], bin[512];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", p.port);
+  snprintf(bin, sizeof bin, "%s", ecs_ts_bin("ecstore-server"));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0); /* its own group, as ecs_ts_spawn's: ecs_ts_stop signals the group */
+    int fd = open(p.log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 || fchown(fd, uid, uid) != 0)
+      _exit(3);
+    unsetenv("XDG_RUNTIME_DIR");
+    if (setgroups(0, NULL) != 0 || setgid(uid) != 0 || setuid(uid) != 0)
+      _exit(3);
+    execl(bin, bin, "--listen", listen, "--redis", "none", "--pool-size", "8M", "--ns", "test", (char *)NULL);
+    _exit(4);
+  }
+  assert_true(pid > 0);
+  p.pid = pid;
+  int up = ecs_ts_wait_port(&p, p.port, 10000);
+  assert_int_equal(up, 0);
+  assert_true(log_has(&p, "is owned by another user"));
+  assert_true(log_has(&p, "instead (clients find it through HELLO)"));
+  char servers[32];
+  snprintf(servers, sizeof servers, "127.0.0.1:%d", p.port);
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, servers, "tcp");
+  ecs_client_t *c = ecs_ts_connect(&cfg);
+  assert_non_null(c);
+  assert_int_equal(put_get_verified(c, "k-squat", 8), ECS_OK);
+  ecs_client_close(c);
+  assert_int_equal(ecs_ts_stop(&p, 5000), 0);
+  rmdir(squat);
+}
+
 #define ROOT_ONLY "test_root_*"
 
 int main(int argc, char **argv) {
@@ -556,8 +684,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_root_reader_cannot_write_pool),
       cmocka_unit_test(test_root_write_uids),
       cmocka_unit_test(test_root_stranger_copies_over_socket),
+      cmocka_unit_test(test_root_tmp_dir_squatted),
       cmocka_unit_test(test_upgrade_sends_no_token_and_resists_replay),
       cmocka_unit_test(test_tampered_proof_refused),
+      cmocka_unit_test(test_upgrade_secret_not_raceable),
       cmocka_unit_test(test_socket_dir_squat_and_hostile),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -48,7 +48,8 @@ extern "C" {
   X(ENOTCONN, -26, "not connected")                                                                          \
   X(EOVERFLOW, -27, "value too large for its field")                                                         \
   X(ECODEC, -28, "compression codec error")                                                                  \
-  X(EPERM, -29, "permission denied (the token lacks the right)")
+  X(EPERM, -29, "permission denied (the token lacks the right)")                                             \
+  X(EQUOTA, -30, "the token's quota is spent (--acl-file quota)")
 
 typedef enum ecs_errno {
   ECS_OK = 0,

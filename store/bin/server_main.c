@@ -28,86 +28,87 @@ static void on_signal(int sig) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ecstore-server [options]\n"
-          "\n"
-          "Serves tensors by key from one pinned memory pool; publishes object\n"
-          "records and its own registration to Redis.\n"
-          "\n"
-          "  --listen HOST:PORT        address to serve on (default 127.0.0.1:7700; port 0 picks one)\n"
-          "  --advertise HOST:PORT     address clients should use, put in the registry (default: listen)\n"
-          "  --pool-size SIZE          pool bytes, e.g. 512M, 4G, 1.5G (default 1G); at most the\n"
-          "                            memory available (MemAvailable), else refused at start\n"
-          "  --min-block SIZE          smallest pool block, a power of two >= 4K (default 4K)\n"
-          "  --hugepages off|try|require  back the pool with huge pages (default off)\n"
-          "  --no-mlock                do not pin the pool\n"
-          "  --cuda-register           cudaHostRegister the pool when libcudart is present\n"
-          "  --redis URL               redis://HOST:PORT[/DB] or HOST:PORT; 'none' to run without\n"
-          "                            (default 127.0.0.1:6379); redis-cluster://H1:P1[,H2:P2...]; or\n"
-          "                            redis-sentinel://H1:P1,H2:P2/MASTER[/DB] (docs/redis-ha.md)\n"
-          "                            a password: in a --config file's URL (redis://USER:PASS@HOST:PORT),\n"
-          "                            --redis-password-file or ECSTORE_REDIS_PASSWORD, never on the\n"
-          "                            command line (refused there)\n"
-          "  --redis-password-file FILE  Redis AUTH password, first line of FILE (chmod 600)\n"
-          "  --sentinel-password-file FILE  the sentinels' own AUTH password (redis-sentinel://),\n"
-          "                            first line of FILE (chmod 600); else ECSTORE_SENTINEL_PASSWORD;\n"
-          "                            the master's password is never sent to a sentinel\n"
-          "  --ns NAME                 namespace served, e.g. the model name (default 'default')\n"
-          "  --node-id ID              node id in Redis (default HOST:PORT)\n"
-          "  --auth-token-file FILE    clients must present this token (first line of FILE, which\n"
-          "                            group and others must not access: chmod 600)\n"
-          "  --acl-file FILE           rights per token and namespace: 'TOKEN NAMESPACES RIGHTS' lines,\n"
-          "                            rights read, write, remove, admin or all (docs/security.md);\n"
-          "                            chmod 600 as the token file\n"
-          "  --unprotected             allow a non-loopback --listen without --auth-token-file\n"
-          "                            (refused by default: anyone who can connect could read and write)\n"
-          "  --hello-timeout-ms MS     close a connection that has not said HELLO by then (default 5000)\n"
-          "  --max-preauth-conns N     connections yet to say HELLO; the oldest is closed to admit\n"
-          "                            a new one (default 64)\n"
-          "  --auth-fail-delay-ms MS   an address may send 5 bad tokens, then one per MS; HELLOs\n"
-          "                            past that are refused unchecked (default 1000)\n"
-          "  --io-timeout-ms MS        drop a request stalled this long (default 30000)\n"
-          "  --redis-timeout-ms MS     bound on each Redis call (default 500)\n"
-          "  --heartbeat-ttl S         registry TTL in seconds (default 10)\n"
-          "  --high-watermark F        background eviction starts above this fill (default 0.95)\n"
-          "  --low-watermark F         ...and stops at this fill (default 0.85)\n"
-          "  --max-request SIZE        largest payload of one request (default 4G)\n"
-          "  --max-conns N             connection limit (default 1024)\n"
-          "  --threads N               event-loop threads (default: the cores available)\n"
-          "  --scrub-freed             zero an object's pool bytes when it is removed, evicted or\n"
-          "                            aborted (costs a memset per free)\n"
-          "  --max-objects N           objects held, empty ones included; the oldest are evicted\n"
-          "                            past it (default: pool size / min block)\n"
-          "  --shm-socket PATH|off     Unix socket for clients on this host: shared-memory gets and puts\n"
-          "                            (default ecstore-PORT.sock in /run/ecstore as root, else in\n"
-          "                            $XDG_RUNTIME_DIR/ecstore or /tmp/ecstore-UID; its directory must\n"
-          "                            be the server's or root's and not group/world-writable)\n"
-          "  --shm-allow-uid LIST      uids that may map the pool read-only besides the server's and\n"
-          "                            root's.  A reader maps the WHOLE pool: it can read every object,\n"
-          "                            whatever its namespace.  Other uids use the socket by copy.\n"
-          "  --shm-write-uid LIST      uids that may map the pool writable (default: the server's own\n"
-          "                            and root); others put by copy over the socket\n"
-          "  --lease-timeout-ms MS     drop a shm/RDMA lease or reservation held this long (default 30000)\n"
-          "  --max-pins-per-conn N     leases plus reservations one connection may hold (default 4096)\n"
-          "  --soft-pin-ttl-ms MS      a soft-pinned put (Mooncake's soft pin) is evicted only after\n"
-          "                            every unpinned object for this long (default 1800000; 0: no pins)\n"
-          "  --max-pinned-per-conn SIZE  bytes one connection may hold pinned (default: 3/4 of\n"
-          "                            the pool; one object always)\n"
-          "  --rdma auto|on|off        register the pool for RDMA clients: auto uses a device when one\n"
-          "                            exists (default), on refuses to start without one\n"
-          "  --rdma-device NAME        RDMA device (default: the first one)\n"
-          "  --rdma-port N             RDMA port (default 1)\n"
-          "  --rdma-gid-index N        RoCE GID index (default 0)\n"
-          "  --port-file FILE          write the bound port to FILE once listening (a new file\n"
-          "                            renamed over FILE: a symlink there is replaced, not followed)\n"
-          "  --metrics-listen HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics (default off)\n"
-          "  --log-level LEVEL         error, warn, info or debug (default info)\n"
-          "  --config FILE             read options from FILE ('name = value' lines);\n"
-          "                            command-line options override it\n"
-          "  --enable-debug-ops        allow test-only requests (corrupting objects); never in production\n"
-          "  --help                    this text\n"
-          "\n"
-          "SIGTERM or SIGINT stops the server gracefully and removes its records from Redis.\n");
+  fprintf(
+      f,
+      "usage: ecstore-server [options]\n"
+      "\n"
+      "Serves tensors by key from one pinned memory pool; publishes object\n"
+      "records and its own registration to Redis.\n"
+      "\n"
+      "  --listen HOST:PORT        address to serve on (default 127.0.0.1:7700; port 0 picks one)\n"
+      "  --advertise HOST:PORT     address clients should use, put in the registry (default: listen)\n"
+      "  --pool-size SIZE          pool bytes, e.g. 512M, 4G, 1.5G (default 1G); at most the\n"
+      "                            memory available (MemAvailable), else refused at start\n"
+      "  --min-block SIZE          smallest pool block, a power of two >= 4K (default 4K)\n"
+      "  --hugepages off|try|require  back the pool with huge pages (default off)\n"
+      "  --no-mlock                do not pin the pool\n"
+      "  --cuda-register           cudaHostRegister the pool when libcudart is present\n"
+      "  --redis URL               redis://HOST:PORT[/DB] or HOST:PORT; 'none' to run without\n"
+      "                            (default 127.0.0.1:6379); redis-cluster://H1:P1[,H2:P2...]; or\n"
+      "                            redis-sentinel://H1:P1,H2:P2/MASTER[/DB] (docs/redis-ha.md)\n"
+      "                            a password: in a --config file's URL (redis://USER:PASS@HOST:PORT),\n"
+      "                            --redis-password-file or ECSTORE_REDIS_PASSWORD, never on the\n"
+      "                            command line (refused there)\n"
+      "  --redis-password-file FILE  Redis AUTH password, first line of FILE (chmod 600)\n"
+      "  --sentinel-password-file FILE  the sentinels' own AUTH password (redis-sentinel://),\n"
+      "                            first line of FILE (chmod 600); else ECSTORE_SENTINEL_PASSWORD;\n"
+      "                            the master's password is never sent to a sentinel\n"
+      "  --ns NAME                 namespace served, e.g. the model name (default 'default')\n"
+      "  --node-id ID              node id in Redis (default HOST:PORT)\n"
+      "  --auth-token-file FILE    clients must present this token (first line of FILE, which\n"
+      "                            group and others must not access: chmod 600)\n"
+      "  --acl-file FILE           rights per token and namespace: 'TOKEN NAMESPACES RIGHTS' lines,\n"
+      "                            rights read, write, overwrite, remove, admin or all (docs/security.md);\n"
+      "                            chmod 600 as the token file\n"
+      "  --unprotected             allow a non-loopback --listen without --auth-token-file\n"
+      "                            (refused by default: anyone who can connect could read and write)\n"
+      "  --hello-timeout-ms MS     close a connection that has not said HELLO by then (default 5000)\n"
+      "  --max-preauth-conns N     connections yet to say HELLO; the oldest is closed to admit\n"
+      "                            a new one (default 64)\n"
+      "  --auth-fail-delay-ms MS   an address may send 5 bad tokens, then one per MS; HELLOs\n"
+      "                            past that are refused unchecked (default 1000)\n"
+      "  --io-timeout-ms MS        drop a request stalled this long (default 30000)\n"
+      "  --redis-timeout-ms MS     bound on each Redis call (default 500)\n"
+      "  --heartbeat-ttl S         registry TTL in seconds (default 10)\n"
+      "  --high-watermark F        background eviction starts above this fill (default 0.95)\n"
+      "  --low-watermark F         ...and stops at this fill (default 0.85)\n"
+      "  --max-request SIZE        largest payload of one request (default 4G)\n"
+      "  --max-conns N             connection limit (default 1024)\n"
+      "  --threads N               event-loop threads (default: the cores available)\n"
+      "  --scrub-freed             zero an object's pool bytes when it is removed, evicted or\n"
+      "                            aborted (costs a memset per free)\n"
+      "  --max-objects N           objects held, empty ones included; the oldest are evicted\n"
+      "                            past it (default: pool size / min block)\n"
+      "  --shm-socket PATH|off     Unix socket for clients on this host: shared-memory gets and puts\n"
+      "                            (default ecstore-PORT.sock in /run/ecstore as root, else in\n"
+      "                            $XDG_RUNTIME_DIR/ecstore or /tmp/ecstore-UID; its directory must\n"
+      "                            be the server's or root's and not group/world-writable)\n"
+      "  --shm-allow-uid LIST      uids that may map the pool read-only besides the server's and\n"
+      "                            root's.  A reader maps the WHOLE pool: it can read every object,\n"
+      "                            whatever its namespace.  Other uids use the socket by copy.\n"
+      "  --shm-write-uid LIST      uids that may map the pool writable (default: the server's own\n"
+      "                            and root); others put by copy over the socket\n"
+      "  --lease-timeout-ms MS     drop a shm/RDMA lease or reservation held this long (default 30000)\n"
+      "  --max-pins-per-conn N     leases plus reservations one connection may hold (default 4096)\n"
+      "  --soft-pin-ttl-ms MS      a soft-pinned put (Mooncake's soft pin) is evicted only after\n"
+      "                            every unpinned object for this long (default 1800000; 0: no pins)\n"
+      "  --max-pinned-per-conn SIZE  bytes one connection may hold pinned (default: 3/4 of\n"
+      "                            the pool; one object always)\n"
+      "  --rdma auto|on|off        register the pool for RDMA clients: auto uses a device when one\n"
+      "                            exists (default), on refuses to start without one\n"
+      "  --rdma-device NAME        RDMA device (default: the first one)\n"
+      "  --rdma-port N             RDMA port (default 1)\n"
+      "  --rdma-gid-index N        RoCE GID index (default 0)\n"
+      "  --port-file FILE          write the bound port to FILE once listening (a new file\n"
+      "                            renamed over FILE: a symlink there is replaced, not followed)\n"
+      "  --metrics-listen HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics (default off)\n"
+      "  --log-level LEVEL         error, warn, info or debug (default info)\n"
+      "  --config FILE             read options from FILE ('name = value' lines);\n"
+      "                            command-line options override it\n"
+      "  --enable-debug-ops        allow test-only requests (corrupting objects); never in production\n"
+      "  --help                    this text\n"
+      "\n"
+      "SIGTERM or SIGINT stops the server gracefully and removes its records from Redis.\n");
 }
 
 enum {
@@ -208,9 +209,20 @@ static const struct option long_opts[] = {
 };
 
 static int bad(const char *opt, const char *val, const char *why) {
-  fprintf(stderr, "ecstore-server: --%s '%s': %s\n", opt, val, why);
+  fprintf(stderr, "ecstore-server: --%s '%.300s%s': %s\n", opt, val, strlen(val) > 300 ? "..." : "", why);
   return 2;
 }
+
+/* 1 when s holds a byte that a name in Redis keys, logs and the registry
+ * must not: whitespace, a control character or DEL. */
+static int has_space_or_control(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s <= ' ' || *s == 0x7f)
+      return 1;
+  return 0;
+}
+
+static char g_config_pw_path[512]; /* a --config file whose --redis URL holds a password */
 
 /* Reads the token from the first line of path.  A file that anyone but
  * its owner may read or write is refused, as ssh refuses a private key:
@@ -338,11 +350,16 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
       return bad("ns", arg, "expected 1..128 bytes");
     if (strpbrk(arg, "{}") != NULL) /* the namespace is its Redis keys' hash tag */
       return bad("ns", arg, "no braces: the namespace is a Redis Cluster hash tag (docs/redis-ha.md)");
+    if (has_space_or_control(arg))
+      return bad("ns", arg, "no spaces or control characters: name it like 'qwen2.5-vl-3b'");
     snprintf(o->ns, sizeof o->ns, "%s", arg);
     return 0;
   case O_NODE:
     if (!*arg || strlen(arg) >= sizeof o->node_id)
       return bad("node-id", arg, "expected 1..63 bytes");
+    if (has_space_or_control(arg))
+      return bad("node-id", arg,
+                 "no spaces, newlines or control characters (it is a Redis key and a log field)");
     snprintf(o->node_id, sizeof o->node_id, "%s", arg);
     return 0;
   case O_AUTH: return read_token(arg, o->auth_token, sizeof o->auth_token);
@@ -435,7 +452,11 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
       return bad("max-objects", arg, "expected 1..2^40");
     o->max_objects = (uint64_t)v;
     return 0;
-  case O_PORTFILE: snprintf(port_file, pf_cap, "%s", arg); return 0;
+  case O_PORTFILE:
+    if (!*arg || strlen(arg) >= pf_cap) /* before: written to the path cut at 511 bytes */
+      return bad("port-file", arg, "expected a path of 1..511 bytes");
+    snprintf(port_file, pf_cap, "%s", arg);
+    return 0;
   case O_LOG: {
     ecs_log_level_t l;
     if (ecs_log_parse_level(arg, &l))
@@ -455,6 +476,8 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     unsigned *list = w ? o->shm_write_uids : o->shm_allow_uids;
     int *n = w ? &o->n_shm_write_uids : &o->n_shm_allow_uids;
     char buf[256];
+    if (strlen(arg) >= sizeof buf) /* before: cut at 255 bytes, so 1001 could become 100 */
+      return bad(w ? "shm-write-uid" : "shm-allow-uid", arg, "list longer than 255 bytes (16 uids at most)");
     snprintf(buf, sizeof buf, "%s", arg);
     *n = 0;
     char *save = NULL;
@@ -556,6 +579,39 @@ static int settle_redis_password(ecs_server_opts_t *o) {
   return rc;
 }
 
+static const char *g_config_path = ""; /* the --config file being read */
+
+static int redis_url_parses(const char *url) {
+  ecs__rds_url_t u;
+  int ok = ecs__rds_url_parse(url, &u) == ECS_OK;
+  memset(&u, 0, sizeof u);
+  return ok;
+}
+
+/* Whether the userinfo of url holds %00. */
+static int redis_url_nul(const char *url) {
+  const char *at = strrchr(url, '@');
+  for (const char *p = url; at && p + 2 < at; p++)
+    if (p[0] == '%' && p[1] == '0' && p[2] == '0')
+      return 1;
+  return 0;
+}
+
+/* A --config file holding a Redis password must be private, as password
+ * and token files are (before: accepted at mode 0644).  0 or 2. */
+static int config_pw_private(void) {
+  struct stat st;
+  if (!g_config_pw_path[0])
+    return 0;
+  if (stat(g_config_pw_path, &st) != 0 || !(st.st_mode & (S_IRWXG | S_IRWXO)))
+    return 0;
+  fprintf(stderr,
+          "ecstore-server: --config '%s' holds a Redis password (in its redis URL) and its permissions "
+          "%04o let group or others read it; run: chmod 600 '%s'\n",
+          g_config_pw_path, (unsigned)(st.st_mode & 07777), g_config_pw_path);
+  return 2;
+}
+
 static int parse(ecs_server_opts_t *o, int argc, char **argv, char *port_file, size_t pf_cap,
                  int from_config) {
   optind = 1;
@@ -578,6 +634,16 @@ static int parse(ecs_server_opts_t *o, int argc, char **argv, char *port_file, s
       }
       continue; /* read before the command line */
     }
+    if (c == O_REDIS && strchr(optarg, '@') != NULL && !redis_url_parses(optarg)) {
+      /* a URL that does not parse is no proof of a password on the command line */
+      fprintf(stderr,
+              "ecstore-server: --redis: the URL's user or password part does not parse%s; write "
+              "redis://USER@HOST:PORT/DB with the password elsewhere, %%XX-escaping ':', '@', '/' and '%%'\n",
+              redis_url_nul(optarg) ? " (%00 would put a NUL byte in it)" : "");
+      return 2;
+    }
+    if (c == O_REDIS && from_config && ecs__rds_url_has_password(optarg))
+      snprintf(g_config_pw_path, sizeof g_config_pw_path, "%s", g_config_path);
     if (c == O_REDIS && !from_config && ecs__rds_url_has_password(optarg)) {
       fprintf(stderr,
               "ecstore-server: --redis: a password on the command line is visible to every local "
@@ -623,7 +689,10 @@ int main(int argc, char **argv) {
       return 1;
     full[0] = argv[0];
     memcpy(full + 1, cargv, (size_t)cargc * sizeof *full);
+    g_config_path = path;
     int rc = parse(&o, cargc + 1, full, port_file, sizeof port_file, 1);
+    if (rc == 0)
+      rc = config_pw_private();
     free(full);
     ecs_conf_free_argv(cargc, cargv);
     if (rc) {
@@ -637,6 +706,13 @@ int main(int argc, char **argv) {
   rc = settle_redis_password(&o);
   if (rc)
     return rc;
+  if (o.min_block > o.pool_size) { /* before: a pool of min-block bytes, silently */
+    fprintf(stderr,
+            "ecstore-server: --min-block (%llu bytes) is larger than --pool-size (%llu bytes): give a "
+            "--min-block of at most the pool's size (default 4K), or a larger --pool-size\n",
+            (unsigned long long)o.min_block, (unsigned long long)o.pool_size);
+    return 2;
+  }
   if (o.low_watermark > o.high_watermark) {
     fprintf(stderr, "ecstore-server: --low-watermark must not exceed --high-watermark\n");
     return 2;

@@ -14,9 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "store/core/auth.h"
 #include "store/core/checksum.h"
 #include "store/client/client_priv.h"
 #include "store/core/codec.h"
+#include "store/core/net.h"
 
 void ecs__cli_err(ecs_client_t *c, const char *fmt, ...) {
   va_list ap;
@@ -142,39 +144,121 @@ int ecs__cli_read_statuses(ecs_client_t *c, const ecs_hdr_t *h, const size_t *id
   return ECS_OK;
 }
 
-int ecs__cli_hello(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
-  ecs_hello_t hl = {.token = (const uint8_t *)c->token_s,
-                    .token_len = (uint16_t)(c->token_s ? strlen(c->token_s) : 0),
-                    .ns = (const uint8_t *)c->ns_s,
-                    .ns_len = (uint16_t)strlen(c->ns_s)};
-  ecs_wbuf_reset(&c->w);
-  ecs_proto_hello_write(&c->w, &hl);
+/* Takes the HELLO reply's values into s. */
+static void take_hello(ecs_cli_srv_t *s, ecs_hello_reply_t *hr) {
+  snprintf(s->node_id, sizeof s->node_id, "%s", hr->node_id);
+  s->epoch = hr->epoch;
+  s->max_data = hr->max_data;
+  snprintf(s->shm_path, sizeof s->shm_path, "%s", hr->shm_path);
+  s->up_id = hr->upgrade_id;
+  memcpy(s->up_secret, hr->upgrade_secret, sizeof s->up_secret);
+  ecs__auth_wipe(hr, sizeof *hr);
+}
+
+/* One HELLO round trip with the record in c->w; the reply record in *hr. */
+static int hello_call(ecs_client_t *c, ecs_cli_srv_t *s, ecs_hello_reply_t *hr, uint64_t deadline) {
   ecs_hdr_t h;
   int rc = ecs__cli_call(c, s, ECS_OP_HELLO, 0, NULL, 0, 0, ECS_CALL_PAYLOAD, NULL, &h, deadline);
   if (rc != ECS_OK && h.status != ECS_OK) {
     if (rc == ECS_EINVAL)
       ecs__cli_err(c, "%s refused the namespace '%s' (it serves another one)", s->addr, c->ns_s);
+    else if (rc == ECS_EAUTH && c->token_s)
+      ecs__cli_err(c,
+                   "%s refused the auth token (unknown there, not allowed in namespace '%s', or the server "
+                   "has no token)",
+                   s->addr, c->ns_s);
     else if (rc == ECS_EAUTH)
-      ecs__cli_err(c, "%s refused the auth token", s->addr);
+      ecs__cli_err(c, "%s refused a client without an auth token (it requires one: set auth_token)", s->addr);
     else
       ecs__cli_err(c, "%s refused HELLO: %s", s->addr, ecs_strerror(rc));
     return rc;
   }
+  if (rc != ECS_OK)
+    return rc;
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, c->rmeta, h.meta_len);
+  rc = ecs_proto_hello_reply_read(&r, hr);
+  if (rc != ECS_OK)
+    ecs__cli_err(c, "%s: malformed HELLO reply", s->addr);
+  return rc;
+}
+
+/* A client with a token never sends it: it sends a key id and a nonce,
+ * checks the server's proof over both nonces, the namespace, the node id
+ * and the address (against the registry's, for a discovered server), and
+ * only then proves the key in turn.  A server that cannot prove the key
+ * (a rogue registry entry, a server of another tenant) gets nothing else:
+ * no token, no request, no payload. */
+int ecs__cli_hello(ecs_client_t *c, ecs_cli_srv_t *s, uint64_t deadline) {
+  ecs_hello_t hl = {.ns = (const uint8_t *)c->ns_s, .ns_len = (uint16_t)strlen(c->ns_s)};
+  ecs_hello_reply_t hr;
+  if (!c->token_s || !c->token_s[0]) {
+    ecs_wbuf_reset(&c->w);
+    ecs_proto_hello_write(&c->w, &hl);
+    int rc = hello_call(c, s, &hr, deadline);
+    if (rc == ECS_OK)
+      take_hello(s, &hr);
+    return rc;
+  }
+  uint8_t key[ECS_AUTH_KEY_SIZE], id[ECS_AUTH_ID_SIZE], cn[ECS_AUTH_NONCE_SIZE], mac[ECS_AUTH_MAC_SIZE];
+  if (ecs__auth_random(cn, sizeof cn) != 0) {
+    ecs__cli_err(c, "no random bytes from the kernel for the HELLO nonce");
+    return ECS_EIO;
+  }
+  ecs__auth_key(c->token_s, strlen(c->token_s), c->ns_s, key);
+  ecs__auth_key_id(key, id);
+  hl.client_flags = ECS_HELLO_C_CHALLENGE;
+  hl.key_id = id;
+  hl.nonce = cn;
+  ecs_wbuf_reset(&c->w);
+  ecs_proto_hello_write(&c->w, &hl);
+  int rc = hello_call(c, s, &hr, deadline);
+  if (rc == ECS_OK && !hr.proof) {
+    ecs__cli_err(c,
+                 "%s did not prove it holds the auth token (its HELLO reply has no proof): not an ecstore "
+                 "server of namespace '%s' with this token, or one older than this client; nothing was "
+                 "sent to it",
+                 s->addr, c->ns_s);
+    rc = ECS_EAUTH;
+  }
   if (rc == ECS_OK) {
-    ecs_rbuf_t r;
-    ecs_hello_reply_t hr;
-    ecs_rbuf_init(&r, c->rmeta, h.meta_len);
-    rc = ecs_proto_hello_reply_read(&r, &hr);
-    if (rc == ECS_OK) {
-      snprintf(s->node_id, sizeof s->node_id, "%s", hr.node_id);
-      s->epoch = hr.epoch;
-      s->max_data = hr.max_data;
-      snprintf(s->shm_path, sizeof s->shm_path, "%s", hr.shm_path);
-      s->up_id = hr.upgrade_id;
-      memcpy(s->up_secret, hr.upgrade_secret, sizeof s->up_secret);
-      memset(&hr, 0, sizeof hr);
+    ecs__auth_mac(key, 1, cn, hr.snonce, c->ns_s, hr.node_id, hr.addr, mac);
+    if (!ecs_ct_equal(mac, sizeof mac, hr.smac, sizeof hr.smac)) {
+      ecs__cli_err(c,
+                   "%s failed to prove it holds the auth token (wrong proof): a rogue server, or one of "
+                   "another namespace; nothing was sent to it",
+                   s->addr);
+      rc = ECS_EAUTH;
+    } else if (s->reg_id[0] && (strcmp(hr.node_id, s->reg_id) != 0 || strcmp(hr.addr, s->addr) != 0)) {
+      /* a discovered server: the proof must name the registry's entry,
+       * or a rogue entry could relay to a real server */
+      ecs__cli_err(c,
+                   "%s proved the token as node '%s' at %s, but the registry names node '%s' there: a "
+                   "relayed or forged registry entry; nothing was sent to it",
+                   s->addr, hr.node_id, hr.addr, s->reg_id);
+      rc = ECS_EAUTH;
     }
   }
+  char node_id[sizeof hr.node_id];
+  snprintf(node_id, sizeof node_id, "%s", hr.node_id);
+  if (rc == ECS_OK) {
+    ecs__auth_mac(key, 0, cn, hr.snonce, c->ns_s, hr.node_id, hr.addr, mac);
+    ecs_hello_t pv = {.ns = hl.ns, .ns_len = hl.ns_len, .client_flags = ECS_HELLO_C_PROVE, .mac = mac};
+    ecs_wbuf_reset(&c->w);
+    ecs_proto_hello_write(&c->w, &pv);
+    rc = hello_call(c, s, &hr, deadline);
+    if (rc == ECS_OK && strcmp(hr.node_id, node_id) != 0) {
+      ecs__cli_err(c, "%s: HELLO reply names node '%s' after proving node '%s'", s->addr, hr.node_id,
+                   node_id);
+      rc = ECS_EPROTO;
+    }
+  }
+  ecs__auth_wipe(key, sizeof key);
+  ecs__auth_wipe(mac, sizeof mac);
+  if (rc == ECS_OK)
+    take_hello(s, &hr);
+  else
+    ecs__auth_wipe(&hr, sizeof hr);
   return rc;
 }
 

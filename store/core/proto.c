@@ -12,6 +12,8 @@
  */
 #include "store/core/proto.h"
 
+#include "store/core/auth.h"
+
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,6 +428,12 @@ void ecs_proto_hello_write(ecs_wbuf_t *w, const ecs_hello_t *h) {
   ecs_wbuf_u32(w, h->client_flags);
   ecs_wbuf_put(w, h->token, h->token_len);
   ecs_wbuf_put(w, h->ns, h->ns_len);
+  if (h->client_flags & ECS_HELLO_C_CHALLENGE) {
+    ecs_wbuf_put(w, h->key_id, ECS_AUTH_ID_SIZE);
+    ecs_wbuf_put(w, h->nonce, ECS_AUTH_NONCE_SIZE);
+  } else if (h->client_flags & ECS_HELLO_C_PROVE) {
+    ecs_wbuf_put(w, h->mac, ECS_AUTH_MAC_SIZE);
+  }
 }
 
 /* A bad HELLO ends the connection whatever is wrong with it, so every
@@ -438,8 +446,17 @@ int ecs_proto_hello_read(ecs_rbuf_t *r, ecs_hello_t *h) {
   if (r->err != ECS_OK || h->token_len > ECS_PROTO_MAX_TOKEN || h->ns_len == 0 ||
       h->ns_len > ECS_PROTO_MAX_NS)
     return rbuf_fail(r);
+  uint32_t auth = h->client_flags & (ECS_HELLO_C_CHALLENGE | ECS_HELLO_C_PROVE);
+  if (auth == (ECS_HELLO_C_CHALLENGE | ECS_HELLO_C_PROVE) || (auth && h->token_len))
+    return rbuf_fail(r);
   h->token = rbuf_take(r, h->token_len);
   h->ns = rbuf_take(r, h->ns_len);
+  if (auth == ECS_HELLO_C_CHALLENGE) {
+    h->key_id = rbuf_take(r, ECS_AUTH_ID_SIZE);
+    h->nonce = rbuf_take(r, ECS_AUTH_NONCE_SIZE);
+  } else if (auth == ECS_HELLO_C_PROVE) {
+    h->mac = rbuf_take(r, ECS_AUTH_MAC_SIZE);
+  }
   if (r->err != ECS_OK)
     return rbuf_fail(r);
   return ECS_OK;
@@ -448,7 +465,7 @@ int ecs_proto_hello_read(ecs_rbuf_t *r, ecs_hello_t *h) {
 void ecs_proto_hello_reply_write(ecs_wbuf_t *w, const ecs_hello_reply_t *h) {
   uint16_t n = (uint16_t)strnlen(h->node_id, sizeof h->node_id - 1);
   ecs_wbuf_u16(w, n);
-  ecs_wbuf_u16(w, h->upgrade_id ? ECS_HELLO_F_UPGRADE : 0);
+  ecs_wbuf_u16(w, (uint16_t)((h->upgrade_id ? ECS_HELLO_F_UPGRADE : 0) | (h->proof ? ECS_HELLO_F_PROOF : 0)));
   ecs_wbuf_u32(w, h->max_items);
   ecs_wbuf_u64(w, h->epoch);
   ecs_wbuf_u64(w, h->pool_size);
@@ -460,6 +477,13 @@ void ecs_proto_hello_reply_write(ecs_wbuf_t *w, const ecs_hello_reply_t *h) {
   if (h->upgrade_id) {
     ecs_wbuf_u64(w, h->upgrade_id);
     ecs_wbuf_put(w, h->upgrade_secret, ECS_UPGRADE_SECRET_SIZE);
+  }
+  if (h->proof) {
+    uint16_t an = (uint16_t)strnlen(h->addr, sizeof h->addr - 1);
+    ecs_wbuf_u16(w, an);
+    ecs_wbuf_put(w, h->addr, an);
+    ecs_wbuf_put(w, h->snonce, sizeof h->snonce);
+    ecs_wbuf_put(w, h->smac, sizeof h->smac);
   }
 }
 
@@ -486,13 +510,28 @@ int ecs_proto_hello_reply_read(ecs_rbuf_t *r, ecs_hello_reply_t *h) {
     return rbuf_fail(r);
   memcpy(h->shm_path, path, pn);
   h->shm_path[pn] = '\0';
-  if (!(flags & ECS_HELLO_F_UPGRADE))
-    return ECS_OK;
-  h->upgrade_id = ecs_rbuf_u64(r);
-  const uint8_t *sec = rbuf_take(r, ECS_UPGRADE_SECRET_SIZE);
-  if (r->err != ECS_OK || h->upgrade_id == 0 || sec == NULL)
-    return rbuf_fail(r);
-  memcpy(h->upgrade_secret, sec, ECS_UPGRADE_SECRET_SIZE);
+  if (flags & ECS_HELLO_F_UPGRADE) {
+    h->upgrade_id = ecs_rbuf_u64(r);
+    const uint8_t *sec = rbuf_take(r, ECS_UPGRADE_SECRET_SIZE);
+    if (r->err != ECS_OK || h->upgrade_id == 0 || sec == NULL)
+      return rbuf_fail(r);
+    memcpy(h->upgrade_secret, sec, ECS_UPGRADE_SECRET_SIZE);
+  }
+  if (flags & ECS_HELLO_F_PROOF) {
+    uint16_t an = ecs_rbuf_u16(r);
+    if (r->err != ECS_OK || an >= sizeof h->addr)
+      return rbuf_fail(r);
+    const uint8_t *a = rbuf_take(r, an);
+    const uint8_t *sn = rbuf_take(r, sizeof h->snonce);
+    const uint8_t *sm = rbuf_take(r, sizeof h->smac);
+    if (r->err != ECS_OK || a == NULL || sn == NULL || sm == NULL)
+      return rbuf_fail(r);
+    memcpy(h->addr, a, an);
+    h->addr[an] = '\0';
+    memcpy(h->snonce, sn, sizeof h->snonce);
+    memcpy(h->smac, sm, sizeof h->smac);
+    h->proof = 1;
+  }
   return ECS_OK;
 }
 

@@ -150,13 +150,22 @@ typedef struct ecs_get_reply {
   uint64_t checksum;      /* xxh3-64 of the payload */
 } ecs_get_reply_t;
 
-/* HELLO request (meta section, count = 0). */
+/* HELLO request (meta section, count = 0).  A client with a token never
+ * sends it: it says HELLO twice, first CHALLENGE (its key id and nonce),
+ * then, once the server's reply proved the key, PROVE (its own proof);
+ * store/core/auth.h has the arithmetic.  A client without a token says
+ * one plain HELLO (client_flags 0, token_len 0). */
+#define ECS_HELLO_C_CHALLENGE 0x1u /* key_id and nonce follow the namespace */
+#define ECS_HELLO_C_PROVE 0x2u     /* mac follows the namespace */
 typedef struct ecs_hello {
-  const uint8_t *token;  /* auth token (may be empty); points into the record */
-  uint16_t token_len;    /* 0..ECS_PROTO_MAX_TOKEN */
+  const uint8_t *token;  /* plain HELLO: a token in the clear (servers with tokens refuse it) */
+  uint16_t token_len;    /* 0..ECS_PROTO_MAX_TOKEN; 0 with CHALLENGE or PROVE */
   const uint8_t *ns;     /* namespace; points into the record */
   uint16_t ns_len;       /* 1..ECS_PROTO_MAX_NS */
-  uint32_t client_flags; /* reserved, 0 */
+  uint32_t client_flags; /* 0, ECS_HELLO_C_CHALLENGE or ECS_HELLO_C_PROVE; other bits reserved */
+  const uint8_t *key_id; /* CHALLENGE: ECS_AUTH_ID_SIZE (16) bytes */
+  const uint8_t *nonce;  /* CHALLENGE: ECS_AUTH_NONCE_SIZE (32) bytes */
+  const uint8_t *mac;    /* PROVE: ECS_AUTH_MAC_SIZE (32) bytes */
 } ecs_hello_t;
 
 #define ECS_UPGRADE_SECRET_SIZE 32 /* the one-time upgrade secret (HELLO reply) */
@@ -170,6 +179,9 @@ typedef struct ecs_hello {
  * says the secret follows the shm path, so a reply without it keeps its
  * old layout and an older client skips what it does not know. */
 #define ECS_HELLO_F_UPGRADE 0x1u
+/* The reply to a CHALLENGE HELLO: the server's advertised address, nonce
+ * and proof follow (after the upgrade part, which such a reply never has). */
+#define ECS_HELLO_F_PROOF 0x2u
 typedef struct ecs_hello_reply {
   char node_id[64];                                /* NUL-terminated node id */
   char shm_path[108];                              /* the server's Unix socket for shm ("" when off) */
@@ -179,6 +191,10 @@ typedef struct ecs_hello_reply {
   uint64_t max_data;                               /* largest data section the server accepts */
   uint64_t upgrade_id;                             /* names the secret (0: none issued) */
   uint8_t upgrade_secret[ECS_UPGRADE_SECRET_SIZE]; /* valid when upgrade_id != 0 */
+  int proof;                                       /* ECS_HELLO_F_PROOF: the three below are set */
+  char addr[256];                                  /* the address the server advertises (registry) */
+  uint8_t snonce[32];                              /* the server's nonce (ECS_AUTH_NONCE_SIZE) */
+  uint8_t smac[32];                                /* the server's proof (ECS_AUTH_MAC_SIZE) */
 } ecs_hello_reply_t;
 
 /* UPGRADE (shm socket, count = 0): CHALLENGE asks for a nonce (reply

@@ -70,10 +70,7 @@ static void meta_hb_expire_done(void *ctx, int rc, redisReply *r) {
 
 static void meta_hb_epoch_done(void *ctx, int rc, redisReply *r) {
   ecs_meta_t *m = ctx;
-  char epoch[24];
-  int n = snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
-  m->hb_epoch_ok = rc == ECS_OK && r->type == REDIS_REPLY_STRING && r->len == (size_t)n &&
-                   memcmp(r->str, epoch, (size_t)n) == 0;
+  m->hb_epoch_ok = rc == ECS_OK && ecs__meta_entry_ours(m, r);
 }
 
 /* The heartbeat's last reply: the entry is ours (and an owed re-sync may
@@ -98,7 +95,7 @@ static void meta_heartbeat_async(ecs_meta_t *m) {
   char ttl[16];
   snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
   const char *expire[] = {"EXPIRE", m->node_key, ttl};
-  const char *hget[] = {"HGET", m->node_key, "epoch"};
+  const char *hget[] = {"HMGET", m->node_key, "epoch", "addr"};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
   /* free bytes, for clients placing puts by load; sent first, so that on a
    * lost entry the EXPIRE below still gives what it creates a TTL, and the
@@ -109,7 +106,7 @@ static void meta_heartbeat_async(ecs_meta_t *m) {
   m->hb_expire_ok = m->hb_epoch_ok = 0;
   ecs__meta_async_write(m, 4, hset, NULL);
   if (ecs__meta_acmd(m, meta_hb_expire_done, m, 3, expire, NULL) != ECS_OK ||
-      ecs__meta_acmd(m, meta_hb_epoch_done, m, 3, hget, NULL) != ECS_OK ||
+      ecs__meta_acmd(m, meta_hb_epoch_done, m, 4, hget, NULL) != ECS_OK ||
       ecs__meta_acmd(m, meta_hb_done, m, 3, sadd, NULL) != ECS_OK)
     return; /* the link is going down: nothing in flight to wait for */
   m->hb_inflight = 1;
@@ -215,8 +212,7 @@ int ecs__meta_tick_async(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t
   if (!ecs__rdsa_up(&m->alink))
     return ECS_ENOTCONN;
   int starting = m->resync_owed && !m->sweeping && rs != NULL;
-  if (!m->hb_inflight &&
-      (starting || !m->hb_valid || now_ms - m->last_hb_ms >= (uint64_t)m->ttl_s * 1000u / 3u)) {
+  if (!m->hb_inflight && (starting || !m->hb_valid || now_ms - m->last_hb_ms >= ecs__meta_hb_period_ms(m))) {
     meta_heartbeat_async(m);
     m->hb_valid = 1;
     m->last_hb_ms = now_ms;

@@ -313,7 +313,7 @@ int ecs_meta_tick(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t *rs) {
   /* A re-sync about to start checks the registry first, so that it never
    * publishes under an entry that has expired. */
   int starting = m->resync_owed && !m->sweeping && rs != NULL;
-  if (starting || !m->hb_valid || now_ms - m->last_hb_ms >= (uint64_t)m->ttl_s * 1000u / 3u) {
+  if (starting || !m->hb_valid || now_ms - m->last_hb_ms >= ecs__meta_hb_period_ms(m)) {
     rc = ecs__meta_heartbeat(m);
     if (rc != ECS_OK)
       return rc;

@@ -178,4 +178,18 @@ int ecs__meta_acmd(ecs_meta_t *m, ecs__rdsa_fn fn, void *ctx, int argc, const ch
                    const size_t *lens);                                                /* meta_async.c */
 int ecs__meta_tick_async(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t *rs); /* meta_async.c */
 
+/* How often a server checks its registry entry: every ttl/3, and at least
+ * once a second, so that an entry deleted (or rewritten) by anyone else
+ * who may write the namespace's keys is put back within a second, not at
+ * the next ttl/3 (issue 23 N9: live objects read as absent meanwhile). */
+static inline uint64_t ecs__meta_hb_period_ms(const ecs_meta_t *m) {
+  uint64_t p = (uint64_t)m->ttl_s * 1000u / 3u;
+  return p < 1000u ? p : 1000u;
+}
+
+/* Whether an HMGET epoch addr reply names this server's epoch and
+ * address: else the entry was lost or rewritten by someone else, and the
+ * heartbeat registers it again (meta_registry.c). */
+int ecs__meta_entry_ours(const ecs_meta_t *m, const struct redisReply *r);
+
 #endif

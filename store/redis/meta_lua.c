@@ -17,9 +17,11 @@
  * key of another type (someone else's garbage) counts as missing, so that
  * it cannot fail the whole batch.
  * Registry epochs are cached per node for the duration of one call.
- * exists (mode "e") first tries the common case in two cheap calls: the
- * last writer ("node") is live and still a holder; only otherwise is the
- * whole record read.
+ * Mode "e" first tries the common case in two cheap calls: the last
+ * writer ("node") is live and still a holder; only otherwise is the whole
+ * record read.  exists_batch no longer uses it: it asks for the record
+ * ("l") and parses its fields as lookup does, so a forged or junk record
+ * does not read as present (issue 23 N8).
  */
 const char ecs__meta_check_lua[] =
     "local pfx, mode, me = ARGV[1], ARGV[2], ARGV[3]\n"

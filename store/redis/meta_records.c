@@ -238,9 +238,15 @@ static int meta_check_batch(ecs_meta_t *m, meta_batch_t *b, meta_each_fn each, v
   return rc;
 }
 
+static int meta_parse_rec(const redisReply *e, ecs_meta_rec_t *rec);
+
+/* A record exists when the lookup would find it: its fields parse and a
+ * holder is live (before: any record with a live "node" and "epoch", so a
+ * forged or junk record said yes, and the get then missed). */
 static void meta_each_exists(void *ctx, size_t i, const redisReply *e) {
   int *exists = ctx;
-  exists[i] = e->type == REDIS_REPLY_INTEGER && e->integer == 1;
+  ecs_meta_rec_t rec;
+  exists[i] = e->type == REDIS_REPLY_ARRAY && meta_parse_rec(e, &rec) == 0;
 }
 
 int ecs_meta_exists_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint16_t *lens, size_t n,
@@ -251,7 +257,7 @@ int ecs_meta_exists_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint1
     exists[i] = 0;
   if (m == NULL)
     return ECS_EINVAL;
-  meta_batch_t b = {.keys = keys, .lens = lens, .mode = "e"};
+  meta_batch_t b = {.keys = keys, .lens = lens, .mode = "l"}; /* the whole record, parsed as lookup does */
   size_t *idx = ecs__meta_valid_idx(lens, n, &b.n);
   if (idx == NULL)
     return ECS_ENOMEM;

@@ -59,25 +59,36 @@ int ecs_meta_register(ecs_meta_t *m) {
   return rc;
 }
 
+int ecs__meta_entry_ours(const ecs_meta_t *m, const redisReply *r) {
+  char epoch[24];
+  int n = snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
+  size_t al = strlen(m->addr);
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+    return 0;
+  const redisReply *e = r->element[0], *a = r->element[1];
+  return e->type == REDIS_REPLY_STRING && e->len == (size_t)n && memcmp(e->str, epoch, (size_t)n) == 0 &&
+         a->type == REDIS_REPLY_STRING && a->len == al && memcmp(a->str, m->addr, al) == 0;
+}
+
 /* Heartbeat: refresh the TTL, check that the entry is still ours, and keep
  * the id in the nodes set (ecs_meta_nodes() tidies out dead ids). */
 int ecs__meta_heartbeat(ecs_meta_t *m) {
   char ttl[16];
   snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
   const char *expire[] = {"EXPIRE", m->node_key, ttl};
-  const char *hget[] = {"HGET", m->node_key, "epoch"};
+  const char *hget[] = {"HMGET", m->node_key, "epoch", "addr"};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
   char fb[24]; /* free bytes, for clients placing puts by load (HSET on a lost entry is harmless:
                   the check below registers again) */
   snprintf(fb, sizeof fb, "%llu", (unsigned long long)m->free_bytes);
   const char *hset[] = {"HSET", m->node_key, "free", fb};
   size_t el[] = {6, strlen(m->node_key), strlen(ttl)};
-  size_t hl[] = {4, strlen(m->node_key), 5};
+  size_t hl[] = {5, strlen(m->node_key), 5, 4};
   size_t sl[] = {4, strlen(m->nodes_key), strlen(m->node_id)};
   size_t fl[] = {4, strlen(m->node_key), 4, strlen(fb)};
   int arc = ecs__meta_append(m, 3, expire, el);
   if (arc == ECS_OK)
-    arc = ecs__meta_append(m, 3, hget, hl);
+    arc = ecs__meta_append(m, 4, hget, hl);
   if (arc == ECS_OK)
     arc = ecs__meta_append(m, 3, sadd, sl);
   if (arc == ECS_OK)
@@ -104,10 +115,7 @@ int ecs__meta_heartbeat(ecs_meta_t *m) {
   }
   freeReplyObject(r3);
   freeReplyObject(r4);
-  char epoch[24];
-  int n = snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
-  int ours = r1->type == REDIS_REPLY_INTEGER && r1->integer == 1 && r2->type == REDIS_REPLY_STRING &&
-             r2->len == (size_t)n && memcmp(r2->str, epoch, (size_t)n) == 0;
+  int ours = r1->type == REDIS_REPLY_INTEGER && r1->integer == 1 && ecs__meta_entry_ours(m, r2);
   rc = ecs__meta_reply_err(m, r1, "heartbeat");
   if (rc == ECS_OK)
     rc = ecs__meta_reply_err(m, r2, "heartbeat");

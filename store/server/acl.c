@@ -15,16 +15,18 @@
 
 #include "ecstore/error.h"
 #include "store/core/net.h"
+#include "store/core/parse.h"
 
 #define ACL_MAX_FILE (4u << 20)
 
 typedef struct acl_entry {
-  char *token;      /* the token (NUL-terminated; no whitespace inside) */
-  size_t token_len; /* its length */
-  char **ns;        /* allowed namespaces; NULL with any_ns */
-  size_t nns;       /* how many */
-  int any_ns;       /* '*': every namespace */
-  unsigned rights;  /* ECS__RIGHT_* bits */
+  char *token;            /* the token (NUL-terminated; no whitespace inside) */
+  size_t token_len;       /* its length */
+  char **ns;              /* allowed namespaces; NULL with any_ns */
+  size_t nns;             /* how many */
+  int any_ns;             /* '*': every namespace */
+  unsigned rights;        /* ECS__RIGHT_* bits */
+  ecs__acl_quota_t quota; /* the optional fourth field (0: no limit) */
 } acl_entry_t;
 
 struct ecs__acl {
@@ -36,8 +38,8 @@ static const struct {
   const char *name;
   unsigned bits;
 } right_names[] = {
-    {"read", ECS__RIGHT_READ},   {"write", ECS__RIGHT_WRITE}, {"remove", ECS__RIGHT_REMOVE},
-    {"admin", ECS__RIGHT_ADMIN}, {"all", ECS__RIGHT_ALL},
+    {"read", ECS__RIGHT_READ},   {"write", ECS__RIGHT_WRITE},         {"remove", ECS__RIGHT_REMOVE},
+    {"admin", ECS__RIGHT_ADMIN}, {"overwrite", ECS__RIGHT_OVERWRITE}, {"all", ECS__RIGHT_ALL},
 };
 
 static int acl_err(char *err, size_t errlen, const char *name, size_t line, const char *fmt, ...) {
@@ -75,7 +77,7 @@ size_t ecs__acl_count(const ecs__acl_t *a) {
 const char *ecs__acl_rights_str(unsigned rights, char *buf, size_t cap) {
   size_t used = 0;
   buf[0] = '\0';
-  for (size_t i = 0; i < 4; i++)
+  for (size_t i = 0; i < 5; i++) /* every right but "all" */
     if (rights & right_names[i].bits) {
       int k = snprintf(buf + used, cap - used, "%s%s", used ? "," : "", right_names[i].name);
       if (k < 0 || (size_t)k >= cap - used)
@@ -127,7 +129,33 @@ static int parse_rights(char *s, unsigned *out) {
   return 0;
 }
 
-/* One line's three fields into e.  ECS_OK, ECS_EINVAL (message in why),
+/* The optional fourth field: "stored=SIZE,pinned=SIZE,pins=N", any of
+ * them, in any order.  0 or -1 (why set). */
+static int parse_quota(char *s, ecs__acl_quota_t *q, char *why, size_t whycap) {
+  char *save = NULL;
+  for (char *t = strtok_r(s, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(t, '=');
+    uint64_t v = 0;
+    long long n = 0;
+    if (eq)
+      *eq++ = '\0';
+    if (eq && !strcmp(t, "stored") && ecs_parse_size(eq, &v) == 0 && v) {
+      q->stored = v;
+    } else if (eq && !strcmp(t, "pinned") && ecs_parse_size(eq, &v) == 0 && v) {
+      q->pinned = v;
+    } else if (eq && !strcmp(t, "pins") && ecs_parse_int(eq, 1, 1 << 30, &n) == 0) {
+      q->pins = (uint64_t)n;
+    } else {
+      snprintf(why, whycap,
+               "the quota field must be a comma-separated list of stored=SIZE, pinned=SIZE, pins=N "
+               "(sizes like 512M, above 0)");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* One line's three or four fields into e.  ECS_OK, ECS_EINVAL (message in why),
  * ECS_ENOMEM. */
 static int parse_entry(char **f, acl_entry_t *e, char *why, size_t whycap) {
   size_t tl = strlen(f[0]);
@@ -140,8 +168,11 @@ static int parse_entry(char **f, acl_entry_t *e, char *why, size_t whycap) {
       snprintf(why, whycap, "token holds a control character");
       return ECS_EINVAL;
     }
+  if (f[3] && parse_quota(f[3], &e->quota, why, whycap) != 0)
+    return ECS_EINVAL;
   if (parse_rights(f[2], &e->rights) != 0) {
-    snprintf(why, whycap, "rights must be a comma-separated list of read, write, remove, admin, or 'all'");
+    snprintf(why, whycap,
+             "rights must be a comma-separated list of read, write, overwrite, remove, admin, or 'all'");
     return ECS_EINVAL;
   }
   if (!strcmp(f[1], "*")) {
@@ -212,13 +243,13 @@ int ecs__acl_parse(const char *text, size_t len, const char *name, ecs__acl_t **
         line[i] = '\0';
         break;
       }
-    char *f[3];
-    size_t nf = split_fields(line, f, 3);
+    char *f[4] = {NULL, NULL, NULL, NULL};
+    size_t nf = split_fields(line, f, 4);
     if (nf == 0)
       continue;
-    if (nf != 3) {
-      rc = acl_err(err, errlen, name, lineno, "expected 'TOKEN NAMESPACES RIGHTS', got %s fields",
-                   nf > 3    ? "more than 3"
+    if (nf < 3 || nf > 4) {
+      rc = acl_err(err, errlen, name, lineno, "expected 'TOKEN NAMESPACES RIGHTS [QUOTA]', got %s fields",
+                   nf > 4    ? "more than 4"
                    : nf == 1 ? "1"
                              : "2");
       break;
@@ -341,4 +372,18 @@ unsigned ecs__acl_rights(const ecs__acl_t *a, const void *token, size_t len, con
   if (known)
     *known = found;
   return rights;
+}
+
+const char *ecs__acl_entry(const ecs__acl_t *a, size_t i, const char *ns, size_t *len, unsigned *rights) {
+  const acl_entry_t *e = &a->e[i];
+  int ok = e->any_ns;
+  for (size_t k = 0; !ok && k < e->nns; k++)
+    ok = !strcmp(e->ns[k], ns);
+  *rights = ok ? e->rights : 0;
+  *len = e->token_len;
+  return e->token;
+}
+
+void ecs__acl_entry_quota(const ecs__acl_t *a, size_t i, ecs__acl_quota_t *q) {
+  *q = a->e[i].quota;
 }

@@ -2,7 +2,7 @@
  * Authorization: which token may do what in which namespace (--acl-file).
  *
  * An ACL file has one line per token, three fields separated by spaces or
- * tabs:
+ * tabs, and an optional fourth, the token's quota (ecs__acl_quota_t):
  *
  *     # TOKEN              NAMESPACES          RIGHTS
  *     reader-7f3a9c...     model-a,model-b     read
@@ -10,8 +10,8 @@
  *     ops-91bd07...        *                   all
  *
  * NAMESPACES is a comma-separated list of namespaces (1..128 bytes each)
- * or '*' for any; RIGHTS a comma-separated list of read, write, remove and
- * admin, or 'all'.  '#' starts a comment at a line's start or after
+ * or '*' for any; RIGHTS a comma-separated list of read, write, overwrite,
+ * remove and admin, or 'all'.  '#' starts a comment at a line's start or after
  * whitespace (as in the config files of store/core/parse.h), so a token may
  * hold a '#' but not begin with one.  A token is 1..256 bytes without
  * whitespace and appears once.  Anything else is refused with
@@ -31,11 +31,12 @@
 
 /* Rights, as bits (a connection's rights, an opcode's requirement). */
 enum {
-  ECS__RIGHT_READ = 1u,   /* get, exists, lease, release, attach, rdma_connect, stat */
-  ECS__RIGHT_WRITE = 2u,  /* put, reserve, commit, attach for writing */
-  ECS__RIGHT_REMOVE = 4u, /* remove */
-  ECS__RIGHT_ADMIN = 8u,  /* stat, debug */
-  ECS__RIGHT_ALL = 15u
+  ECS__RIGHT_READ = 1u,       /* get, exists, lease, release, attach, rdma_connect, stat */
+  ECS__RIGHT_WRITE = 2u,      /* put, reserve, commit, attach for writing */
+  ECS__RIGHT_REMOVE = 4u,     /* remove */
+  ECS__RIGHT_ADMIN = 8u,      /* stat, debug */
+  ECS__RIGHT_OVERWRITE = 16u, /* upsert: replace a key that holds other content */
+  ECS__RIGHT_ALL = 31u
 };
 
 #define ECS__ACL_MAX_TOKEN 256    /* bytes of one token */
@@ -44,6 +45,14 @@ enum {
 #define ECS__ACL_MAX_LINE 8192    /* bytes of one line */
 
 typedef struct ecs__acl ecs__acl_t;
+
+/* A token's quota (the optional fourth field, "stored=SIZE,pinned=SIZE,
+ * pins=N"; 0: no limit): bytes of objects it stored that the server
+ * holds, bytes and count of the objects its connections hold pinned
+ * (leases and reservations, all its connections together). */
+typedef struct ecs__acl_quota {
+  uint64_t stored, pinned, pins;
+} ecs__acl_quota_t;
 
 /* Parses len bytes of text (name: the file name for messages).  ECS_OK
  * with *out (free with ecs__acl_free), ECS_EINVAL with "NAME:LINE: what"
@@ -66,6 +75,14 @@ unsigned ecs__acl_rights(const ecs__acl_t *a, const void *token, size_t len, con
 
 /* Entries loaded. */
 size_t ecs__acl_count(const ecs__acl_t *a);
+
+/* Entry i (< ecs__acl_count): its token (*len bytes) and, in *rights, its
+ * rights in namespace ns (0: not allowed there).  For the server's table
+ * of derived keys (server_auth.c), built once at start. */
+const char *ecs__acl_entry(const ecs__acl_t *a, size_t i, const char *ns, size_t *len, unsigned *rights);
+
+/* Entry i's quota. */
+void ecs__acl_entry_quota(const ecs__acl_t *a, size_t i, ecs__acl_quota_t *q);
 
 /* "read,write" etc. for rights into buf (for logs). */
 const char *ecs__acl_rights_str(unsigned rights, char *buf, size_t cap);

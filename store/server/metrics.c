@@ -228,6 +228,10 @@ int ecs_metrics_owns(const ecs_metrics_srv_t *m, const void *ptr) {
   return m && p >= b && p < b + sizeof *m;
 }
 
+int ecs_metrics_fd(const ecs_metrics_srv_t *m) {
+  return m ? m->lfd : -1;
+}
+
 int ecs_metrics_port(const ecs_metrics_srv_t *m) {
   return m ? m->port : -1;
 }
@@ -247,10 +251,20 @@ static void accept_all(ecs_metrics_srv_t *m) {
         continue;
       return;
     }
-    mconn_t *c = NULL;
-    for (int i = 0; i < ECS_METRICS_MAX_CONNS && !c; i++)
-      if (m->conns[i].fd < 0)
-        c = &m->conns[i];
+    mconn_t *c = NULL, *oldest = NULL;
+    for (int i = 0; i < ECS_METRICS_MAX_CONNS && !c; i++) {
+      mconn_t *k = &m->conns[i];
+      if (k->fd < 0)
+        c = k;
+      else if (!k->out.len && (!oldest || k->t0_ms < oldest->t0_ms))
+        oldest = k; /* still sending its head */
+    }
+    if (!c && oldest) {
+      ECS_LOG_D("metrics: all %d slots taken; closing the oldest scrape still sending its request",
+                ECS_METRICS_MAX_CONNS);
+      mconn_close(m, oldest);
+      c = oldest;
+    }
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
     if (!c || epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
       close(fd); /* busy: a scraper retries at its next interval */
@@ -363,6 +377,9 @@ void ecs_metrics_tick(ecs_metrics_srv_t *m, uint64_t now_ms) {
     mconn_t *c = &m->conns[i];
     if (c->fd >= 0 && now_ms - c->t0_ms > ECS_METRICS_TIMEOUT_MS) {
       ECS_LOG_D("metrics: closing a scrape stalled for %d ms", ECS_METRICS_TIMEOUT_MS);
+      mconn_close(m, c);
+    } else if (c->fd >= 0 && !c->out.len && now_ms - c->t0_ms > ECS_METRICS_HEAD_MS) {
+      ECS_LOG_D("metrics: closing a scrape that sent no whole request within %d ms", ECS_METRICS_HEAD_MS);
       mconn_close(m, c);
     }
   }

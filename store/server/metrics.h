@@ -6,8 +6,11 @@
  * The HTTP side is deliberately small: one request per connection, a
  * request of at most ECS_METRICS_MAX_REQUEST bytes (anything longer is
  * answered 431 and closed), at most ECS_METRICS_MAX_CONNS connections at a
- * time (more are closed at accept), each closed after
- * ECS_METRICS_TIMEOUT_MS whatever its state.  Sockets are non-blocking, so
+ * time, each closed after ECS_METRICS_TIMEOUT_MS whatever its state, or
+ * after ECS_METRICS_HEAD_MS without a whole request head.  When all are
+ * taken a new connection closes the oldest one still sending its head
+ * (a slow or silent scraper never keeps a real one out); when every one
+ * is being answered, the new one is closed.  Sockets are non-blocking, so
  * a slow or stalled scraper never holds the loop.  The parser,
  * ecs_metrics_http_parse(), does no I/O and is tested on its own.
  *
@@ -22,6 +25,7 @@
 #define ECS_METRICS_MAX_REQUEST 2048 /* bytes of request line + headers */
 #define ECS_METRICS_MAX_CONNS 8      /* scrapers served at once */
 #define ECS_METRICS_TIMEOUT_MS 5000  /* a scrape's whole life */
+#define ECS_METRICS_HEAD_MS 1000     /* ...of which this long to send the request head */
 #define ECS_HIST_NBOUNDS 16          /* finite bucket bounds; +Inf is one more */
 
 /* Upper bounds of the latency buckets, in seconds, ascending. */
@@ -89,7 +93,11 @@ int ecs_metrics_open(const char *host, int port, int epfd, ecs_metrics_render_fn
  * connections); then ecs_metrics_event() handles it.  m may be NULL. */
 int ecs_metrics_owns(const ecs_metrics_srv_t *m, const void *ptr);
 void ecs_metrics_event(ecs_metrics_srv_t *m, void *ptr, uint32_t events);
-/* Closes connections past ECS_METRICS_TIMEOUT_MS. */
+/* The listening socket (for the server's loopback check). */
+int ecs_metrics_fd(const ecs_metrics_srv_t *m);
+
+/* Closes connections past ECS_METRICS_TIMEOUT_MS, and those without a
+ * whole request head past ECS_METRICS_HEAD_MS. */
 void ecs_metrics_tick(ecs_metrics_srv_t *m, uint64_t now_ms);
 int ecs_metrics_port(const ecs_metrics_srv_t *m);
 /* Closes everything; accepts NULL. */

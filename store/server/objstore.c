@@ -49,7 +49,12 @@ struct ecs_objstore {
   ecs_obj_t *tail;   /* FIFO: newest committed object */
   ecs_obj_t *doomed; /* dropped objects still referenced, through fnext */
 
-  size_t kept;             /* committed objects with a soft pin (expired ones too) */
+  size_t kept; /* committed objects with a soft pin (expired ones too) */
+
+  unsigned nowners;      /* tenants 1..nowners (ecs_objstore_set_owners) */
+  uint64_t *owner_quota; /* [nowners + 1]: stored bytes each may hold (0: no limit) */
+  uint64_t *owner_bytes; /* [nowners + 1]: stored bytes each holds, pending included */
+
   uint64_t next_seq;       /* the seq the next commit gets */
   ecs_objstore_stats_t st; /* counters returned by ecs_objstore_stats() */
 };
@@ -213,11 +218,25 @@ static void doomed_unlink(ecs_objstore_t *os, ecs_obj_t *o) {
 
 /* ---- dropping and eviction ---------------------------------------------- */
 
+/* Takes o's bytes off its owner's account. */
+static void owner_sub(ecs_objstore_t *os, const ecs_obj_t *o) {
+  if (o->owner && o->owner <= os->nowners)
+    os->owner_bytes[o->owner] -= o->nbytes;
+}
+
+/* 1 when evictor (an owner, 0: none, as background eviction) may evict o:
+ * objects of an owner with a quota are that owner's alone to evict. */
+static int evictable_by(const ecs_objstore_t *os, const ecs_obj_t *o, uint16_t evictor) {
+  return !o->refs &&
+         (!o->owner || o->owner > os->nowners || !os->owner_quota[o->owner] || o->owner == evictor);
+}
+
 /* Takes a committed object out of the index and the FIFO, tells the
  * callback, and frees it now or, when readers hold it, at its last release.
  * Returns the bytes given back to the pool now. */
 static uint64_t drop(ecs_objstore_t *os, ecs_obj_t *o, ecs_drop_reason_t why) {
   assert(o->state == ECS_OBJ_COMMITTED);
+  owner_sub(os, o);
   table_unlink(os, o);
   fifo_unlink(os, o);
   if (o->keep_until_ms)
@@ -240,35 +259,46 @@ static uint64_t drop(ecs_objstore_t *os, ecs_obj_t *o, ecs_drop_reason_t why) {
   return o->refs ? 0 : obj_free(os, o);
 }
 
-/* The oldest object at or after from that no one holds (the only kind
- * whose eviction gives bytes back now) and, unless pinned_too, that no
- * live soft pin keeps. */
-static ecs_obj_t *first_evictable(ecs_obj_t *from, uint64_t now, int pinned_too) {
-  while (from && (from->refs || (!pinned_too && from->keep_until_ms > now)))
+/* The oldest object at or after from that evictor may evict (no one holds
+ * it: the only kind whose eviction gives bytes back now; and no other
+ * tenant's quota keeps it) and, unless pinned_too, that no live soft pin
+ * keeps. */
+static ecs_obj_t *first_evictable(const ecs_objstore_t *os, ecs_obj_t *from, uint16_t evictor, uint64_t now,
+                                  int pinned_too) {
+  while (from && (!evictable_by(os, from, evictor) || (!pinned_too && from->keep_until_ms > now)))
     from = from->fnext;
   return from;
 }
 
-/* The next victim at or after *cur: an unpinned one first; when none is
+/* The oldest object of owner that no one holds, at or after from. */
+static ecs_obj_t *first_of_owner(ecs_obj_t *from, uint16_t owner) {
+  while (from && (from->refs || from->owner != owner))
+    from = from->fnext;
+  return from;
+}
+
+/* The next victim for evictor at or after *cur: an unpinned one first; when none is
  * left, the scan starts again at the head with soft-pinned objects
  * allowed (*pinned_too set), oldest first.  With no soft-pinned object
  * in the store, one pass as before (no clock read). */
-static ecs_obj_t *next_victim(ecs_objstore_t *os, ecs_obj_t **cur, uint64_t *now, int *pinned_too) {
+static ecs_obj_t *next_victim(ecs_objstore_t *os, ecs_obj_t **cur, uint16_t evictor, uint64_t *now,
+                              int *pinned_too) {
   if (!*pinned_too && !os->kept)
     *pinned_too = 1;
   if (!*pinned_too && !*now)
     *now = now_ms();
-  ecs_obj_t *v = first_evictable(*cur, *now, *pinned_too);
+  ecs_obj_t *v = first_evictable(os, *cur, evictor, *now, *pinned_too);
   if (!v && !*pinned_too) {
     *pinned_too = 1;
-    v = first_evictable(os->head, *now, 1);
+    v = first_evictable(os, os->head, evictor, *now, 1);
   }
   if (v)
     *cur = v->fnext;
   return v;
 }
 
-/* Evicts oldest-first (soft-pinned objects last) until the pool can serve
+/* Evicts oldest-first (soft-pinned objects last, other tenants' quota'd
+ * objects never) until the pool can serve
  * nbytes and the index has room for one more object.  The count matters
  * for zero-byte objects, which hold no block: bounded by bytes alone, a
  * flood of them grew the index (host memory) without end and was never
@@ -276,12 +306,12 @@ static ecs_obj_t *next_victim(ecs_objstore_t *os, ecs_obj_t **cur, uint64_t *now
  * head: the referenced objects it skipped cannot be released meanwhile
  * (one thread, and the callback must not call back), so one reserve costs
  * O(skipped + evicted), twice that when it reaches the soft-pinned. */
-static int make_room(ecs_objstore_t *os, uint64_t nbytes) {
+static int make_room(ecs_objstore_t *os, uint64_t nbytes, uint16_t owner) {
   ecs_obj_t *cur = os->head;
   uint64_t now = 0;
   int pinned_too = 0;
   while (os->nkeys >= os->max_objects || (nbytes && !ecs_pool_can_fit(os->pool, nbytes))) {
-    ecs_obj_t *victim = next_victim(os, &cur, &now, &pinned_too);
+    ecs_obj_t *victim = next_victim(os, &cur, owner, &now, &pinned_too);
     if (!victim)
       return ECS_ENOSPC;
     drop(os, victim, ECS_DROP_EVICTED);
@@ -361,6 +391,8 @@ static void objstore_free_all(ecs_objstore_t *os, int give_back) {
       free(o);
   }
   free(os->buckets);
+  free(os->owner_quota);
+  free(os->owner_bytes);
   free(os);
 }
 
@@ -380,8 +412,27 @@ ecs_obj_t *ecs_objstore_find(ecs_objstore_t *os, const void *key, uint16_t key_l
 
 /* The struct is allocated before any eviction so that running out of host
  * memory never costs an object its place in the pool. */
+/* An owner with a quota first makes room under it from its own objects,
+ * oldest first (FIFO within the tenant). */
+static int quota_room(ecs_objstore_t *os, uint16_t owner, uint64_t nbytes) {
+  if (!owner || owner > os->nowners || !os->owner_quota[owner])
+    return ECS_OK;
+  uint64_t q = os->owner_quota[owner];
+  if (nbytes > q)
+    return ECS_EQUOTA;
+  ecs_obj_t *cur = os->head;
+  while (os->owner_bytes[owner] > q - nbytes) {
+    ecs_obj_t *victim = first_of_owner(cur, owner);
+    if (!victim)
+      return ECS_EQUOTA;
+    cur = victim->fnext;
+    drop(os, victim, ECS_DROP_EVICTED);
+  }
+  return ECS_OK;
+}
+
 static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes, int replace,
-                   ecs_obj_t **out) {
+                   uint16_t owner, ecs_obj_t **out) {
   *out = NULL;
   if (ecs_key_check(key, key_len) != ECS_OK)
     return ECS_EKEY;
@@ -394,7 +445,9 @@ static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64
   ecs_obj_t *o = calloc(1, sizeof *o);
   if (!o)
     return ECS_ENOMEM;
-  int rc = make_room(os, nbytes);
+  int rc = quota_room(os, owner, nbytes);
+  if (rc == ECS_OK)
+    rc = make_room(os, nbytes, owner);
   if (rc == ECS_OK && nbytes)
     rc = ecs_pool_alloc(os->pool, nbytes, &o->off);
   if (rc != ECS_OK) {
@@ -407,6 +460,9 @@ static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64
   o->replace = replace ? 1 : 0;
   o->refs = 1;
   o->nbytes = nbytes;
+  o->owner = owner <= os->nowners ? owner : 0;
+  if (o->owner)
+    os->owner_bytes[o->owner] += nbytes;
   table_insert(os, o);
   os->st.pending++;
   *out = o;
@@ -415,12 +471,38 @@ static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64
 
 int ecs_objstore_reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
                          ecs_obj_t **out) {
-  return reserve(os, key, key_len, nbytes, 0, out);
+  return reserve(os, key, key_len, nbytes, 0, 0, out);
+}
+
+int ecs_objstore_reserve_as(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
+                            int replace, uint16_t owner, ecs_obj_t **out) {
+  return reserve(os, key, key_len, nbytes, replace ? 1 : 0, owner, out);
+}
+
+int ecs_objstore_set_owners(ecs_objstore_t *os, unsigned n, const uint64_t *quota) {
+  uint64_t *q = calloc((size_t)n + 1, sizeof *q), *b = calloc((size_t)n + 1, sizeof *b);
+  if (!q || !b || n > UINT16_MAX) {
+    free(q);
+    free(b);
+    return ECS_ENOMEM;
+  }
+  for (unsigned i = 0; i < n; i++)
+    q[i + 1] = quota ? quota[i] : 0;
+  free(os->owner_quota);
+  free(os->owner_bytes);
+  os->owner_quota = q;
+  os->owner_bytes = b;
+  os->nowners = n;
+  return ECS_OK;
+}
+
+uint64_t ecs_objstore_owner_bytes(const ecs_objstore_t *os, uint16_t owner) {
+  return owner && owner <= os->nowners ? os->owner_bytes[owner] : 0;
 }
 
 int ecs_objstore_reserve_replace(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
                                  ecs_obj_t **out) {
-  return reserve(os, key, key_len, nbytes, 1, out);
+  return reserve(os, key, key_len, nbytes, 1, 0, out);
 }
 
 /* A replacing commit drops the old version first, in the same call: there
@@ -454,6 +536,7 @@ void ecs_objstore_abort(ecs_objstore_t *os, ecs_obj_t *obj) {
   assert(obj->state == ECS_OBJ_PENDING);
   table_unlink(os, obj);
   os->st.pending--;
+  owner_sub(os, obj);
   obj_free(os, obj);
 }
 
@@ -505,7 +588,7 @@ unsigned ecs_objstore_evict_background(ecs_objstore_t *os, unsigned max_objects)
   while (in_use > os->low_bytes) {
     if (n == max_objects)
       return n; /* budget spent; stay active for the next call */
-    ecs_obj_t *victim = next_victim(os, &cur, &now, &pinned_too);
+    ecs_obj_t *victim = next_victim(os, &cur, 0, &now, &pinned_too);
     if (!victim) {
       /* The rest is referenced, or still being written (PENDING objects
        * are not in the FIFO yet).  Stop, and go on once a commit or a last

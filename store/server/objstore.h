@@ -48,6 +48,7 @@ typedef struct ecs_obj {
   uint8_t state;            /* an ecs_obj_state_t */
   uint8_t codec;            /* ECS_CODEC_* of the stored bytes */
   uint8_t replace;          /* pending from reserve_replace(): commit drops the committed twin */
+  uint16_t owner;           /* the tenant that stored it (ecs_objstore_reserve_as; 0: none) */
   uint32_t refs;            /* holders: the writer while pending, readers */
   uint64_t off;             /* pool offset (meaningless when nbytes == 0) */
   uint64_t nbytes;          /* stored bytes == the pool allocation size */
@@ -123,6 +124,25 @@ int ecs_objstore_reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, 
  * (it is replaced at commit); a pending one still gives ECS_EBUSY. */
 int ecs_objstore_reserve_replace(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
                                  ecs_obj_t **out);
+
+/* Tenants (quotas, docs/security.md): owners 1..n, quota[i-1] the stored
+ * bytes owner i may hold (0: no limit).  Objects of an owner with a quota
+ * are evicted only to make room for that owner's own puts, oldest first:
+ * never for another tenant's, nor by background eviction.  ECS_OK or
+ * ECS_ENOMEM; call once, before any reserve. */
+int ecs_objstore_set_owners(ecs_objstore_t *os, unsigned n, const uint64_t *quota);
+
+/* reserve() (replace 0) or reserve_replace() (1) on behalf of owner (0:
+ * none).  An owner with a quota: an object larger than the quota is
+ * ECS_EQUOTA; past the quota the owner's own oldest objects make room,
+ * and when they cannot (held by readers) the item is ECS_EQUOTA; room in
+ * the pool is made from the owner's objects and those of owners without
+ * a quota. */
+int ecs_objstore_reserve_as(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
+                            int replace, uint16_t owner, ecs_obj_t **out);
+
+/* Stored bytes (pending included) of owner. */
+uint64_t ecs_objstore_owner_bytes(const ecs_objstore_t *os, uint16_t owner);
 
 /* Commits a pending object (fill codec, raw_nbytes, checksum, desc first).
  * Drops the writer's reference. */

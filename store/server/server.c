@@ -25,6 +25,7 @@
 #include "ecstore/error.h"
 #include "store/core/log.h"
 #include "store/core/net.h"
+#include "store/redis/rds.h"
 
 /* ------------------------------------------------------------------ */
 /* options                                                             */
@@ -363,6 +364,7 @@ static void tick(ecs_server_t *s, ecs_loop_t *l) {
 }
 
 static void tick_shared(ecs_server_t *s, uint64_t now) {
+  ecs__conn_accept_resume(s, now);
   if (s->meta) {
     ecs_meta_resync_t rs = {.publish_all = resync_publish_all, .has_key = resync_has_key, .ctx = s};
     ecs_pool_stats_t ps;
@@ -416,7 +418,8 @@ static int rdma_setup(ecs_server_t *s) {
 static int shm_dir_ok(const char *dir, const char *how) {
   struct stat st;
   if (lstat(dir, &st) != 0) {
-    ECS_LOG_E("cannot start: shm socket directory %s: %s", dir, strerror(errno));
+    if (how)
+      ECS_LOG_E("cannot start: shm socket directory %s: %s", dir, strerror(errno));
     return -1;
   }
   const char *why = !S_ISDIR(st.st_mode)                         ? "is not a directory (a symlink?)"
@@ -425,6 +428,11 @@ static int shm_dir_ok(const char *dir, const char *how) {
                                                                  : NULL;
   if (!why)
     return 0;
+  if (!how) { /* the caller has another way; say why it takes it */
+    ECS_LOG_W("shm socket directory %s %s (uid %u, mode %03o): not using it", dir, why, (unsigned)st.st_uid,
+              (unsigned)(st.st_mode & 0777));
+    return -1;
+  }
   ECS_LOG_E("cannot start: shm socket directory %s %s (uid %u, mode %03o); anyone who can write there "
             "could take the socket's path. %s",
             dir, why, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), how);
@@ -433,8 +441,11 @@ static int shm_dir_ok(const char *dir, const char *how) {
 
 /* The default socket directory, one the server owns: /run/ecstore as root
  * (where there is a /run), else $XDG_RUNTIME_DIR/ecstore, else
- * /tmp/ecstore-UID; made 0755 when missing.  0, or -1 after logging why. */
-static int shm_default_dir(char *dir, size_t cap) {
+ * /tmp/ecstore-UID; made 0755 when missing.  Another user may make
+ * /tmp/ecstore-UID first (before: the server could not start): then a
+ * fresh one, /tmp/ecstore-UID-XXXXXX (mkdtemp, removed at exit); clients
+ * learn the path from HELLO.  0, or -1 after logging why. */
+static int shm_default_dir(ecs_server_t *s, char *dir, size_t cap) {
   const char *xdg = getenv("XDG_RUNTIME_DIR");
   int n;
   struct stat st;
@@ -448,12 +459,24 @@ static int shm_default_dir(char *dir, size_t cap) {
     ECS_LOG_E("cannot start: shm socket directory path too long (XDG_RUNTIME_DIR?)");
     return -1;
   }
+  int in_tmp = !strncmp(dir, "/tmp/", 5);
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
     ECS_LOG_E("cannot start: cannot make the shm socket directory %s: %s (or give --shm-socket PATH)", dir,
               strerror(errno));
     return -1;
   }
-  return shm_dir_ok(dir, "Remove it, or give --shm-socket PATH in a directory of yours.");
+  if (!in_tmp || shm_dir_ok(dir, NULL) == 0)
+    return shm_dir_ok(dir, "Remove it, or give --shm-socket PATH in a directory of yours.");
+  n = snprintf(dir, cap, "/tmp/ecstore-%u-XXXXXX", (unsigned)geteuid());
+  if (n < 0 || (size_t)n >= cap || !mkdtemp(dir) || chmod(dir, 0755) != 0) {
+    ECS_LOG_E("cannot start: cannot make a shm socket directory in /tmp: %s (give --shm-socket PATH in a "
+              "directory of yours)",
+              strerror(errno));
+    return -1;
+  }
+  snprintf(s->shm_tmpdir, sizeof s->shm_tmpdir, "%s", dir);
+  ECS_LOG_W("shm socket directory: using %s instead (clients find it through HELLO)", dir);
+  return shm_dir_ok(dir, "Give --shm-socket PATH in a directory of yours.");
 }
 
 /* The Unix socket local clients use for shm (and any request), in a
@@ -473,7 +496,7 @@ static int shm_listen(ecs_server_t *s) {
     if (shm_dir_ok(dir, "Give --shm-socket a path in a directory only the server's user can write.") != 0)
       return ECS_EINVAL;
   } else {
-    if (shm_default_dir(dir, sizeof dir) != 0)
+    if (shm_default_dir(s, dir, sizeof dir) != 0)
       return ECS_EINVAL;
     if (snprintf(s->shm_path, sizeof s->shm_path, "%s/ecstore-%d.sock", dir, s->port) >=
         (int)sizeof s->shm_path) {
@@ -675,7 +698,6 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     snprintf(s->o.node_id, sizeof s->o.node_id, "%.50s:%d", o->listen_host, s->port);
   if (!s->o.advertise[0])
     snprintf(s->o.advertise, sizeof s->o.advertise, "%s:%d", o->listen_host, s->port);
-
   ecs_pool_opts_t po;
   ecs_pool_opts_init(&po);
   po.size = (size_t)o->pool_size;
@@ -710,6 +732,9 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     ECS_LOG_E("cannot start: object index: %s", ecs_strerror(rc));
     goto fail;
   }
+  rc = ecs__auth_init(s); /* the tokens' keys in the namespace served, their quotas */
+  if (rc)
+    goto fail;
 
   if (o->redis_url[0] && strcmp(o->redis_url, "none") != 0) {
     ecs_meta_opts_t mo;
@@ -723,8 +748,14 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     mo.timeout_ms = o->redis_timeout_ms;
     mo.heartbeat_ttl_s = o->heartbeat_ttl_s;
     rc = ecs_meta_open(&mo, &s->meta);
-    if (rc) {
-      ECS_LOG_E("cannot start: bad --redis '%s': %s", o->redis_url, ecs_strerror(rc));
+    if (rc) { /* say why (before: "invalid argument"), never the password */
+      char why[512], shown[256];
+      ecs__rds_url_t u;
+      if (ecs__rds_url_resolve(s->o.redis_url, &u, why, sizeof why) == ECS_OK)
+        snprintf(why, sizeof why, "%s", ecs_strerror(rc));
+      memset(&u, 0, sizeof u);
+      ECS_LOG_E("cannot start: --redis '%s': %s", ecs__rds_url_redact(s->o.redis_url, shown, sizeof shown),
+                why);
       goto fail;
     }
     s->redis_was_up = ecs_meta_is_up(s->meta);
@@ -758,6 +789,16 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     rc = ecs_metrics_open(mh, mp, s->epfd, ecs__server_render_metrics, s, &s->metrics, merr, sizeof merr);
     if (rc) {
       ECS_LOG_E("cannot start: %s", merr);
+      goto fail;
+    }
+    if (!o->auth_token[0] && !o->acl && !o->unprotected && !bound_to_loopback(ecs_metrics_fd(s->metrics))) {
+      /* protected mode covers /metrics too: it tells anyone the node id,
+       * the pool's size and fill, and the request counters */
+      ECS_LOG_E("cannot start: --metrics-listen %s is beyond loopback and the server has no auth token: "
+                "anyone on the network could read the node id and counters. Listen on 127.0.0.1, give "
+                "clients a token (--auth-token-file FILE or --acl-file FILE), or pass --unprotected",
+                o->metrics_listen);
+      rc = ECS_EINVAL;
       goto fail;
     }
     ECS_LOG_I("metrics: http://%s:%d/metrics", mh, ecs_metrics_port(s->metrics));
@@ -924,6 +965,7 @@ void ecs_server_destroy(ecs_server_t *s) {
   while (s->nconns)
     ecs__conn_close(s, s->conns[0]);
   free(s->conns);
+  ecs__auth_free(s);
   ecs_metrics_close(s->metrics);
   ecs_meta_close(s->meta);
   ecs_objstore_abandon(s->os); /* the pool goes next: no block back one by one */
@@ -935,6 +977,8 @@ void ecs_server_destroy(ecs_server_t *s) {
     close(s->ufd);
     unlink(s->shm_path);
   }
+  if (s->shm_tmpdir[0])
+    rmdir(s->shm_tmpdir); /* the mkdtemp one: ours alone */
   loops_destroy(s);
   if (s->mu_init)
     pthread_mutex_destroy(&s->mu);

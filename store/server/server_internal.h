@@ -8,6 +8,7 @@
  *   server_conn.c   the per-connection state machine: accept, read a
  *                   request (HDR -> META -> DATA), write its reply (WRITE)
  *   server_ops.c    the opcode handlers behind one static const table
+ *   server_auth.c   HELLO (the token proof), UPGRADE, the failed-auth throttle
  *   server_lease.c  the per-connection lease / reservation table (pins)
  *
  * Threads (--threads N): N event loops, each with its own epoll; loop 0
@@ -38,6 +39,7 @@
 #include "ecstore/pool.h"
 #include "store/redis/meta.h"
 #include "store/core/checksum.h"
+#include "store/server/acl.h"
 #include "store/server/metrics.h"
 #include "store/server/objstore.h"
 #include "store/core/proto.h"
@@ -48,8 +50,14 @@
 #define IOV_BATCH 64              /* iovecs built per readv/sendmsg */
 #define TICK_MS 100               /* timer work period */
 #define PREAUTH_MAX_META 4096u    /* bound on what is read before HELLO: a HELLO is < 500 bytes */
+#define ACCEPT_PAUSE_MS 100       /* out of file descriptors: stop accepting this long */
+#define ACCEPT_LOG_MS 10000       /* ...and say so at most once this often */
 #define AUTH_FAIL_SLOTS 256       /* sources remembered by the failed-auth throttle */
 #define AUTH_FAIL_BURST 5         /* bad tokens a source may send at once before it is throttled */
+#define AUTH_GLOBAL_BURST 64      /* bad tokens all sources together may send at once... */
+#define AUTH_GLOBAL_PER_DELAY 10  /* ...then this many per --auth-fail-delay-ms */
+#define AUTH_GOOD_SLOTS 64        /* sources that proved a token lately (they pass a global throttle) */
+#define AUTH_GOOD_MS 600000       /* ...for this long */
 #define DEBUG_CORRUPT 1           /* DEBUG subcode: flip a byte of an object */
 #define UPGRADE_TTL_MS 10000      /* a HELLO's shm upgrade secret is good this long, once */
 #define SHM_MAP 1u                /* conn_t.shm_rights: may ATTACH (map the pool read-only) */
@@ -144,6 +152,16 @@ typedef struct pin {
 
 #define PIN_NONE UINT32_MAX
 
+/* A token's account (server_auth.c): its owner id in the object index and
+ * its quota (--acl-file); what its connections hold pinned, all together
+ * (under the server lock). */
+typedef struct tenant {
+  uint16_t id;        /* owner in the objstore, 1.. */
+  ecs__acl_quota_t q; /* limits (0: none) */
+  uint64_t pinned;    /* bytes its connections hold pinned */
+  uint64_t pins;      /* pins they hold */
+} tenant_t;
+
 struct conn {
   int fd;                              /* the socket */
   ecs_loop_t *loop;                    /* the loop that owns it (its epoll, its thread) */
@@ -160,6 +178,8 @@ struct conn {
   uint64_t id;                         /* for logs */
   int authed;                          /* HELLO accepted */
   unsigned rights;                     /* ECS__RIGHT_* its token holds (store/server/acl.h), set by HELLO */
+  tenant_t *tenant;                    /* its token's account (NULL: a server without tokens) */
+  tenant_t *auth_tenant;               /* TCP: the account of the key a CHALLENGE named */
   int refuse;                          /* PUT refused for want of a right: this status per item */
   uint64_t accept_ms;                  /* when accepted, for the HELLO deadline */
   uint64_t src;                        /* the peer's address folded to 64 bits (0: Unix socket) */
@@ -169,6 +189,11 @@ struct conn {
   uint8_t up_secret[32];               /* TCP: that secret (ECS_UPGRADE_SECRET_SIZE bytes) */
   int up_nonce_set;                    /* Unix: a challenge is outstanding */
   uint8_t up_nonce[32];                /* Unix: that challenge (ECS_UPGRADE_NONCE_SIZE bytes) */
+  uint64_t up_id;                      /* TCP: the secret's random id (never 0 while live) */
+  int auth_pending;                    /* TCP: a CHALLENGE was answered; PROVE must follow */
+  unsigned auth_rights;                /* ...the rights of the key it named */
+  uint8_t auth_key[32];                /* ...that key (ECS_AUTH_KEY_SIZE) */
+  uint8_t auth_cn[32], auth_sn[32];    /* ...the client's and the server's nonces */
   int close_after_write;               /* drop the connection once the reply is out */
   conn_state_t st;                     /* where the state machine is */
   uint64_t last_ms;                    /* last progress, for the stall timeout */
@@ -204,6 +229,7 @@ struct ecs_server {
   int lfd;               /* listening socket */
   int ufd;               /* Unix listening socket for shm clients, or -1 */
   char shm_path[108];    /* its path ("" when off) */
+  char shm_tmpdir[108];  /* the directory it made with mkdtemp, removed at exit ("" none) */
   ecs_rdma_ctx *rdma;    /* RDMA device context, or NULL */
   int port;              /* bound port */
   int epfd;              /* loop 0's epoll instance (listeners, Redis, metrics) */
@@ -228,16 +254,25 @@ struct ecs_server {
   uint64_t next_conn_id; /* for logs */
   size_t npreauth;       /* connections yet to say HELLO */
   struct {
-    uint64_t src;               /* the source (conn_t.src) */
-    uint64_t tat_ms;            /* its bucket's theoretical arrival time (GCRA) */
-  } auth_fail[AUTH_FAIL_SLOTS]; /* failed-auth throttle, hashed by source */
-  uint64_t auth_log_ms;         /* when a failed HELLO was last logged */
-  uint64_t auth_unlogged;       /* failed HELLOs since, not logged one by one */
-  uint64_t denied;              /* requests refused for want of a right (ACL) */
-  uint64_t denied_log_ms;       /* when such a refusal was last logged */
-  uint64_t denied_unlogged;     /* refusals since, not logged one by one */
-  pub_wait_t *pub_cur;          /* a REMOVE under way: its deletes are awaited here... */
-  uint32_t pub_cur_idx;         /* ...as this item */
+    uint64_t src;                         /* the source (conn_t.src) */
+    uint64_t tat_ms;                      /* its bucket's theoretical arrival time (GCRA) */
+  } auth_fail[AUTH_FAIL_SLOTS];           /* failed-auth throttle, hashed by source */
+  uint64_t auth_global_tat_ms;            /* the failed-auth throttle of all sources together (GCRA) */
+  uint64_t auth_good[AUTH_GOOD_SLOTS];    /* sources that proved a token lately */
+  uint64_t auth_good_ms[AUTH_GOOD_SLOTS]; /* ...and when */
+  struct ecs__auth_key *auth_keys;        /* every token's key in the namespace served (server_auth.c) */
+  tenant_t *tenants;                      /* one per key, the same order */
+  size_t nauth_keys;                      /* how many */
+  uint64_t accept_resume_ms;              /* listeners paused (out of fds) until then; 0: not paused */
+  uint64_t accept_log_ms;                 /* when a pause was last logged */
+  uint64_t accept_unlogged;               /* pauses since, not logged one by one */
+  uint64_t auth_log_ms;                   /* when a failed HELLO was last logged */
+  uint64_t auth_unlogged;                 /* failed HELLOs since, not logged one by one */
+  uint64_t denied;                        /* requests refused for want of a right (ACL) */
+  uint64_t denied_log_ms;                 /* when such a refusal was last logged */
+  uint64_t denied_unlogged;               /* refusals since, not logged one by one */
+  pub_wait_t *pub_cur;                    /* a REMOVE under way: its deletes are awaited here... */
+  uint32_t pub_cur_idx;                   /* ...as this item */
   /* counters for STAT */
   uint64_t puts, gets, hits, misses;
   int redis_was_up;                            /* link state at the last tick, to log each change once */
@@ -295,6 +330,8 @@ void ecs__pub_abandon(pub_wait_t *w);
 
 /* Accepts every pending connection on lfd (local: the Unix socket). */
 void ecs__conn_accept_all(ecs_server_t *s, int lfd, int local);
+/* Puts paused listeners back into epoll once their pause is over (loop 0's tick). */
+void ecs__conn_accept_resume(ecs_server_t *s, uint64_t now);
 /* Runs c as far as the epoll events ev allow; closes it on error or EOF. */
 void ecs__conn_event(ecs_server_t *s, conn_t *c, uint32_t ev);
 /* Releases everything c holds (references, reservations, pins) and frees it. */
@@ -323,6 +360,13 @@ void ecs__reply_error(ecs_server_t *s, conn_t *c, int status, int close_after);
 
 /* The header and records of a request are in: run its handler. */
 void ecs__server_dispatch(ecs_server_t *s, conn_t *c);
+/* server_auth.c: the HELLO and UPGRADE handlers; the key table built
+ * from --auth-token-file and --acl-file at start (ECS_OK or ECS_ENOMEM),
+ * and its wiping free. */
+void ecs__handle_hello(ecs_server_t *s, conn_t *c);
+void ecs__handle_upgrade(ecs_server_t *s, conn_t *c);
+int ecs__auth_init(ecs_server_t *s);
+void ecs__auth_free(ecs_server_t *s);
 /* PUT, step 3, once the payload is in: verify, commit, publish, reply. */
 void ecs__server_put_end(ecs_server_t *s, conn_t *c);
 /* The body of a /metrics scrape (an ecs_metrics_render_fn). */

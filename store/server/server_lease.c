@@ -29,11 +29,41 @@
  * connection that holds nothing may always pin one object, so an object
  * larger than the byte quota can still be stored and read in place. */
 int ecs__pin_room(const ecs_server_t *s, const conn_t *c, uint64_t nbytes) {
+  const tenant_t *t = c->tenant;
+  if (t && t->pins) {
+    /* A token's quota (--acl-file) binds all its connections together:
+     * more connections are no way around it.  Its one-object exception
+     * holds only while the whole token holds nothing pinned. */
+    if ((t->q.pins && t->pins >= t->q.pins) || (t->q.pinned && nbytes > t->q.pinned - t->pinned))
+      return ECS_EQUOTA;
+  } else if (t && t->q.pinned && t->q.stored && nbytes > t->q.stored) {
+    return ECS_EQUOTA; /* the exception is bounded by what the token may store */
+  }
   if (c->live_pins == 0)
     return ECS_OK;
   if (c->live_pins >= s->o.max_pins || nbytes > s->o.max_pinned_bytes - c->pinned_bytes)
     return ECS_EBUSY;
   return ECS_OK;
+}
+
+/* A pin of nbytes taken (+1) or given back (-1): the connection's and its
+ * token's accounts. */
+static void pin_account(conn_t *c, uint64_t nbytes, int sign) {
+  tenant_t *t = c->tenant;
+  if (sign > 0) {
+    c->live_pins++;
+    c->pinned_bytes += nbytes;
+  } else {
+    c->live_pins--;
+    c->pinned_bytes -= nbytes;
+  }
+  if (t && sign > 0) {
+    t->pins++;
+    t->pinned += nbytes;
+  } else if (t) {
+    t->pins--;
+    t->pinned -= nbytes;
+  }
 }
 
 uint64_t ecs__pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_ms) {
@@ -59,8 +89,7 @@ uint64_t ecs__pin_add(conn_t *c, ecs_obj_t *obj, uint8_t kind, uint64_t expires_
   p->kind = kind;
   p->expires_ms = expires_ms;
   p->gen++;
-  c->live_pins++;
-  c->pinned_bytes += obj->nbytes;
+  pin_account(c, obj->nbytes, 1);
   return (uint64_t)p->gen << 32 | (uint64_t)(slot + 1);
 }
 
@@ -111,15 +140,14 @@ ecs_obj_t *ecs__pin_take(conn_t *c, uint64_t id, uint8_t kind) {
   p->obj = NULL;
   p->next_free = c->pin_free;
   c->pin_free = slot - 1;
-  c->live_pins--;
-  c->pinned_bytes -= o->nbytes;
+  pin_account(c, o->nbytes, -1);
   return o;
 }
 
 static void pin_drop(ecs_server_t *s, conn_t *c, uint32_t slot) {
   pin_t *p = &c->pins[slot];
   pin_close_window(p);
-  c->pinned_bytes -= p->obj->nbytes;
+  pin_account(c, p->obj->nbytes, -1);
   if (p->kind == PIN_LEASE)
     ecs_objstore_release(s->os, p->obj);
   else
@@ -127,7 +155,6 @@ static void pin_drop(ecs_server_t *s, conn_t *c, uint32_t slot) {
   p->obj = NULL;
   p->next_free = c->pin_free;
   c->pin_free = slot;
-  c->live_pins--;
 }
 
 /* Drops every pin past its deadline (all of them when now is UINT64_MAX). */

@@ -12,55 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "ecstore/error.h"
 #include "store/server/acl.h"
 #include "store/core/log.h"
 #include "store/core/net.h"
-#include "store/core/sha256.h"
 
 /* ------------------------------------------------------------------ */
 /* request handlers                                                    */
-
-/* A failed HELLO: one log line a second at most (a token guesser must not
- * flood the log), the rest counted into the next line. */
-static void log_auth_failure(ecs_server_t *s, conn_t *c, const char *why) {
-  uint64_t now = ecs_now_ms();
-  if (s->auth_log_ms && now - s->auth_log_ms < 1000) {
-    s->auth_unlogged++;
-    return;
-  }
-  ECS_LOG_W("conn %llu: %s; closing (%llu more failed HELLOs since the last such line)",
-            (unsigned long long)c->id, why, (unsigned long long)s->auth_unlogged);
-  s->auth_log_ms = now;
-  s->auth_unlogged = 0;
-}
-
-/* The failed-auth throttle, a token bucket per source (GCRA): a source may
- * fail AUTH_FAIL_BURST HELLOs at once, then one per --auth-fail-delay-ms;
- * past that its HELLOs are refused without their token being looked at.
- * So a guesser gets about one real try per delay however many sockets it
- * opens (before: ~5,300 a second on one socket), while a client that got
- * its token wrong once or twice does not lock its neighbours out.  A
- * source shares its slot with others that hash alike; a slot holds the
- * last one to fail. */
-static int auth_throttled(ecs_server_t *s, const conn_t *c) {
-  size_t i = (size_t)(c->src % AUTH_FAIL_SLOTS);
-  uint64_t slack = (uint64_t)(AUTH_FAIL_BURST - 1) * (uint64_t)s->o.auth_fail_delay_ms;
-  return s->auth_fail[i].src == c->src && s->auth_fail[i].tat_ms > ecs_now_ms() + slack;
-}
-
-static void auth_failed(ecs_server_t *s, const conn_t *c) {
-  size_t i = (size_t)(c->src % AUTH_FAIL_SLOTS);
-  uint64_t now = ecs_now_ms();
-  if (s->auth_fail[i].src != c->src || s->auth_fail[i].tat_ms < now) {
-    s->auth_fail[i].src = c->src;
-    s->auth_fail[i].tat_ms = now;
-  }
-  s->auth_fail[i].tat_ms += (uint64_t)s->o.auth_fail_delay_ms;
-}
 
 /* A request's records must fill its meta section exactly: bytes left over
  * are a protocol error, answered (and the connection closed) here.
@@ -70,168 +30,6 @@ static int records_consumed(ecs_server_t *s, conn_t *c, const ecs_rbuf_t *r) {
     return 1;
   ecs__reply_error(s, c, ECS_EPROTO, 1);
   return 0;
-}
-
-/* n random bytes from the kernel; 0 or -1. */
-static int random_bytes(uint8_t *p, size_t n) {
-  while (n) {
-    ssize_t k = getrandom(p, n, 0);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-/* The reply to a HELLO over TCP, and to an UPGRADE's PROVE on the shm
- * socket (which carries no secret).  A TCP client of a server with shm on
- * gets a fresh one-time secret, good for one UPGRADE within
- * UPGRADE_TTL_MS while this connection is open: the token itself is
- * never sent on the socket, whose holder the client can only check by uid. */
-static void reply_hello(ecs_server_t *s, conn_t *c) {
-  ecs_hello_reply_t hr;
-  memset(&hr, 0, sizeof hr);
-  snprintf(hr.node_id, sizeof hr.node_id, "%s", s->o.node_id);
-  hr.epoch = s->epoch;
-  hr.pool_size = ecs_pool_size(s->pool);
-  hr.max_items = ECS_PROTO_MAX_ITEMS;
-  hr.max_data = s->o.max_request;
-  snprintf(hr.shm_path, sizeof hr.shm_path, "%s", s->shm_path);
-  if (!c->local && s->shm_path[0] && random_bytes(c->up_secret, sizeof c->up_secret) == 0) {
-    c->up_expires_ms = ecs_now_ms() + UPGRADE_TTL_MS;
-    hr.upgrade_id = c->id;
-    memcpy(hr.upgrade_secret, c->up_secret, sizeof hr.upgrade_secret);
-  }
-  ecs__reply_begin(c);
-  ecs_proto_hello_reply_write(&c->out, &hr);
-  memset(&hr, 0, sizeof hr);
-  ecs__reply_finish(s, c, ECS_OK, 0, 0);
-}
-
-static void handle_hello(ecs_server_t *s, conn_t *c) {
-  ecs_rbuf_t r;
-  ecs_hello_t h;
-  if (c->local) {
-    /* The token is never accepted on the socket: whoever holds its path
-     * would learn it.  Clients say HELLO over TCP and UPGRADE here. */
-    log_auth_failure(s, c, "HELLO on the shm socket refused (say HELLO over TCP, then UPGRADE)");
-    ecs__reply_error(s, c, ECS_EAUTH, 1);
-    return;
-  }
-  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
-  if (ecs_proto_hello_read(&r, &h) != ECS_OK) {
-    ecs__reply_error(s, c, ECS_EPROTO, 1);
-    return;
-  }
-  int need_token = s->o.auth_token[0] || s->o.acl;
-  if (need_token && auth_throttled(s, c)) {
-    log_auth_failure(s, c, "HELLO refused unchecked (too many bad tokens from this source)");
-    ecs__reply_error(s, c, ECS_EAUTH, 1);
-    return;
-  }
-  /* The connection is bound to what its token allows in the namespace
-   * served: the --auth-token-file token every right, an --acl-file token
-   * its line's rights, a token not allowed here none (refused). */
-  int known = !need_token;
-  unsigned rights = need_token ? 0 : ECS__RIGHT_ALL;
-  if (s->o.auth_token[0] && ecs_ct_equal(h.token, h.token_len, s->o.auth_token, strlen(s->o.auth_token)))
-    known = 1, rights = ECS__RIGHT_ALL;
-  if (s->o.acl) {
-    int acl_known = 0;
-    unsigned ar = ecs__acl_rights(s->o.acl, h.token, h.token_len, s->o.ns, &acl_known);
-    if (acl_known && !rights)
-      known = 1, rights = ar;
-  }
-  if (!known) {
-    auth_failed(s, c);
-    log_auth_failure(s, c, "bad auth token");
-    ecs__reply_error(s, c, ECS_EAUTH, 1);
-    return;
-  }
-  if (!rights) {
-    log_auth_failure(s, c, "token not allowed in the namespace served (--acl-file)");
-    ecs__reply_error(s, c, ECS_EAUTH, 1);
-    return;
-  }
-  c->rights = rights;
-  if (h.ns_len != strlen(s->o.ns) || memcmp(h.ns, s->o.ns, h.ns_len) != 0) {
-    ECS_LOG_W("conn %llu: namespace mismatch (server serves '%s')", (unsigned long long)c->id, s->o.ns);
-    ecs__reply_error(s, c, ECS_EINVAL, 1);
-    return;
-  }
-  ecs__conn_authed(s, c);
-  reply_hello(s, c);
-}
-
-/* The authenticated TCP connection that holds the live upgrade secret id
- * names, or NULL.  Linear, but upgrades are rare and conns bounded. */
-static conn_t *upgrade_issuer(ecs_server_t *s, uint64_t id) {
-  uint64_t now = ecs_now_ms();
-  for (size_t i = 0; i < s->nconns; i++) {
-    conn_t *t = s->conns[i];
-    if (t->id == id && !t->local && t->authed && t->up_expires_ms)
-      return t->up_expires_ms > now ? t : NULL;
-  }
-  return NULL;
-}
-
-/* UPGRADE (shm socket only, the one request allowed before it succeeds):
- * CHALLENGE hands out a fresh random nonce; PROVE must answer it with
- * HMAC-SHA256(secret, nonce) under the secret a HELLO over TCP issued.
- * The secret is spent by the first PROVE that names it, right or wrong,
- * and a nonce by any PROVE, so a recorded proof is worth nothing. */
-static void handle_upgrade(ecs_server_t *s, conn_t *c) {
-  ecs_rbuf_t r;
-  ecs_upgrade_t u;
-  ecs_rbuf_init(&r, c->meta, c->hdr.meta_len);
-  if (!c->local) {
-    ecs__reply_error(s, c, ECS_ENOTSUP, 0);
-    return;
-  }
-  if (c->authed || ecs_proto_upgrade_read(&r, &u) != ECS_OK || r.pos != r.len) {
-    ecs__reply_error(s, c, ECS_EPROTO, 1);
-    return;
-  }
-  if (u.phase == ECS_UPGRADE_CHALLENGE) {
-    if (random_bytes(c->up_nonce, sizeof c->up_nonce) != 0) {
-      ecs__reply_error(s, c, ECS_EIO, 1);
-      return;
-    }
-    c->up_nonce_set = 1;
-    ecs__reply_begin(c);
-    ecs_wbuf_put(&c->out, c->up_nonce, sizeof c->up_nonce);
-    ecs__reply_finish(s, c, ECS_OK, 0, 0);
-    return;
-  }
-  conn_t *t = c->up_nonce_set ? upgrade_issuer(s, u.upgrade_id) : NULL;
-  int ok = 0;
-  unsigned rights = 0;
-  if (t) {
-    rights = t->rights;
-    uint8_t want[ECS_SHA256_SIZE];
-    ecs__hmac_sha256(t->up_secret, sizeof t->up_secret, c->up_nonce, sizeof c->up_nonce, want);
-    ok = ecs_ct_equal(want, sizeof want, u.mac, sizeof u.mac);
-    memset(t->up_secret, 0, sizeof t->up_secret);
-    t->up_expires_ms = 0;
-  }
-  memset(c->up_nonce, 0, sizeof c->up_nonce);
-  c->up_nonce_set = 0;
-  if (!ok) {
-    log_auth_failure(s, c,
-                     t ? "shm upgrade refused: wrong proof"
-                       : "shm upgrade refused: no challenge, or no live secret by that id (spent, expired, "
-                         "or its TCP connection closed)");
-    ecs__reply_error(s, c, ECS_EAUTH, 1);
-    return;
-  }
-  /* c acts for t's client: it is admitted as t's HELLO was, with the
-   * rights t's token holds (--acl-file), no more. */
-  c->rights = rights;
-  ecs__conn_authed(s, c);
-  reply_hello(s, c);
 }
 
 /* The figures STAT answers, also what /metrics exposes. */
@@ -304,6 +102,24 @@ static int slots_reserve(conn_t *c, uint32_t n) {
   return 1;
 }
 
+/* What a PUT or RESERVE item may do given the connection's rights, before
+ * the key is looked at.  An upsert needs the overwrite right (else it
+ * could replace another tenant's object without the remove right), and is
+ * refused without it whether the key exists or not.  ECS_OK or ECS_EPERM. */
+static int upsert_allowed(const conn_t *c, const ecs_put_item_t *it) {
+  return (it->flags & ECS_PUT_F_UPSERT) && !(c->rights & ECS__RIGHT_OVERWRITE) ? ECS_EPERM : ECS_OK;
+}
+
+/* The answer to a put of a key already stored: same content, ECS_OK;
+ * other content, ECS_ECONFLICT, except to a token without the read right,
+ * which gets ECS_OK either way (the stored object stays): its answers must
+ * not tell whether a key exists or what it holds. */
+static int stored_answer(const conn_t *c, const ecs_obj_t *o, const ecs_put_item_t *it) {
+  if (!(c->rights & ECS__RIGHT_READ))
+    return ECS_OK;
+  return same_content(o, it) ? ECS_OK : ECS_ECONFLICT;
+}
+
 static void handle_put_begin(ecs_server_t *s, conn_t *c) {
   uint32_t n = c->hdr.count;
   if (!slots_reserve(c, n)) {
@@ -325,6 +141,8 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
     /* A bad key or dtype fails that item alone; its payload is discarded.
      * So does every item of a PUT the token has no right to (c->refuse). */
     sl->status = c->refuse ? c->refuse : rc;
+    if (sl->status == ECS_OK)
+      sl->status = upsert_allowed(c, &sl->item);
     if (sl->item.nbytes > UINT64_MAX - total) {
       ecs__reply_error(s, c, ECS_EPROTO, 1);
       return;
@@ -347,12 +165,11 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
     /* An upsert of other content goes on to replace it; of the same content
      * it is as idempotent as a put. */
     if (o && o->state == ECS_OBJ_COMMITTED && (!upsert || same_content(o, &sl->item))) {
-      sl->status = same_content(o, &sl->item) ? ECS_OK : ECS_ECONFLICT;
+      sl->status = stored_answer(c, o, &sl->item);
       continue;
     }
-    int rc = upsert ? ecs_objstore_reserve_replace(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes,
-                                                   &sl->obj)
-                    : ecs_objstore_reserve(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes, &sl->obj);
+    int rc = ecs_objstore_reserve_as(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes, upsert,
+                                     c->tenant ? c->tenant->id : 0, &sl->obj);
     if (rc == ECS_EBUSY)
       sl->status = SLOT_DUP_PENDING; /* settled after the batch commits */
     else
@@ -416,10 +233,10 @@ void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
     ecs_obj_t *o = ecs_objstore_find(s->os, sl->item.key, sl->item.key_len);
     if (!o || o->state != ECS_OBJ_COMMITTED)
       sl->status = ECS_EBUSY;
-    else if (same_content(o, &sl->item))
-      sl->status = ECS_OK;
-    else /* an upsert lost to a concurrent writer of the key: busy, not a conflict */
-      sl->status = (sl->item.flags & ECS_PUT_F_UPSERT) ? ECS_EBUSY : ECS_ECONFLICT;
+    else if (sl->item.flags & ECS_PUT_F_UPSERT) /* lost to a concurrent writer: busy, not a conflict */
+      sl->status = same_content(o, &sl->item) ? ECS_OK : ECS_EBUSY;
+    else
+      sl->status = stored_answer(c, o, &sl->item);
   }
   /* Records reach Redis before the reply, so a client that saw OK can find
    * the object through Redis at once (exists_batch); the connection parks
@@ -546,9 +363,8 @@ static void handle_lease(ecs_server_t *s, conn_t *c) {
     } else if (!o) {
       s->misses++;
       lr.status = ECS_ENOTFOUND;
-    } else if (ecs__pin_room(s, c, o->nbytes) != ECS_OK) {
-      ecs_objstore_release(s->os, o);
-      lr.status = ECS_EBUSY; /* this connection's pin quota is spent */
+    } else if ((lr.status = ecs__pin_room(s, c, o->nbytes)) != ECS_OK) {
+      ecs_objstore_release(s->os, o); /* this connection's (EBUSY) or token's (EQUOTA) pin quota is spent */
     } else {
       s->hits++;
       lr.lease_id = ecs__pin_add(c, o, PIN_LEASE, dl);
@@ -615,21 +431,21 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
       ecs__reply_error(s, c, ECS_EPROTO, 1);
       return;
     }
-    ecs_reserve_reply_t rr = {.status = rc};
-    if (rc == ECS_OK) {
+    ecs_reserve_reply_t rr = {.status = rc == ECS_OK ? upsert_allowed(c, &it) : rc};
+    if (rr.status == ECS_OK) {
       int upsert = (it.flags & ECS_PUT_F_UPSERT) != 0;
       ecs_obj_t *o = ecs_objstore_find(s->os, it.key, it.key_len);
       if (o && o->state == ECS_OBJ_COMMITTED && same_content(o, &it))
         o = drop_if_corrupt(s, o);
       if (o && o->state == ECS_OBJ_COMMITTED && (!upsert || same_content(o, &it))) {
         /* already stored: same content is fine (resv_id 0), else a conflict */
-        rr.status = same_content(o, &it) ? ECS_OK : ECS_ECONFLICT;
+        rr.status = stored_answer(c, o, &it);
       } else if (it.nbytes <= ecs_pool_size(s->pool) && ecs__pin_room(s, c, it.nbytes) != ECS_OK) {
         /* (larger than the pool: the objstore says ETOOBIG, which is the truth) */
-        rr.status = ECS_EBUSY; /* this connection's pin quota is spent */
+        rr.status = ecs__pin_room(s, c, it.nbytes); /* this connection's or token's pin quota is spent */
       } else {
-        rr.status = upsert ? ecs_objstore_reserve_replace(s->os, it.key, it.key_len, it.nbytes, &o)
-                           : ecs_objstore_reserve(s->os, it.key, it.key_len, it.nbytes, &o);
+        rr.status = ecs_objstore_reserve_as(s->os, it.key, it.key_len, it.nbytes, upsert,
+                                            c->tenant ? c->tenant->id : 0, &o);
         if (rr.status == ECS_OK) {
           o->codec = it.codec;
           o->raw_nbytes = it.raw_nbytes;
@@ -865,7 +681,7 @@ typedef struct op_entry {
 } op_entry_t;
 
 static const op_entry_t ops[] = {
-    [ECS_OP_HELLO] = {handle_hello, 0, 0, "hello"},
+    [ECS_OP_HELLO] = {ecs__handle_hello, 0, 0, "hello"},
     [ECS_OP_PUT] = {handle_put_begin, OP_DATA, R_WRITE, "put"},
     [ECS_OP_GET] = {handle_get, 0, R_READ, "get"},
     [ECS_OP_EXISTS] = {handle_keys, 0, R_READ, "exists"},
@@ -878,7 +694,7 @@ static const op_entry_t ops[] = {
     [ECS_OP_COMMIT] = {handle_commit, 0, R_WRITE, "commit"},
     [ECS_OP_ATTACH] = {handle_attach, 0, R_READ, "attach"},
     [ECS_OP_RDMA_CONNECT] = {handle_rdma_connect, 0, R_READ, "rdma_connect"},
-    [ECS_OP_UPGRADE] = {handle_upgrade, 0, 0, NULL},
+    [ECS_OP_UPGRADE] = {ecs__handle_upgrade, 0, 0, NULL},
     [ECS_OP_DEBUG] = {handle_debug, 0, R_ADMIN, NULL},
 };
 #define N_OPS (sizeof ops / sizeof ops[0])

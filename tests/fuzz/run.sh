@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
   *) targets+=("$1"); shift ;;
   esac
 done
-all=(fuzz_server_request fuzz_client_reply fuzz_config fuzz_json fuzz_redis_record)
+all=(fuzz_server_request fuzz_client_reply fuzz_config fuzz_json fuzz_redis_record fuzz_ec_config fuzz_redis_url)
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 
 # clang and libFuzzer (Debian: clang and libclang-rt-N-dev, which

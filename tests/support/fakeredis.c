@@ -146,14 +146,21 @@ static int fake_answer(fake_conn_t *c, int *given, int argc, const char **argv, 
   long nk = argc > 2 ? strtol(argv[2], NULL, 10) : 0; /* argv[2] ends at "\r\n" */
   if (nk < 0 || nk > argc)
     nk = 0;
-  size_t cap = 32 + (size_t)nk * 4;
+  /* the check script's mode (ARGV[2], after the keys): "l" asks for each
+   * record whole (exists and lookup), answered as a live one-holder record */
+  int whole = 3 + nk + 1 < argc && argl[3 + nk + 1] == 1 && argv[3 + nk + 1][0] == 'l';
+  static const char rec[] = "*12\r\n$6\r\nnode-x\r\n$1\r\n1\r\n$1\r\n0\r\n$1\r\n1\r\n$1\r\n1\r\n"
+                            "$1\r\n7\r\n$1\r\n1\r\n$16\r\n0000000000000000\r\n$1\r\n0\r\n$1\r\n1\r\n"
+                            "$6\r\nnode-x\r\n$1\r\n1\r\n";
+  size_t unit = whole ? sizeof rec - 1 : 4;
+  size_t cap = 32 + (size_t)nk * unit;
   char *out = malloc(cap);
   if (!out)
     return -1;
   size_t o = (size_t)snprintf(out, cap, "*%ld\r\n", nk);
   for (long i = 0; i < nk; i++) {
-    memcpy(out + o, ":1\r\n", 4);
-    o += 4;
+    memcpy(out + o, whole ? rec : ":1\r\n", unit);
+    o += unit;
   }
   int rc = fake_write(c->fd, out, o);
   free(out);

@@ -14,8 +14,16 @@
  * ECS_OK (*fd is the socket) or an ECS_E* code. */
 int ecs_ts_raw_open(int port, const char *ns, int *fd);
 
-/* ecs_ts_raw_open with an auth token (NULL: none). */
+/* ecs_ts_raw_open with an auth token (NULL: none), proved as libecstore
+ * does (the server's proof checked: ECS_EAUTH when it fails). */
 int ecs_ts_raw_hello(int port, const char *ns, const char *token, int *fd);
+
+/* The HELLO of ecs_ts_raw_hello on a connected socket; clear: send the
+ * token in the clear as clients before the proof did. */
+int ecs_ts_raw_hello_fd(int fd, const char *ns, const char *token, int clear);
+
+/* ecs_ts_raw_hello from the IPv4 source address src_ip (127.x.y.z). */
+int ecs_ts_raw_hello_from(int port, const char *src_ip, const char *ns, const char *token, int *fd);
 
 /* Writes all n bytes within 2 s.  ECS_OK or an ECS_E* code. */
 int ecs_ts_raw_send(int fd, const void *p, size_t n);

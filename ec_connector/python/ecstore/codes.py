@@ -35,5 +35,6 @@ ENOTCONN = -26
 EOVERFLOW = -27
 ECODEC = -28
 EPERM = -29
+EQUOTA = -30
 
 ALL = {name: value for name, value in globals().items() if name.isupper() and name != "OK"}

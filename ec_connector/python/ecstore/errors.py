@@ -51,7 +51,8 @@ class NoMemoryError(EcstoreError, MemoryError):
 
 
 class NoSpaceError(EcstoreError):
-    """ENOSPC, ETOOBIG: the pool has (or can ever have) no room."""
+    """ENOSPC, ETOOBIG: the pool has (or can ever have) no room; EQUOTA: the
+    token's quota is spent."""
 
 
 class NotFoundError(EcstoreError, KeyError):
@@ -126,6 +127,7 @@ _BY_NAME = {
     "ENOMEM": NoMemoryError,
     "ENOSPC": NoSpaceError,
     "ETOOBIG": NoSpaceError,
+    "EQUOTA": NoSpaceError,
     "ENOTFOUND": NotFoundError,
     "ECONFLICT": ConflictError,
     "ETIMEDOUT": DeadlineExceededError,
