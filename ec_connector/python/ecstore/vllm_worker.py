@@ -155,31 +155,54 @@ def host_copy(tensor, ready_event=None, stream=None):
     return host, done
 
 
-_cuda_ranges = []  # (start, end) of host mappings registered with CUDA by this process
+# Host mappings this process registered with CUDA: (start, end, (dev, inode)).
+# The identity matters: a client maps the server's pool again after a
+# reconnect (a restarted server: a new memfd), often at the same address,
+# and CUDA's registration of the old range still points at the old pages.
+# So every call checks that the mapping around addr is still the one
+# registered, and re-registers (unregistering the stale range) when not.
+_cuda_ranges = []
 _cuda_lock = threading.Lock()
 
 
+def _cudart():
+    return torch.cuda.cudart()
+
+
+def _mapping_of(addr):
+    """(start, end, (dev, inode)) of the mapping of this process holding
+    addr, from /proc/self/maps; None when no mapping holds it."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= addr < hi:
+                return lo, hi, (fields[3], fields[4])
+    return None
+
+
 def cuda_register_mapping(addr, nbytes):
-    """Registers with CUDA, once per process, the whole host mapping that
-    holds [addr, addr + nbytes) (for a view: the server's shared pool), so
-    that copies from it to a GPU are asynchronous.  Returns True when the
-    range is registered (now or before)."""
+    """Registers with CUDA the whole host mapping that holds
+    [addr, addr + nbytes) (for a view: the server's shared pool), once per
+    mapping, so that copies from it to a GPU are asynchronous.  Returns
+    True when the range is registered (now or before)."""
+    m = _mapping_of(addr)
+    if m is None or addr + nbytes > m[1]:
+        return False
     with _cuda_lock:
-        for a, b in _cuda_ranges:
-            if a <= addr and addr + nbytes <= b:
-                return True
-        with open("/proc/self/maps") as f:
-            for line in f:
-                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-                if lo <= addr < hi:
-                    break
-            else:
-                return False
-        if addr + nbytes > hi:
-            return False
-        rc = torch.cuda.cudart().cudaHostRegister(lo, hi - lo, 0)
+        for entry in list(_cuda_ranges):
+            lo, hi, ident, ok = entry
+            if (lo, hi, ident) == m:
+                return ok
+            if lo < m[1] and m[0] < hi:
+                # Another mapping now where a registered one was: forget
+                # the stale registration before registering this one.
+                if ok:
+                    _cudart().cudaHostUnregister(lo)
+                _cuda_ranges.remove(entry)
+        rc = _cudart().cudaHostRegister(m[0], m[1] - m[0], 0)
         ok = int(getattr(rc, "value", rc)) == 0
-        _cuda_ranges.append((lo, hi))  # tried once either way: a failure stays a synchronous copy
+        _cuda_ranges.append(m + (ok,))  # tried once a mapping: a failure stays a synchronous copy
         return ok
 
 
