@@ -466,6 +466,60 @@ static void test_soft_pin_evicted_last(void **state) {
   assert_int_equal(ecs_pool_validate(f->pool), ECS_OK);
 }
 
+/* Reserves key as owner (nbytes > 0; pinned until `until`, 0: not pinned),
+ * stamped as put() does; committed
+ * unless `commit` is 0, when *pending gets the pending object. */
+static int put_as(fx_t *f, const char *key, uint64_t nbytes, uint16_t owner, uint64_t until, int commit,
+                  ecs_obj_t **pending) {
+  ecs_obj_t *o = NULL;
+  int rc = ecs_objstore_reserve_as(f->os, key, (uint16_t)strlen(key), nbytes, 0, owner, &o);
+  if (rc != ECS_OK)
+    return rc;
+  uint8_t *p = ecs_objstore_data(f->os, o);
+  p[0] = p[nbytes - 1] = (uint8_t)key[0];
+  o->raw_nbytes = nbytes;
+  o->keep_until_ms = until;
+  if (commit)
+    ecs_objstore_commit(f->os, o);
+  else
+    *pending = o;
+  return ECS_OK;
+}
+
+/* A tenant over its quota evicts its own objects only when that makes
+ * enough room: with its pending put counted but not evictable, a put the
+ * quota refuses anyway evicts nothing.  And its soft-pinned objects go
+ * after its unpinned ones. */
+static void test_quota_evicts_only_what_helps(void **state) {
+  fx_t *f = *state;
+  const uint64_t quota[1] = {10 * MiB};
+  assert_int_equal(ecs_objstore_set_owners(f->os, 1, quota), ECS_OK);
+  assert_int_equal(put_as(f, "p0", 2 * MiB, 1, FAR_FUTURE, 1, NULL), ECS_OK);
+  assert_int_equal(put_as(f, "u0", 2 * MiB, 1, 0, 1, NULL), ECS_OK);
+  assert_int_equal(put_as(f, "u1", 2 * MiB, 1, 0, 1, NULL), ECS_OK);
+  ecs_obj_t *w = NULL;
+  assert_int_equal(put_as(f, "w0", 4 * MiB, 1, 0, 0, &w), ECS_OK); /* 10 MiB: at the quota */
+  /* 9 MiB more: 9 over, 6 evictable (w0's 4 are pending): refused whole. */
+  assert_int_equal(put_as(f, "big", 9 * MiB, 1, 0, 1, NULL), ECS_EQUOTA);
+  assert_int_equal(f->nev, 0);
+  assert_int_equal(ecs_objstore_owner_bytes(f->os, 1), 10 * MiB);
+  /* 3 MiB more: the oldest unpinned (u0, u1) go before the older pinned p0. */
+  assert_int_equal(put_as(f, "n0", 3 * MiB, 1, 0, 1, NULL), ECS_OK);
+  assert_int_equal(f->nev, 2);
+  assert_string_equal(f->ev[0].key, "u0");
+  assert_string_equal(f->ev[1].key, "u1");
+  assert_non_null(ecs_objstore_find(f->os, "p0", 2));
+  ecs_objstore_commit(f->os, w);
+  /* 5 MiB more: 4 over; only pinned p0 (2) and the newer n0 (3), w0 (4)
+   * are left: p0 last, so n0 then w0... n0 alone is not enough. */
+  assert_int_equal(put_as(f, "n1", 5 * MiB, 1, 0, 1, NULL), ECS_OK);
+  assert_string_equal(f->ev[2].key, "n0");
+  assert_string_equal(f->ev[3].key, "w0");
+  assert_non_null(ecs_objstore_find(f->os, "p0", 2));
+  assert_int_equal(ecs_objstore_owner_bytes(f->os, 1), 7 * MiB);
+  assert_int_equal(ecs_pool_validate(f->pool), ECS_OK);
+}
+
 static void test_soft_pin_background(void **state) {
   fx_t *f = fx_new(0.5, 0.25); /* high 32 MiB, low 16 MiB */
   *state = f;
@@ -1172,6 +1226,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_foreach_order, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_soft_pin_evicted_last, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_soft_pin_background, NULL, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_quota_evicts_only_what_helps, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_referenced_not_evicted, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_pending_not_evicted, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_too_big, fx_setup, fx_teardown),

@@ -410,27 +410,42 @@ ecs_obj_t *ecs_objstore_find(ecs_objstore_t *os, const void *key, uint16_t key_l
   return table_find(os, key, key_len);
 }
 
-/* The struct is allocated before any eviction so that running out of host
- * memory never costs an object its place in the pool. */
 /* An owner with a quota first makes room under it from its own objects,
- * oldest first (FIFO within the tenant). */
+ * oldest first (FIFO within the tenant), soft-pinned ones last.  Nothing is
+ * evicted unless enough of the owner's objects can go: its pending puts
+ * count against the quota but cannot be evicted, and evicting the rest for
+ * a put that is refused anyway would only lose them. */
 static int quota_room(ecs_objstore_t *os, uint16_t owner, uint64_t nbytes) {
   if (!owner || owner > os->nowners || !os->owner_quota[owner])
     return ECS_OK;
   uint64_t q = os->owner_quota[owner];
   if (nbytes > q)
     return ECS_EQUOTA;
-  ecs_obj_t *cur = os->head;
-  while (os->owner_bytes[owner] > q - nbytes) {
-    ecs_obj_t *victim = first_of_owner(cur, owner);
-    if (!victim)
-      return ECS_EQUOTA;
-    cur = victim->fnext;
-    drop(os, victim, ECS_DROP_EVICTED);
+  if (os->owner_bytes[owner] <= q - nbytes)
+    return ECS_OK;
+  uint64_t need = os->owner_bytes[owner] - (q - nbytes), can = 0;
+  for (ecs_obj_t *o = first_of_owner(os->head, owner); o && can < need; o = first_of_owner(o->fnext, owner))
+    can += o->nbytes;
+  if (can < need)
+    return ECS_EQUOTA;
+  uint64_t now = os->kept ? now_ms() : 0;
+  for (int pinned_too = 0; pinned_too < 2; pinned_too++) {
+    ecs_obj_t *cur = os->head;
+    while (os->owner_bytes[owner] > q - nbytes) {
+      ecs_obj_t *victim = first_of_owner(cur, owner);
+      while (victim && !pinned_too && victim->keep_until_ms > now)
+        victim = first_of_owner(victim->fnext, owner);
+      if (!victim)
+        break;
+      cur = victim->fnext;
+      drop(os, victim, ECS_DROP_EVICTED);
+    }
   }
-  return ECS_OK;
+  return os->owner_bytes[owner] > q - nbytes ? ECS_EQUOTA : ECS_OK;
 }
 
+/* The struct is allocated before any eviction so that running out of host
+ * memory never costs an object its place in the pool. */
 static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes, int replace,
                    uint16_t owner, ecs_obj_t **out) {
   *out = NULL;
