@@ -109,6 +109,36 @@ static void test_connect_within_timeout(void **state) {
   assert_true(dt <= 800 + OVER_MS);
 }
 
+/* The Redis part of a connect shares the call's one deadline too: with the
+ * servers answering and Redis stopped, ecs_client_connect still ends
+ * within timeout_ms (it gave Redis its own 500 ms per step after the
+ * servers had their turn).  Redis down is not a reason to refuse. */
+static void test_connect_redis_within_timeout(void **state) {
+  fx_t *f = *state;
+  ecs_ts_proc_t rds;
+  memset(&rds, 0, sizeof rds);
+  assert_int_equal(ecs_ts_redis_start(&rds), 0);
+  assert_int_equal(ecs_ts_signal(&rds, SIGSTOP), 0);
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, f->servers, "tcp");
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", rds.port);
+  cfg.redis_url = url;
+  cfg.timeout_ms = 150;
+  ecs_client_t *c = NULL;
+  char err[256] = "";
+  uint64_t t0 = ecs_now_ms();
+  int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
+  uint64_t dt = ecs_now_ms() - t0;
+  assert_int_equal(ecs_ts_signal(&rds, SIGCONT), 0);
+  ecs_ts_stop(&rds, 5000);
+  fprintf(stderr, "connect with Redis stopped: %s after %llu ms (%s)\n", ecs_strerror(rc),
+          (unsigned long long)dt, err);
+  assert_int_equal(rc, ECS_OK);
+  ecs_client_close(c);
+  assert_true(dt <= 150 + OVER_MS);
+}
+
 /* A get on an open connection to a server that stopped. */
 static void test_get_within_timeout(void **state) {
   fx_t *f = *state;
@@ -165,9 +195,8 @@ static void test_cli_stat_within_timeout(void **state) {
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_reconnect_late_in_call),
-      cmocka_unit_test(test_connect_within_timeout),
-      cmocka_unit_test(test_get_within_timeout),
+      cmocka_unit_test(test_reconnect_late_in_call),       cmocka_unit_test(test_connect_within_timeout),
+      cmocka_unit_test(test_connect_redis_within_timeout), cmocka_unit_test(test_get_within_timeout),
       cmocka_unit_test(test_cli_stat_within_timeout),
   };
   return cmocka_run_group_tests_name("client_deadlines", tests, setup, teardown);
