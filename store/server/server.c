@@ -803,18 +803,28 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     }
     ECS_LOG_I("metrics: http://%s:%d/metrics", mh, ecs_metrics_port(s->metrics));
   }
-  rc = ECS_EIO;
-  if (listen(s->lfd, 512) != 0)
-    goto fail_sys;
-  /* Registered last, once nothing else can fail: a server that cannot
-   * start must not stay listed in the namespace's node set for clients to
-   * place puts on until its entry expires (issue 24). */
+  /* Registered once nothing else can fail: a server that cannot start
+   * must not stay listed in the namespace's node set for clients to place
+   * puts on until its entry expires (issue 24).  And before listen(): the
+   * kernel accepts connections from then on, and a client must not find
+   * this node's port answering while the registry still holds the epoch
+   * of the process before it (its records would read as present). */
+  int registered = 0;
   if (s->meta) {
-    if (ecs_meta_is_up(s->meta) && ecs_meta_register(s->meta) == ECS_OK)
+    registered = ecs_meta_is_up(s->meta) && ecs_meta_register(s->meta) == ECS_OK;
+    if (registered)
       ECS_LOG_I("registered with Redis at %s as node '%s'", o->redis_url, s->o.node_id);
     else
       ECS_LOG_W("Redis at %s is unreachable (%s); serving anyway, will retry", o->redis_url,
                 ecs_meta_errstr(s->meta));
+  }
+  rc = ECS_EIO;
+  if (listen(s->lfd, 512) != 0) {
+    int saved = errno;
+    if (registered)
+      ecs_meta_unregister(s->meta, 1000);
+    errno = saved;
+    goto fail_sys;
   }
   *out = s;
   return ECS_OK;
