@@ -74,23 +74,32 @@ class PendingMarks:
 
     def _run(self, cmds):
         """Replies of cmds (one round trip), or raises ConnectionError/OSError
-        (the link is then down for backoff_s)."""
-        with self.lock:
-            if self.conn is None:
-                if time.monotonic() < self.down_until:
-                    raise ConnectionError("redis link down after: %s" % self.last_error)
-                try:
-                    self.conn = self._connect()
-                except (OSError, ValueError, ConnectionError) as e:
-                    self._down(e)
-                    raise ConnectionError(str(e)) from None
+        (the link is then down for backoff_s).  Waits at most timeout_s for
+        the link: another thread may hold it through a (re)connect of
+        several round trips, and a hook must not wait that out."""
+        if not self.lock.acquire(timeout=self.timeout_s):
+            raise ConnectionError("redis link busy (another call holds it for more than %.2fs)" % self.timeout_s)
+        try:
+            return self._run_locked(cmds)
+        finally:
+            self.lock.release()
+
+    def _run_locked(self, cmds):
+        if self.conn is None:
+            if time.monotonic() < self.down_until:
+                raise ConnectionError("redis link down after: %s" % self.last_error)
             try:
-                return self.conn.pipeline(cmds)
+                self.conn = self._connect()
             except (OSError, ValueError, ConnectionError) as e:
-                self.conn.close()
-                self.conn = None
                 self._down(e)
                 raise ConnectionError(str(e)) from None
+        try:
+            return self.conn.pipeline(cmds)
+        except (OSError, ValueError, ConnectionError) as e:
+            self.conn.close()
+            self.conn = None
+            self._down(e)
+            raise ConnectionError(str(e)) from None
 
     def _down(self, e):
         self.last_error = e if not isinstance(e, socket.timeout) else "timed out after %.2fs" % self.timeout_s
