@@ -27,6 +27,29 @@
 MH_PIDS=""
 MH_NETNS=""
 
+# mh_tmp NAME: the run's temp dir in TMP (/tmp/ecs-NAME-XXXXXX, readable
+# by the hosts' processes), a fail() that prints the tail of every log in it
+# and exits 1, and on exit (INT and TERM included) the hosts torn down and
+# TMP removed.
+mh_tmp() {
+  TMP=$(mktemp -d "/tmp/ecs-$1-XXXXXX")
+  chmod 0755 "$TMP"
+  trap mh_finish EXIT
+  trap 'exit 1' INT TERM
+}
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$TMP"/*.log; do
+    echo "---- $f" >&2
+    tail -n 30 "$f" >&2
+  done
+  exit 1
+}
+mh_finish() {
+  mh_cleanup
+  rm -rf "$TMP"
+}
+
 mh_init() {
   MH_PFX="$1$$"
   if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then

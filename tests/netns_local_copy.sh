@@ -16,22 +16,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/netns_hosts.sh"
 command -v redis-server >/dev/null || { echo "skip: no redis-server" >&2; exit 77; }
 
-TMP=$(mktemp -d /tmp/ecs-lc-XXXXXX)
-chmod 0755 "$TMP"
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$TMP"/*.log; do
-    echo "---- $f" >&2
-    tail -n 20 "$f" >&2
-  done
-  exit 1
-}
-finish() {
-  mh_cleanup
-  rm -rf "$TMP"
-}
-trap finish EXIT
-trap 'exit 1' INT TERM
+mh_tmp lc
 
 mh_init e8lc
 for h in r:1 h1:11 h2:12; do

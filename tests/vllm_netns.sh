@@ -23,22 +23,7 @@ case "${ECS_SANITIZE:-0}" in "" | 0 | OFF) ;; *) echo "skip: sanitizer build (py
 command -v redis-server >/dev/null || { echo "skip: no redis-server" >&2; exit 77; }
 "$PY" -c "import vllm, torch" 2>/dev/null || { echo "skip: $PY has no vllm/torch" >&2; exit 77; }
 
-TMP=$(mktemp -d /tmp/ecs-vllm-mh-XXXXXX)
-chmod 0755 "$TMP"
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$TMP"/*.log; do
-    echo "---- $f" >&2
-    tail -n 30 "$f" >&2
-  done
-  exit 1
-}
-finish() {
-  mh_cleanup
-  rm -rf "$TMP"
-}
-trap finish EXIT
-trap 'exit 1' INT TERM
+mh_tmp vllm-mh
 
 mh_init e21v
 for h in r:1 h1:11 h2:12; do
