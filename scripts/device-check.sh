@@ -11,7 +11,9 @@
 #   scripts/device-check.sh --help
 #
 # Options: --quick (very short steps: the ctest check of the dry run),
-# --no-build (bundle the binaries of ECS_DEVICE_BUILD as they are).
+# --no-build (bundle the binaries of ECS_DEVICE_BUILD as they are),
+# --cuda-only (the environment and CUDA steps, no scaling: a rerun of the
+# CUDA step in about a minute of device time).
 # Environment: ECS_DEVICE_BUNDLE (default out/device-bundle), ECS_DEVICE_BUILD
 # (default build-device), OUT (results; default out/device-out),
 # ECS_DEVICE_PYTHON (a python with torch; default python3, or the project's
@@ -22,12 +24,14 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODE=run
 QUICK=0
 NO_BUILD=0
+CUDA_ONLY=0
 for a in "$@"; do
   case $a in
   --bundle) MODE=bundle ;;
   --dry-run) MODE=dry ;;
   --quick) QUICK=1 ;;
   --no-build) NO_BUILD=1 ;;
+  --cuda-only) CUDA_ONLY=1 ;;
   -h | --help)
     sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
     exit 0
@@ -449,6 +453,7 @@ fi
 
 echo
 echo "== 2. scaling"
+[ "$CUDA_ONLY" = 0 ] || { say "--cuda-only: scaling steps not run"; THREADS=""; }
 for t in $THREADS; do
   step "tcp gets $BIG x 8 vs raw stream, --threads $t" 75 \
     ecstore-bench net --paths tcp --threads "$t" --sizes "$BIG" --batches 8 --conns "$CONNS" \
@@ -459,7 +464,7 @@ for t in $THREADS; do
     --reps "$REPS" --seconds "$SECS" --csv "$TMP/small-t$t.csv"
   tag_csv "$TMP/small-t$t.csv" small "$t"
 done
-step "shm copy gets vs memcpy" 75 \
+[ "$CUDA_ONLY" = 1 ] || step "shm copy gets vs memcpy" 75 \
   ecstore-bench net --paths shm --sizes "$BIG" --batches 8 --conns "$CONNS" --reps "$REPS" --seconds "$SECS" \
   --no-redis --csv "$TMP/shm.csv"
 tag_csv "$TMP/shm.csv" shm 0
@@ -494,7 +499,7 @@ located() {
   echo "located,0,get,$MH_SIZE,$MH_N,1,one-server,,,$one," >>"$RAW"
   echo "located,0,get,$MH_SIZE,$MH_N,1,two-servers,,,$two," >>"$RAW"
 }
-fn_step "located get: two servers vs one" located
+[ "$CUDA_ONLY" = 1 ] || fn_step "located get: two servers vs one" located
 
 # ---- 3. the table -------------------------------------------------------------
 

@@ -30,6 +30,7 @@ import os
 import statistics
 import sys
 import time
+import traceback
 import types
 
 import torch
@@ -40,20 +41,6 @@ from ecstore import _lib
 from ecstore.errors import err_name
 
 MiB = 1 << 20
-
-
-class View(ctypes.Structure):
-    """ecs_view_t (include/ecstore/ecstore.h)."""
-
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("nbytes", ctypes.c_uint64),
-        ("desc", _lib.TensorDesc),
-        ("status", ctypes.c_int),
-        ("lease_", ctypes.c_uint64),
-        ("map_", ctypes.c_void_p),
-        ("srv_", ctypes.c_uint32),
-    ]
 
 
 def host_tensor(addr, nbytes):
@@ -119,16 +106,14 @@ def h2d(args, dev, store, report):
             raise RuntimeError("put of %s: %s" % (k, err_name(st)))
     out["client_transport"] = store.transport()
     h = store._handle()
-    lib.ecs_get_view_batch.restype = ctypes.c_int
-    lib.ecs_get_view_batch.argtypes = [ctypes.c_void_p, ctypes.POINTER(_lib.Key), ctypes.POINTER(View), ctypes.c_size_t]
-    lib.ecs_view_release.restype = ctypes.c_int
-    lib.ecs_view_release.argtypes = [ctypes.c_void_p, ctypes.POINTER(View), ctypes.c_size_t]
+    # the binding's own prototypes (_lib.View): resetting them here with
+    # another View class broke every later get_views in this process
     karr = (_lib.Key * count)()
     kb = [k.encode() for k in keys]
     for i, k in enumerate(kb):
         karr[i].data, karr[i].len = k, len(k)
-    views = (View * count)()
-    rc = lib.ecs_get_view_batch(ctypes.c_void_p(h.ptr), karr, views, count)
+    views = (_lib.View * count)()
+    rc = lib.ecs_get_view_batch(h.ptr, karr, views, count)
     if rc or any(views[i].status for i in range(count)):
         out["shm_view"] = "not available: ecs_get_view_batch rc=%d statuses=%s" % (
             rc, [views[i].status for i in range(count)])
@@ -199,7 +184,7 @@ def h2d(args, dev, store, report):
                    for k, v in samples.items()}
     out["wrong_bytes"] = wrong
     if "shm view" in srcs:
-        lib.ecs_view_release(ctypes.c_void_p(h.ptr), views, count)
+        lib.ecs_view_release(h.ptr, views, count)
     del srcs, blocks, keep
     report["h2d"] = out
     return sum(wrong.values()) == 0
@@ -263,14 +248,31 @@ def standin_vllm():
                       ("ECConnectorWorkerMetadata", ECConnectorWorkerMetadata),
                       ("ECConnectorBase", ECConnectorBase)):
         setattr(base, name, obj)
+    from dataclasses import dataclass, field
+
+    metrics = types.ModuleType("vllm.distributed.ec_transfer.ec_connector.metrics")
+
+    @dataclass
+    class ECConnectorStats:
+        data: dict = field(default_factory=dict)
+
+    class ECConnectorPromMetrics:
+        def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+            self._labelnames = labelnames
+            self.per_engine_labelvalues = per_engine_labelvalues
+
+    metrics.ECConnectorStats = ECConnectorStats
+    metrics.ECConnectorPromMetrics = ECConnectorPromMetrics
     logger = types.ModuleType("vllm.logger")
     logger.init_logger = logging.getLogger
     platforms = types.ModuleType("vllm.platforms")
     platforms.current_platform = types.SimpleNamespace(device_type="cuda" if torch.cuda.is_available() else "cpu")
-    mods = {"vllm": types.ModuleType("vllm"), "vllm.distributed": types.ModuleType("vllm.distributed"),
+    top = types.ModuleType("vllm")
+    top._ecs_standin = True  # a second connector run must not take it for vLLM
+    mods = {"vllm": top, "vllm.distributed": types.ModuleType("vllm.distributed"),
             "vllm.distributed.ec_transfer": types.ModuleType("vllm.distributed.ec_transfer"),
             "vllm.distributed.ec_transfer.ec_connector": types.ModuleType("vllm.distributed.ec_transfer.ec_connector"),
-            base.__name__: base, logger.__name__: logger, platforms.__name__: platforms}
+            base.__name__: base, metrics.__name__: metrics, logger.__name__: logger, platforms.__name__: platforms}
     sys.modules.update(mods)
 
 
@@ -287,11 +289,11 @@ def connector_config(extra, real, dev):
     return types.SimpleNamespace(ec_transfer_config=tc, model_config=None)
 
 
-def connector(args, dev, report):
-    out = {}
-    report["connector"] = out
+def connector(args, dev, report, protocol="tcp"):
+    out = {"protocol": protocol}
+    report["connector" if protocol == "tcp" else "connector_" + protocol] = out
     real = False
-    if not args.standin:
+    if not args.standin and not getattr(sys.modules.get("vllm"), "_ecs_standin", False):
         try:
             import vllm  # noqa: F401
 
@@ -304,8 +306,10 @@ def connector(args, dev, report):
     try:
         import ecstore.vllm as ev
     except Exception as e:  # noqa: BLE001
-        out["result"] = "not available: import ecstore.vllm failed: %s" % e
-        return True
+        # the connector is in the bundle: failing to import it is a failure
+        # (the stand-in lacks a member it uses, or the package is broken)
+        out["result"] = "failed: import ecstore.vllm: %s: %s" % (type(e).__name__, e)
+        return False
     out["path"] = ("ecstore.vllm.ECStoreConnector on vLLM's ECConnectorBase" if real else
                    "ecstore.vllm.ECStoreConnector on a stand-in of vLLM's ECConnectorBase (vLLM not in the bundle)")
     cls = getattr(ev, "ECStoreConnector", None)
@@ -314,13 +318,15 @@ def connector(args, dev, report):
     if missing or not hasattr(ev, "ECStoreConnectorMetadata") or not hasattr(ev, "ECStoreLoadSpec"):
         out["result"] = "not available: ecstore.vllm lacks %s" % (missing or "its metadata classes")
         return True
-    # what the connector has of the CUDA paths (names as in ecstore/vllm.py)
+    # what the connector has of the CUDA paths (names as in ecstore/vllm_worker.py)
+    worker_cls = getattr(ev, "WorkerSide", None)
     out["features"] = {
-        "save: side stream + event (_save_device)": hasattr(cls, "_save_device"),
-        "load: async H2D, host blocks held to the event (_reap_h2d)": hasattr(cls, "_reap_h2d"),
-        "load: pinned pool (_host_pool)": hasattr(cls, "_host_pool"),
+        "save: copy on a side stream + event (host_copy)": callable(getattr(ev, "host_copy", None)),
+        "load: async H2D + event (device_copy)": callable(getattr(ev, "device_copy", None)),
+        "load: shm views registered with CUDA (cuda_register_mapping)": callable(getattr(ev, "cuda_register_mapping", None)),
+        "load: pinned pool for copies (WorkerSide._host_pool)": hasattr(worker_cls, "_host_pool"),
     }
-    extra = {"servers": args.server, "namespace": args.ns, "protocol": "tcp", "timeout_ms": 20000,
+    extra = {"servers": args.server, "namespace": args.ns, "protocol": protocol, "timeout_ms": 20000,
              "load_device": dev.type, "load_pool_bytes": "%dM" % max(64, args.items * args.tokens * args.width * 2 // MiB * 2)}
     extra["redis_url"] = "redis://" + args.redis
     try:
@@ -346,35 +352,52 @@ def connector(args, dev, report):
         t_saved = time.perf_counter() - t0
         out["save"] = {"items": len(src), "bytes": sum(t.numel() * 2 for t in src.values()),
                        "queue_ms": t_queued * 1e3, "stored_ms": t_saved * 1e3, "failures": [str(f) for f in fails]}
-        meta = ev.ECStoreConnectorMetadata(loads=[ev.ECStoreLoadSpec(h, args.tokens, ["r%d" % i])
-                                                  for i, h in enumerate(src)])
-        conn.bind_connector_metadata(meta)
-        cache = {}
-        t0 = time.perf_counter()
-        conn.start_load_caches(cache)
-        t_ret = time.perf_counter() - t0
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        t_done = time.perf_counter() - t0
-        wrong, missing_items, on_dev = 0, 0, 0
-        for h, t in src.items():
-            got = cache.get(h)
-            if got is None:
-                missing_items += 1
-                continue
-            on_dev += got.device.type == dev.type
-            a = got.contiguous().view(torch.uint8).reshape(-1).cpu()
-            b = t.contiguous().view(torch.uint8).reshape(-1).cpu()
-            wrong += int((a != b).sum().item()) if a.numel() == b.numel() else max(a.numel(), b.numel())
-        pool = getattr(conn, "_host", None)
-        out["load"] = {"returned_ms": t_ret * 1e3, "on_device_ms": t_done * 1e3, "missing": missing_items,
-                       "on_%s" % dev.type: on_dev, "wrong_bytes": wrong,
-                       "load_pool_cuda_registered": (int(pool.stats().get("cuda_registered", 0))
-                                                     if pool is not None else "no pool")}
-        ok = not fails and missing_items == 0 and wrong == 0 and on_dev == len(src)
+        # Two loads of the same items: the first pays one-time costs (the
+        # load pool's or the shm mapping's cudaHostRegister), the second is
+        # what every later step sees.  Over shm the specs say "local", as
+        # the prefetch would: loads are views of the server's pool, copied
+        # to the GPU from there.
+        pool = None
+        good = True
+        for rnd in ("load", "load_again"):
+            meta = ev.ECStoreConnectorMetadata(loads=[ev.ECStoreLoadSpec(h, args.tokens, ["r%d" % i],
+                                                                         local=(protocol == "shm"))
+                                                      for i, h in enumerate(src)])
+            conn.bind_connector_metadata(meta)
+            cache = {}
+            t0 = time.perf_counter()
+            conn.start_load_caches(cache)
+            t_ret = time.perf_counter() - t0
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t_done = time.perf_counter() - t0
+            wrong, missing_items, on_dev = 0, 0, 0
+            for h, t in src.items():
+                got = cache.get(h)
+                if got is None:
+                    missing_items += 1
+                    continue
+                on_dev += got.device.type == dev.type
+                a = got.contiguous().view(torch.uint8).reshape(-1).cpu()
+                b = t.contiguous().view(torch.uint8).reshape(-1).cpu()
+                wrong += int((a != b).sum().item()) if a.numel() == b.numel() else max(a.numel(), b.numel())
+            del cache
+            pool = getattr(getattr(conn, "worker", None), "host", None)
+            out[rnd] = {"returned_ms": t_ret * 1e3, "on_device_ms": t_done * 1e3, "missing": missing_items,
+                        "on_%s" % dev.type: on_dev, "wrong_bytes": wrong}
+            good = good and missing_items == 0 and wrong == 0 and on_dev == len(src)
+        out["load"]["load_pool_cuda_registered"] = (int(pool.stats().get("cuda_registered", 0))
+                                                    if pool is not None else "no pool (views)")
+        try:  # the connector's own counters: load_copies says whether loads were views or copies
+            st = conn.get_ec_connector_stats()
+            out["stats"] = {k: v for k, v in st.reduce().items() if v} if st is not None else None
+        except Exception as e:  # noqa: BLE001
+            out["stats"] = "unavailable: %s" % e
+        ok = not fails and good
         out["result"] = "ok: %d items saved and loaded, bit-identical" % len(src) if ok else "FAILED"
     except Exception as e:  # noqa: BLE001
         out["result"] = "failed: %s: %s" % (type(e).__name__, e)
+        out["traceback"] = traceback.format_exc().splitlines()[-8:]
         ok = False
     finally:
         try:
@@ -397,6 +420,9 @@ def main():
     ap.add_argument("--items", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=650)
     ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--protocols", default="tcp,shm",
+                    help="the connector's transports to save and load through (tcp: loads copied into its pinned "
+                         "pool; shm: loads are views of the server's pool, registered with CUDA)")
     ap.add_argument("--standin", action="store_true", help="use the stand-in base even where vLLM imports")
     ap.add_argument("--quick", action="store_true", help="small sizes (the dry run)")
     args = ap.parse_args()
@@ -427,7 +453,8 @@ def main():
     finally:
         if store is not None:
             store.close()
-    ok &= connector(args, dev, report)
+    for proto in args.protocols.split(","):
+        ok &= connector(args, dev, report, proto)
     report["ok"] = bool(ok)
     with open(args.json, "w") as f:
         json.dump(report, f, indent=1, default=str)

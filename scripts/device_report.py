@@ -172,19 +172,24 @@ def main():
             targets.append(("zero wrong bytes (H2D)", "%d wrong" % wb, "met" if wb == 0 else "missed"))
         else:
             md.append("- H2D: %s" % h.get("result", "not run"))
-        c = cuda.get("connector", {})
-        md.append("- connector: %s" % c.get("path", "-"))
-        md.append("  - vLLM: %s" % c.get("vllm", "-"))
-        for k, v in (c.get("features") or {}).items():
-            md.append("  - %s: %s" % (k, "yes" if v else "not available"))
-        if "save" in c:
-            md.append("  - save: %s" % json.dumps(c["save"]))
-        if "load" in c:
-            md.append("  - load: %s" % json.dumps(c["load"]))
-        md.append("  - result: %s" % c.get("result", "-"))
-        if "load" in c:
-            wb = c["load"].get("wrong_bytes", 0)
-            targets.append(("zero wrong bytes (connector save/load)", "%s wrong" % wb, "met" if wb == 0 else "missed"))
+        for ck in sorted(k for k in cuda if k.startswith("connector")):
+            c = cuda[ck]
+            md.append("- connector over %s: %s" % (c.get("protocol", "tcp"), c.get("path", "-")))
+            md.append("  - vLLM: %s" % c.get("vllm", "-"))
+            for k, v in (c.get("features") or {}).items():
+                md.append("  - %s: %s" % (k, "yes" if v else "not available"))
+            if "save" in c:
+                md.append("  - save: %s" % json.dumps(c["save"]))
+            for rnd in ("load", "load_again"):
+                if rnd in c:
+                    md.append("  - %s: %s" % (rnd.replace("_", " "), json.dumps(c[rnd])))
+            if "stats" in c:
+                md.append("  - the connector's stats: %s" % json.dumps(c["stats"]))
+            md.append("  - result: %s" % c.get("result", "-"))
+            if "load" in c:
+                wb = sum(c[r].get("wrong_bytes", 0) for r in ("load", "load_again") if r in c)
+                targets.append(("zero wrong bytes (connector save/load, %s)" % c.get("protocol", "tcp"), "%s wrong" % wb,
+                                "met" if wb == 0 else "missed"))
     md.append("")
 
     head = ["## Targets (%s)" % ("dry run: a verdict here says only that the step ran" if dry else "this run"), "",

@@ -48,6 +48,9 @@ n=$(ls "$T/out" | wc -l)
 if grep -q "device_cuda.py --device cpu (at most" "$T/run.log"; then
   [ -s "$T/out/cuda.json" ] || fail "device_cuda.py ran but wrote no cuda.json"
   grep -q '"ok": true' "$T/out/cuda.json" || fail "device_cuda.py's plumbing check failed: $(cat "$T/out/cuda.json")"
+  # the connector's save and load must have run (on the stand-in base), not
+  # been reported "not available" or failed to import
+  grep -q '"result": "ok: ' "$T/out/cuda.json" || fail "the connector's save/load did not run: $(cat "$T/out/cuda.json")"
   echo "device_cuda.py (CPU plumbing) ok"
 fi
 echo "ok: $last"
