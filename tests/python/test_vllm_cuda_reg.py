@@ -85,3 +85,48 @@ def test_a_range_past_its_mapping_is_not_registered(monkeypatch, libc):
         assert rec.calls == []
     finally:
         libc.munmap(addr, SIZE)
+
+
+class SlowRecorder(Recorder):
+    """A cudaHostRegister that takes as long as a large pool's does."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def cudaHostRegister(self, addr, size, flags):
+        import time
+
+        time.sleep(self.seconds)
+        return super().cudaHostRegister(addr, size, flags)
+
+
+def test_pool_mapping_registered_in_background_and_loads_never_wait(monkeypatch, cluster):
+    """A consumer registers the local server's pool mapping off the load
+    path (on an H100 host cudaHostRegister of a 1 GiB pool took 185 ms,
+    all of it in the first load step); a load that comes meanwhile copies
+    synchronously instead of waiting."""
+    import time
+
+    import ecstore
+
+    rec = SlowRecorder(0.5)
+    monkeypatch.setattr(vw, "_cudart", lambda: rec)
+    monkeypatch.setattr(vw, "_cuda_ranges", [])
+    with ecstore.connect(cluster.config(transport="shm")) as s:
+        assert s.transport() == "shm"
+        maps = vw.pool_mappings()
+        assert maps, "no pool mapping of the server found in /proc/self/maps"
+        lo, hi = maps[-1]
+        t = vw.register_pool_mappings_async()
+        assert t is not None
+        time.sleep(0.05)  # the thread is inside cudaHostRegister now
+        t0 = time.monotonic()
+        assert not vw.cuda_register_mapping(lo + 4096, 4096, wait=False)  # in progress: no wait
+        assert time.monotonic() - t0 < 0.1
+        t.join(5)
+        assert not t.is_alive()
+        assert ("register", lo, hi - lo) in rec.calls
+        n = len(rec.calls)
+        assert vw.cuda_register_mapping(lo + 4096, 4096, wait=False)  # done: registered, no new call
+        assert len(rec.calls) == n

@@ -181,15 +181,20 @@ def _mapping_of(addr):
     return None
 
 
-def cuda_register_mapping(addr, nbytes):
+def cuda_register_mapping(addr, nbytes, wait=True):
     """Registers with CUDA the whole host mapping that holds
     [addr, addr + nbytes) (for a view: the server's shared pool), once per
     mapping, so that copies from it to a GPU are asynchronous.  Returns
-    True when the range is registered (now or before)."""
+    True when the range is registered (now or before).  With wait=False
+    it never waits for a registration in progress (cudaHostRegister of a
+    1 GiB pool takes ~185 ms on an H100 host): it returns False, and the
+    caller copies synchronously this time."""
     m = _mapping_of(addr)
     if m is None or addr + nbytes > m[1]:
         return False
-    with _cuda_lock:
+    if not _cuda_lock.acquire(blocking=wait):
+        return False
+    try:
         for entry in list(_cuda_ranges):
             lo, hi, ident, ok = entry
             if (lo, hi, ident) == m:
@@ -204,6 +209,47 @@ def cuda_register_mapping(addr, nbytes):
         ok = int(getattr(rc, "value", rc)) == 0
         _cuda_ranges.append(m + (ok,))  # tried once a mapping: a failure stays a synchronous copy
         return ok
+    finally:
+        _cuda_lock.release()
+
+
+#: The name of the server's pool as a client maps it (store/server: memfd_create).
+_POOL_MAPPING = "/memfd:ecstore-pool"
+
+
+def pool_mappings():
+    """(start, end) of every mapping of a server's shared pool in this
+    process (one per shm connection)."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5] == _POOL_MAPPING and fields[1][3] == "s":
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                out.append((lo, hi))
+    return out
+
+
+def register_pool_mappings_async():
+    """Registers with CUDA, on a background thread, the pool mappings this
+    process has (a consumer calls it right after connecting to the local
+    server), so that no load step pays for cudaHostRegister; a load that
+    comes first copies synchronously (device_copy does not wait).
+    Returns the thread (None when there is nothing to register)."""
+    todo = pool_mappings()
+    if not todo:
+        return None
+
+    def run():
+        for lo, hi in todo:
+            try:
+                cuda_register_mapping(lo, hi - lo)
+            except Exception:  # noqa: BLE001 - a failure means synchronous copies, never a crash
+                pass
+
+    t = threading.Thread(target=run, name="ecstore-cuda-register", daemon=True)
+    t.start()
+    return t
 
 
 def device_copy(host, device, stream=None):
@@ -212,9 +258,11 @@ def device_copy(host, device, stream=None):
     asynchronously on stream (default: the current one); returns (device
     tensor, event recorded after the copy).  Keep host referenced until
     the event completes.  A host tensor that is neither pinned nor in a
-    registered mapping has its mapping registered first."""
+    registered mapping has its mapping registered first, unless a
+    registration is in progress (register_pool_mappings_async): then this
+    copy is synchronous rather than a wait."""
     if not host.is_pinned():
-        cuda_register_mapping(host.data_ptr(), host.numel() * host.element_size())
+        cuda_register_mapping(host.data_ptr(), host.numel() * host.element_size(), wait=False)
     stream = stream or torch.cuda.current_stream(device)
     with torch.cuda.stream(stream):
         out = host.to(device, non_blocking=True)
@@ -260,6 +308,11 @@ class WorkerSide:
         self.to_release = collections.deque()  # (Views, i) whose tensors died
         if is_consumer:
             self._host_pool()
+            if self.py["zero_copy"] and torch.cuda.is_available():
+                # Connect to the local server now (on the thread that builds
+                # the connector, vLLM's model-runner thread), so that its
+                # pool mapping is registered with CUDA before the first load.
+                self._local()
 
     # ---- saves -------------------------------------------------------------
 
@@ -410,6 +463,9 @@ class WorkerSide:
             except EcstoreError as e:
                 self.warn.warn("local", "ecstore EC connector: no shm views of %s (%s); loads copy",
                                self.py["local_server"], e)
+            else:
+                if torch.cuda.is_available():
+                    register_pool_mappings_async()
         return self.local
 
     def _load_views(self, specs, encoder_cache, device):
