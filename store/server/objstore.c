@@ -628,6 +628,8 @@ static void hard_shares(ecs_objstore_t *os) {
 int ecs_objstore_set_owners(ecs_objstore_t *os, unsigned n, const uint64_t *quota) {
   if (n > UINT16_MAX)
     return ECS_EINVAL;
+  if (os->nkeys)
+    return ECS_EBUSY; /* the objects' lists depend on their owners' quotas */
   uint64_t *q = calloc((size_t)n + 1, sizeof *q), *b = calloc((size_t)n + 1, sizeof *b);
   uint64_t *hm = calloc((size_t)n + 1, sizeof *hm), *hb = calloc((size_t)n + 1, sizeof *hb);
   olist_t *ol = calloc((size_t)n + 1, sizeof *ol);

@@ -131,7 +131,8 @@ int ecs_objstore_reserve_replace(ecs_objstore_t *os, const void *key, uint16_t k
  * bytes owner i may hold (0: no limit).  Objects of an owner with a quota
  * are evicted only to make room for that owner's own puts, oldest first:
  * never for another tenant's, nor by background eviction.  ECS_OK,
- * ECS_EINVAL (n > 65535) or ECS_ENOMEM; call once, before any reserve. */
+ * ECS_EINVAL (n > 65535), ECS_EBUSY (objects exist already) or
+ * ECS_ENOMEM; call once, before any reserve. */
 int ecs_objstore_set_owners(ecs_objstore_t *os, unsigned n, const uint64_t *quota);
 
 /* The bytes all hard pins together may hold (0: half the pool; more than
