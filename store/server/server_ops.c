@@ -801,6 +801,12 @@ void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b) {
   ecs_metrics_counter(b, "ecstore_get_misses_total", "Gets that did not.", st.misses);
   ecs_metrics_counter(b, "ecstore_evictions_total", "Objects evicted (FIFO) to make room.", st.evictions);
   ecs_metrics_counter(b, "ecstore_removes_total", "Objects removed on request.", st.removes);
+  ecs_metrics_gauge(b, "ecstore_hard_pinned_bytes",
+                    "Bytes of hard-pinned objects (bounded by --hard-pin-max).",
+                    (double)ecs_objstore_hard_bytes(s->os));
+  ecs_metrics_counter(b, "ecstore_evict_skipped_total",
+                      "Objects eviction looked at and passed over (being read, or soft-pinned).",
+                      os.evict_skipped);
   ecs_metrics_counter(b, "ecstore_requests_denied_total",
                       "Requests refused: the token lacks the right (ACL).", s->denied);
   ecs_metrics_gauge(b, "ecstore_threads", "Event-loop threads (--threads).", (double)s->nloops);
