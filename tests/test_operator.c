@@ -528,6 +528,8 @@ static void test_metrics_scrape(void **state) {
   assert_true(ecs_ts_sample(body, "ecstore_get_misses_total") == 1);
   assert_true(ecs_ts_sample(body, "ecstore_objects") == 3);
   assert_true(ecs_ts_sample(body, "ecstore_evictions_total") == 0);
+  assert_true(ecs_ts_sample(body, "ecstore_evict_skipped_total") == 0);
+  assert_true(ecs_ts_sample(body, "ecstore_hard_pinned_bytes") == 0);
   assert_true(ecs_ts_sample(body, "ecstore_redis_up") == 1);
   /* started without --cuda-register: the gauge is there, and 0 */
   assert_true(ecs_ts_sample(body, "ecstore_pool_cuda_registered") == 0);

@@ -159,6 +159,25 @@ ECS_API const char *ecs_client_errmsg(const ecs_client_t *c);
  * NULL handle. */
 ECS_API int ecs_client_set_soft_pin(ecs_client_t *c, int on);
 
+/* Pins for every later put and upsert on this handle (docs/protocol.md,
+ * PUT item flags), until the next call:
+ *   ECS_PIN_NONE  none (the default);
+ *   ECS_PIN_SOFT  a soft pin (as ecs_client_set_soft_pin), for soft_ttl_ms
+ *                 (rounded up to a second; past 32767 s to a minute; at
+ *                 most 22 days) or, with 0, the server's --soft-pin-ttl-ms;
+ *   ECS_PIN_HARD  a hard pin: the server never evicts the object (FIFO,
+ *                 background or a tenant's quota) until it is removed or
+ *                 replaced.  Hard pins are bounded by the server's
+ *                 --hard-pin-max (a tenant with a quota: its share of it):
+ *                 an item past it fails alone with ECS_EPINQUOTA.
+ * A server older than these flags fails such items with ECS_EINVAL.
+ * Returns ECS_OK, or ECS_EINVAL (NULL handle, unknown kind, a TTL with
+ * another kind than ECS_PIN_SOFT). */
+#define ECS_PIN_NONE 0
+#define ECS_PIN_SOFT 1
+#define ECS_PIN_HARD 2
+ECS_API int ecs_client_set_pin(ecs_client_t *c, int kind, uint64_t soft_ttl_ms);
+
 /* Copies stored by the last put or upsert on this handle, and the copies
  * it asked for (items sent x config.replicas; without replicas both count
  * items).  stored < wanted: some items have fewer copies than asked for (a

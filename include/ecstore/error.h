@@ -49,7 +49,8 @@ extern "C" {
   X(EOVERFLOW, -27, "value too large for its field")                                                         \
   X(ECODEC, -28, "compression codec error")                                                                  \
   X(EPERM, -29, "permission denied (the token lacks the right)")                                             \
-  X(EQUOTA, -30, "the token's quota is spent (--acl-file quota)")
+  X(EQUOTA, -30, "the token's quota is spent (--acl-file quota)")                                            \
+  X(EPINQUOTA, -31, "hard pins would pass their quota (--hard-pin-max, or the tenant's share of it)")
 
 typedef enum ecs_errno {
   ECS_OK = 0,

@@ -92,6 +92,9 @@ static void usage(FILE *f) {
       "  --max-pins-per-conn N     leases plus reservations one connection may hold (default 4096)\n"
       "  --soft-pin-ttl-ms MS      a soft-pinned put (Mooncake's soft pin) is evicted only after\n"
       "                            every unpinned object for this long (default 1800000; 0: no pins)\n"
+      "  --hard-pin-max SIZE       bytes hard-pinned puts (never evicted until removed) may hold\n"
+      "                            in all (default: half the pool); a tenant with a stored= quota\n"
+      "                            may hard-pin the same share of its quota\n"
       "  --max-pinned-per-conn SIZE  bytes one connection may hold pinned (default: 3/4 of\n"
       "                            the pool; one object always)\n"
       "  --rdma auto|on|off        register the pool for RDMA clients: auto uses a device when one\n"
@@ -150,6 +153,7 @@ enum {
   O_UNPROT,
   O_MAXPINS,
   O_SOFTPINTTL,
+  O_HARDPINMAX,
   O_MAXPINBYTES,
   O_MAXOBJ,
   O_SCRUB,
@@ -198,6 +202,7 @@ static const struct option long_opts[] = {
     {"unprotected", no_argument, 0, O_UNPROT},
     {"max-pins-per-conn", required_argument, 0, O_MAXPINS},
     {"soft-pin-ttl-ms", required_argument, 0, O_SOFTPINTTL},
+    {"hard-pin-max", required_argument, 0, O_HARDPINMAX},
     {"max-pinned-per-conn", required_argument, 0, O_MAXPINBYTES},
     {"max-objects", required_argument, 0, O_MAXOBJ},
     {"scrub-freed", no_argument, 0, O_SCRUB},
@@ -440,6 +445,11 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     if (ecs_parse_int(arg, 0, 1ll << 40, &v))
       return bad("soft-pin-ttl-ms", arg, "expected 0..2^40");
     o->soft_pin_ttl_ms = (uint64_t)v;
+    return 0;
+  case O_HARDPINMAX:
+    if (ecs_parse_size(arg, &sz))
+      return bad("hard-pin-max", arg, "expected a size such as 256M (0: half the pool)");
+    o->hard_pin_max = sz;
     return 0;
   case O_MAXPINBYTES:
     if (ecs_parse_size(arg, &sz) || sz == 0)

@@ -295,11 +295,16 @@ int ecs__cli_deliver(ecs_client_t *c, ecs_get_buf_t *b, const void *src, uint8_t
 }
 
 int ecs_client_set_soft_pin(ecs_client_t *c, int on) {
-  if (!c)
+  return ecs_client_set_pin(c, on ? ECS_PIN_SOFT : ECS_PIN_NONE, 0);
+}
+
+int ecs_client_set_pin(ecs_client_t *c, int kind, uint64_t soft_ttl_ms) {
+  static const uint8_t flags[] = {0, ECS_PUT_F_SOFT_PIN, ECS_PUT_F_HARD_PIN};
+  if (!c || kind < ECS_PIN_NONE || kind > ECS_PIN_HARD || (soft_ttl_ms && kind != ECS_PIN_SOFT))
     return ECS_EINVAL;
-  if (on)
-    c->sticky_put_flags |= ECS_PUT_F_SOFT_PIN;
-  else
-    c->sticky_put_flags &= (uint8_t)~ECS_PUT_F_SOFT_PIN;
+  uint8_t pins = ECS_PUT_F_SOFT_PIN | ECS_PUT_F_HARD_PIN | ECS_PUT_F_PIN_TTL;
+  c->sticky_put_flags =
+      (uint8_t)((c->sticky_put_flags & ~pins) | flags[kind] | (soft_ttl_ms ? ECS_PUT_F_PIN_TTL : 0));
+  c->sticky_pin_ttl = soft_ttl_ms ? ecs_proto_pin_ttl_encode(soft_ttl_ms) : 0;
   return ECS_OK;
 }

@@ -94,6 +94,7 @@ static int reserve(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, con
                          .key_len = (uint16_t)keys[idx[j]].len,
                          .codec = ECS_CODEC_NONE,
                          .flags = (uint8_t)(c->put_flags | c->sticky_put_flags),
+                         .pin_ttl = c->sticky_pin_ttl,
                          .desc = t->desc,
                          .nbytes = t->nbytes,
                          .raw_nbytes = t->nbytes,

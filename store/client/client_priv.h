@@ -141,7 +141,8 @@ struct ecs_client {
   ecs_cli_fallback_t fallback; /* when a server cannot take that path */
   int codec;                   /* request codec for TCP puts (store/core/codec.h), or ECS_CODEC_NONE */
   uint8_t put_flags;           /* ECS_PUT_F_* for the put in progress (ecs_upsert_batch sets UPSERT) */
-  uint8_t sticky_put_flags;    /* ECS_PUT_F_* for every put until changed (ecs_client_set_soft_pin) */
+  uint8_t sticky_put_flags;    /* ECS_PUT_F_* for every put until changed (ecs_client_set_pin) */
+  uint16_t sticky_pin_ttl;     /* the items' pin_ttl with ECS_PUT_F_PIN_TTL (ecs_client_set_pin) */
   struct ecs_rdma_ctx *rdma;   /* RDMA device context (transport rdma), or NULL */
   ecs_cli_reg_t *regs;         /* registered buffers */
   size_t nregs, regs_cap;      /* count and capacity */

@@ -96,6 +96,7 @@ static int put_send(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_key_t *keys, co
                          .key_len = (uint16_t)keys[idx[j]].len,
                          .codec = codec,
                          .flags = (uint8_t)(c->put_flags | c->sticky_put_flags),
+                         .pin_ttl = c->sticky_pin_ttl,
                          .desc = t->desc,
                          .nbytes = slen,
                          .raw_nbytes = t->nbytes,

@@ -301,13 +301,25 @@ static int tensor_check(uint8_t codec, const ecs_tensor_desc_t *d, uint64_t nbyt
 
 /* ---- PUT item ----------------------------------------------------------- */
 
+uint16_t ecs_proto_pin_ttl_encode(uint64_t ms) {
+  uint64_t s = ms / 1000 + (ms % 1000 != 0);
+  if (s <= 0x7fff)
+    return (uint16_t)s;
+  uint64_t m = s / 60 + (s % 60 != 0);
+  return (uint16_t)(0x8000u | (m < 0x7fff ? m : 0x7fff));
+}
+
+uint64_t ecs_proto_pin_ttl_decode(uint16_t v) {
+  return (v & 0x8000u) ? (uint64_t)(v & 0x7fffu) * 60000u : (uint64_t)v * 1000u;
+}
+
 void ecs_proto_put_item_write(ecs_wbuf_t *w, const ecs_put_item_t *it) {
   ecs_wbuf_u16(w, it->key_len);
   ecs_wbuf_u8(w, it->codec);
   ecs_wbuf_u8(w, it->desc.dtype);
   ecs_wbuf_u8(w, it->desc.ndim);
   ecs_wbuf_u8(w, it->flags);
-  wbuf_zeros(w, 2);
+  ecs_wbuf_u16(w, it->pin_ttl);
   ecs_wbuf_u64(w, it->nbytes);
   ecs_wbuf_u64(w, it->raw_nbytes);
   ecs_wbuf_u64(w, it->checksum);
@@ -322,7 +334,7 @@ int ecs_proto_put_item_read(ecs_rbuf_t *r, ecs_put_item_t *it) {
   it->desc.dtype = ecs_rbuf_u8(r);
   it->desc.ndim = ecs_rbuf_u8(r);
   it->flags = ecs_rbuf_u8(r);
-  (void)rbuf_take(r, 2); /* reserved */
+  it->pin_ttl = ecs_rbuf_u16(r); /* reserved before PIN_TTL: older clients send 0 */
   it->nbytes = ecs_rbuf_u64(r);
   it->raw_nbytes = ecs_rbuf_u64(r);
   it->checksum = ecs_rbuf_u64(r);

@@ -116,7 +116,21 @@ const uint8_t *ecs_rbuf_bytes(ecs_rbuf_t *r, size_t n);
 /* SOFT_PIN: the server evicts this object only when no unpinned one can
  * be, for its --soft-pin-ttl-ms (Mooncake's soft pin; docs/mooncake.md). */
 #define ECS_PUT_F_SOFT_PIN 0x02u
-#define ECS_PUT_F_KNOWN (ECS_PUT_F_UPSERT | ECS_PUT_F_SOFT_PIN)
+/* HARD_PIN: the server never evicts this object (FIFO, background or a
+ * tenant's quota) until it is removed or replaced; hard pins are bounded
+ * by the server's --hard-pin-max (ECS_EPINQUOTA past it).  With SOFT_PIN
+ * too, the hard pin wins. */
+#define ECS_PUT_F_HARD_PIN 0x04u
+/* PIN_TTL: the item's pin_ttl field is its soft pin's TTL, instead of the
+ * server's --soft-pin-ttl-ms (Mooncake's per-put soft_pin_ttl_ms). */
+#define ECS_PUT_F_PIN_TTL 0x08u
+#define ECS_PUT_F_KNOWN (ECS_PUT_F_UPSERT | ECS_PUT_F_SOFT_PIN | ECS_PUT_F_HARD_PIN | ECS_PUT_F_PIN_TTL)
+
+/* pin_ttl on the wire (16 bits): bit 15 clear, seconds 0..32767; bit 15
+ * set, minutes 0..32767 (22 days).  encode() rounds milliseconds up to the
+ * next unit and clamps at 32767 minutes; decode() gives milliseconds. */
+uint16_t ecs_proto_pin_ttl_encode(uint64_t ms);
+uint64_t ecs_proto_pin_ttl_decode(uint16_t v);
 
 /* PUT request item.  The item's payload (nbytes) follows in the data
  * section, in item order. */
@@ -125,6 +139,7 @@ typedef struct ecs_put_item {
   uint16_t key_len;       /* 1..ECS_MAX_KEY */
   uint8_t codec;          /* ECS_CODEC_* of the payload */
   uint8_t flags;          /* ECS_PUT_F_* */
+  uint16_t pin_ttl;       /* the soft pin's TTL with ECS_PUT_F_PIN_TTL (ecs_proto_pin_ttl_encode) */
   ecs_tensor_desc_t desc; /* dtype, ndim, shape of the raw tensor */
   uint64_t nbytes;        /* payload bytes (as stored) */
   uint64_t raw_nbytes;    /* tensor bytes once decoded (== nbytes when raw) */

@@ -1,18 +1,23 @@
 /*
- * The object store: a chained hash table of keys, a FIFO of committed
- * objects in commit order, reference counts, and eviction.
+ * The object store: a chained hash table of keys, lists of committed
+ * objects by who may evict them, reference counts, and eviction.
  *
  * Where an object lives, by state:
  *   PENDING    hash table only (a second reserve of its key sees EBUSY;
  *              eviction never sees it, so a writer's block is never taken);
  *              a replacing one shares its key with the COMMITTED object it
  *              replaces at commit, so a key has at most one of each
- *   COMMITTED  hash table and FIFO (appended at the tail at commit)
+ *   COMMITTED  hash table and one list by eviction class (at commit):
+ *              the FIFO (anyone's to evict, commit order), the soft pins
+ *              (in the order the pins end), a quota'd owner's own list
+ *              (commit order), the hard pins (never evicted)
  *   DOOMED     neither; on the doomed list (reusing the FIFO links) only so
  *              that destroy() can free it; freed at its last release
  *
- * Eviction walks the FIFO from the head and skips referenced objects: they
- * keep their place and stay the oldest, to be evicted once released.
+ * Eviction walks the lists open to the evictor from their heads, oldest
+ * head first, and skips referenced objects: they keep their place and stay
+ * the oldest, to be evicted once released.  Lists it may not evict from it
+ * never opens, so hard pins and other tenants' objects cost it nothing.
  *
  * The callback runs while the object is still allocated (and its block
  * still held), so it may read the object and its bytes; it must not call
@@ -30,6 +35,12 @@
 /* First table size; a power of two, small enough to cost nothing idle. */
 #define OS_INITIAL_BUCKETS 1024u
 
+/* A list of committed objects of one eviction class (through fprev/fnext). */
+typedef struct olist {
+  ecs_obj_t *head, *tail; /* the first and last object */
+  uint64_t free_bytes;    /* pool bytes (granted) of the objects on it that no one holds */
+} olist_t;
+
 struct ecs_objstore {
   ecs_pool_t *pool;         /* borrowed; outlives us */
   ecs_objstore_opts_t opts; /* watermarks and callback, as given */
@@ -45,15 +56,23 @@ struct ecs_objstore {
   size_t nbuckets;     /* a power of two */
   size_t nkeys;        /* objects in the table */
 
-  ecs_obj_t *head;   /* FIFO: oldest committed object */
-  ecs_obj_t *tail;   /* FIFO: newest committed object */
+  /* Every committed object is on exactly one list, by what may evict it. */
+  olist_t fifo;      /* anyone's to evict, oldest first: commit order */
+  olist_t soft;      /* soft-pinned (owners without a quota): in the order the pins end */
+  olist_t hard;      /* hard-pinned: never evicted; commit order */
+  olist_t *owned;    /* [nowners + 1]: objects of owners with a quota (their soft pins too) */
   ecs_obj_t *doomed; /* dropped objects still referenced, through fnext */
 
   size_t kept; /* committed objects with a soft pin (expired ones too) */
 
-  unsigned nowners;      /* tenants 1..nowners (ecs_objstore_set_owners) */
-  uint64_t *owner_quota; /* [nowners + 1]: stored bytes each may hold (0: no limit) */
-  uint64_t *owner_bytes; /* [nowners + 1]: stored bytes each holds, pending included */
+  uint64_t hard_max;   /* bytes all hard pins may hold (ecs_objstore_set_hard_max) */
+  uint64_t hard_bytes; /* bytes hard pins hold, pending included */
+
+  unsigned nowners;         /* tenants 1..nowners (ecs_objstore_set_owners) */
+  uint64_t *owner_quota;    /* [nowners + 1]: stored bytes each may hold (0: no limit) */
+  uint64_t *owner_bytes;    /* [nowners + 1]: stored bytes each holds, pending included */
+  uint64_t *owner_hard_max; /* [nowners + 1]: its share of hard_max (owners with a quota) */
+  uint64_t *owner_hard;     /* [nowners + 1]: bytes its hard pins hold, pending included */
 
   uint64_t next_seq;       /* the seq the next commit gets */
   ecs_objstore_stats_t st; /* counters returned by ecs_objstore_stats() */
@@ -172,28 +191,59 @@ static void table_unlink(ecs_objstore_t *os, ecs_obj_t *o) {
   os->nkeys--;
 }
 
-/* ---- FIFO and doomed list ----------------------------------------------- */
+/* ---- eviction classes and the doomed list -------------------------------- */
 
-static void fifo_append(ecs_objstore_t *os, ecs_obj_t *o) {
-  o->fnext = NULL;
-  o->fprev = os->tail;
-  if (os->tail)
-    os->tail->fnext = o;
-  else
-    os->head = o;
-  os->tail = o;
+/* Which list a committed object is on.  The class is fixed before commit
+ * (hard pin at reserve, soft pin before commit, owners' quotas before any
+ * reserve), so it is the same at unlink. */
+static int has_quota(const ecs_objstore_t *os, uint16_t owner) {
+  return owner && owner <= os->nowners && os->owner_quota[owner];
 }
 
-static void fifo_unlink(ecs_objstore_t *os, ecs_obj_t *o) {
+static olist_t *list_of(ecs_objstore_t *os, const ecs_obj_t *o) {
+  if (o->hard_pin)
+    return &os->hard;
+  if (has_quota(os, o->owner))
+    return &os->owned[o->owner];
+  return o->keep_until_ms ? &os->soft : &os->fifo;
+}
+
+/* Adds a just-committed object to its list: at the tail (commit order),
+ * except on the soft list, which stays in the order the pins end (with one
+ * TTL for all that is commit order too, and the walk back is one step). */
+static void list_add(ecs_objstore_t *os, ecs_obj_t *o) {
+  olist_t *l = list_of(os, o);
+  ecs_obj_t *after = l->tail;
+  if (l == &os->soft)
+    while (after && after->keep_until_ms > o->keep_until_ms)
+      after = after->fprev;
+  o->fprev = after;
+  o->fnext = after ? after->fnext : l->head;
+  if (o->fnext)
+    o->fnext->fprev = o;
+  else
+    l->tail = o;
+  if (after)
+    after->fnext = o;
+  else
+    l->head = o;
+  if (!o->refs)
+    l->free_bytes += granted(os, o->nbytes);
+}
+
+static void list_unlink(ecs_objstore_t *os, ecs_obj_t *o) {
+  olist_t *l = list_of(os, o);
   if (o->fprev)
     o->fprev->fnext = o->fnext;
   else
-    os->head = o->fnext;
+    l->head = o->fnext;
   if (o->fnext)
     o->fnext->fprev = o->fprev;
   else
-    os->tail = o->fprev;
+    l->tail = o->fprev;
   o->fprev = o->fnext = NULL;
+  if (!o->refs)
+    l->free_bytes -= granted(os, o->nbytes);
 }
 
 /* The doomed list is kept only so that destroy() finds these objects;
@@ -218,27 +268,27 @@ static void doomed_unlink(ecs_objstore_t *os, ecs_obj_t *o) {
 
 /* ---- dropping and eviction ---------------------------------------------- */
 
-/* Takes o's bytes off its owner's account. */
+/* Takes a reserved object's bytes off its owner's and the hard pins'
+ * accounts (pending objects count, as they hold their block). */
 static void owner_sub(ecs_objstore_t *os, const ecs_obj_t *o) {
-  if (o->owner && o->owner <= os->nowners)
+  if (o->owner && o->owner <= os->nowners) {
     os->owner_bytes[o->owner] -= o->nbytes;
+    if (o->hard_pin)
+      os->owner_hard[o->owner] -= o->nbytes;
+  }
+  if (o->hard_pin)
+    os->hard_bytes -= o->nbytes;
 }
 
-/* 1 when evictor (an owner, 0: none, as background eviction) may evict o:
- * objects of an owner with a quota are that owner's alone to evict. */
-static int evictable_by(const ecs_objstore_t *os, const ecs_obj_t *o, uint16_t evictor) {
-  return !o->refs &&
-         (!o->owner || o->owner > os->nowners || !os->owner_quota[o->owner] || o->owner == evictor);
-}
-
-/* Takes a committed object out of the index and the FIFO, tells the
+/* Takes a committed object out of the index and its list, tells the
  * callback, and frees it now or, when readers hold it, at its last release.
  * Returns the bytes given back to the pool now. */
 static uint64_t drop(ecs_objstore_t *os, ecs_obj_t *o, ecs_drop_reason_t why) {
   assert(o->state == ECS_OBJ_COMMITTED);
-  owner_sub(os, o);
+  assert(why != ECS_DROP_EVICTED || !o->hard_pin);
   table_unlink(os, o);
-  fifo_unlink(os, o);
+  list_unlink(os, o);
+  owner_sub(os, o);
   if (o->keep_until_ms)
     os->kept--;
   os->st.objects--;
@@ -259,59 +309,104 @@ static uint64_t drop(ecs_objstore_t *os, ecs_obj_t *o, ecs_drop_reason_t why) {
   return o->refs ? 0 : obj_free(os, o);
 }
 
-/* The oldest object at or after from that evictor may evict (no one holds
- * it: the only kind whose eviction gives bytes back now; and no other
- * tenant's quota keeps it) and, unless pinned_too, that no live soft pin
- * keeps. */
-static ecs_obj_t *first_evictable(const ecs_objstore_t *os, ecs_obj_t *from, uint16_t evictor, uint64_t now,
-                                  int pinned_too) {
-  while (from && (!evictable_by(os, from, evictor) || (!pinned_too && from->keep_until_ms > now)))
-    from = from->fnext;
-  return from;
+/* A victim search.  Victims come from at most three lists: the FIFO
+ * (anyone's to evict), the soft pins (their expired prefix first, all of
+ * them in the second pass) and, for an evictor with a quota, its own list;
+ * the oldest head of the three goes first.  Hard pins and other tenants'
+ * quota'd objects are on lists the search never opens, so neither a put
+ * nor the background tick pays for them however many there are (a single
+ * FIFO made every background tick walk past all of them). */
+typedef struct scan {
+  ecs_obj_t *at[3]; /* the next object to look at: FIFO, soft pins, own list */
+  olist_t *own;     /* the evictor's own list (a tenant with a quota), or NULL */
+  uint64_t now;     /* wall-clock ms for soft pins (read once, when any exists) */
+  int pinned_too;   /* second pass: live soft pins may go too */
+  int fifo_too;     /* the FIFO and the soft pins are open to this evictor */
+} scan_t;
+
+static void scan_init(ecs_objstore_t *os, scan_t *sc, uint16_t evictor, int fifo_too) {
+  sc->own = has_quota(os, evictor) ? &os->owned[evictor] : NULL;
+  sc->fifo_too = fifo_too;
+  sc->at[0] = fifo_too ? os->fifo.head : NULL;
+  sc->at[1] = fifo_too ? os->soft.head : NULL;
+  sc->at[2] = sc->own ? sc->own->head : NULL;
+  sc->now = os->kept ? now_ms() : 0;
+  sc->pinned_too = !os->kept; /* no soft pin anywhere: one pass */
 }
 
-/* The oldest object of owner that no one holds, at or after from. */
-static ecs_obj_t *first_of_owner(ecs_obj_t *from, uint16_t owner) {
-  while (from && (from->refs || from->owner != owner))
-    from = from->fnext;
-  return from;
-}
-
-/* The next victim for evictor at or after *cur: an unpinned one first; when none is
- * left, the scan starts again at the head with soft-pinned objects
- * allowed (*pinned_too set), oldest first.  With no soft-pinned object
- * in the store, one pass as before (no clock read). */
-static ecs_obj_t *next_victim(ecs_objstore_t *os, ecs_obj_t **cur, uint16_t evictor, uint64_t *now,
-                              int *pinned_too) {
-  if (!*pinned_too && !os->kept)
-    *pinned_too = 1;
-  if (!*pinned_too && !*now)
-    *now = now_ms();
-  ecs_obj_t *v = first_evictable(os, *cur, evictor, *now, *pinned_too);
-  if (!v && !*pinned_too) {
-    *pinned_too = 1;
-    v = first_evictable(os, os->head, evictor, *now, 1);
+/* The first object at or after sc->at[i] that this pass may evict; stops
+ * the soft list at its first live pin in the first pass (the rest end
+ * later).  Counts what it passes over. */
+static ecs_obj_t *scan_head(ecs_objstore_t *os, scan_t *sc, int i) {
+  ecs_obj_t *o = sc->at[i];
+  for (; o; o = o->fnext) {
+    int live = o->keep_until_ms > sc->now;
+    if (i == 1 && live && !sc->pinned_too)
+      return sc->at[i] = NULL;
+    if (!o->refs && (sc->pinned_too || !live))
+      break;
+    os->st.evict_skipped++;
   }
-  if (v)
-    *cur = v->fnext;
-  return v;
+  return sc->at[i] = o;
+}
+
+static ecs_obj_t *next_victim(ecs_objstore_t *os, scan_t *sc) {
+  for (;;) {
+    ecs_obj_t *v = NULL;
+    int from = -1;
+    for (int i = 0; i < 3; i++) {
+      ecs_obj_t *h = scan_head(os, sc, i);
+      if (h && (!v || h->seq < v->seq)) {
+        v = h;
+        from = i;
+      }
+    }
+    if (v) {
+      sc->at[from] = v->fnext;
+      return v;
+    }
+    if (sc->pinned_too)
+      return NULL;
+    sc->pinned_too = 1; /* the pinned, from the start of their lists */
+    sc->at[1] = sc->fifo_too ? os->soft.head : NULL;
+    sc->at[2] = sc->own ? sc->own->head : NULL;
+  }
+}
+
+/* Whether evicting everything owner may evict could give the pool room for
+ * nbytes, counted in bytes before anything is evicted: an eviction that
+ * cannot end in room only loses objects (issue 25 O1: a tenant over its
+ * quota evicted its own objects, then failed ENOSPC anyway).  Exact in
+ * bytes (the lists count their unreferenced bytes); the one case it cannot
+ * see is a pool with the bytes free but no block of the size, which the
+ * buddy allocator's merging makes rare. */
+static int room_possible(ecs_objstore_t *os, uint64_t nbytes, uint16_t owner) {
+  if (!nbytes || ecs_pool_can_fit(os->pool, nbytes))
+    return 1;
+  ecs_pool_stats_t ps;
+  ecs_pool_stats(os->pool, &ps);
+  uint64_t can = ps.bytes_free + os->fifo.free_bytes + os->soft.free_bytes;
+  if (has_quota(os, owner))
+    can += os->owned[owner].free_bytes;
+  return can >= granted(os, nbytes);
 }
 
 /* Evicts oldest-first (soft-pinned objects last, other tenants' quota'd
- * objects never) until the pool can serve
- * nbytes and the index has room for one more object.  The count matters
- * for zero-byte objects, which hold no block: bounded by bytes alone, a
- * flood of them grew the index (host memory) without end and was never
- * evicted.  The scan resumes after the last victim instead of at the
- * head: the referenced objects it skipped cannot be released meanwhile
- * (one thread, and the callback must not call back), so one reserve costs
+ * objects and hard pins never) until the pool can serve nbytes and the
+ * index has room for one more object.  The count matters for zero-byte
+ * objects, which hold no block: bounded by bytes alone, a flood of them
+ * grew the index (host memory) without end and was never evicted.  The
+ * scan resumes after the last victim instead of at the head: the
+ * referenced objects it skipped cannot be released meanwhile (one thread,
+ * and the callback must not call back), so one reserve costs
  * O(skipped + evicted), twice that when it reaches the soft-pinned. */
 static int make_room(ecs_objstore_t *os, uint64_t nbytes, uint16_t owner) {
-  ecs_obj_t *cur = os->head;
-  uint64_t now = 0;
-  int pinned_too = 0;
+  scan_t sc;
+  int started = 0;
   while (os->nkeys >= os->max_objects || (nbytes && !ecs_pool_can_fit(os->pool, nbytes))) {
-    ecs_obj_t *victim = next_victim(os, &cur, owner, &now, &pinned_too);
+    if (!started++)
+      scan_init(os, &sc, owner, 1);
+    ecs_obj_t *victim = next_victim(os, &sc);
     if (!victim)
       return ECS_ENOSPC;
     drop(os, victim, ECS_DROP_EVICTED);
@@ -364,6 +459,7 @@ int ecs_objstore_create(ecs_pool_t *pool, const ecs_objstore_opts_t *o, ecs_objs
   os->low_bytes = (uint64_t)(o->low_watermark * (double)ps.size);
   os->nbuckets = OS_INITIAL_BUCKETS;
   os->next_seq = 1;
+  os->hard_max = ps.size / 2;
   *out = os;
   return ECS_OK;
 }
@@ -391,8 +487,11 @@ static void objstore_free_all(ecs_objstore_t *os, int give_back) {
       free(o);
   }
   free(os->buckets);
+  free(os->owned);
   free(os->owner_quota);
   free(os->owner_bytes);
+  free(os->owner_hard_max);
+  free(os->owner_hard);
   free(os);
 }
 
@@ -411,44 +510,57 @@ ecs_obj_t *ecs_objstore_find(ecs_objstore_t *os, const void *key, uint16_t key_l
 }
 
 /* An owner with a quota first makes room under it from its own objects,
- * oldest first (FIFO within the tenant), soft-pinned ones last.  Nothing is
- * evicted unless enough of the owner's objects can go: its pending puts
- * count against the quota but cannot be evicted, and evicting the rest for
- * a put that is refused anyway would only lose them. */
+ * oldest first (FIFO within the tenant), soft-pinned ones last, hard-pinned
+ * ones never.  Nothing is evicted unless enough of the owner's objects can
+ * go: its pending puts and hard pins count against the quota but cannot be
+ * evicted, and evicting the rest for a put that is refused anyway would
+ * only lose them. */
 static int quota_room(ecs_objstore_t *os, uint16_t owner, uint64_t nbytes) {
-  if (!owner || owner > os->nowners || !os->owner_quota[owner])
-    return ECS_OK;
   uint64_t q = os->owner_quota[owner];
-  if (nbytes > q)
-    return ECS_EQUOTA;
   if (os->owner_bytes[owner] <= q - nbytes)
     return ECS_OK;
   uint64_t need = os->owner_bytes[owner] - (q - nbytes), can = 0;
-  for (ecs_obj_t *o = first_of_owner(os->head, owner); o && can < need; o = first_of_owner(o->fnext, owner))
-    can += o->nbytes;
+  for (ecs_obj_t *o = os->owned[owner].head; o && can < need; o = o->fnext)
+    can += o->refs ? 0 : o->nbytes;
   if (can < need)
     return ECS_EQUOTA;
-  uint64_t now = os->kept ? now_ms() : 0;
-  for (int pinned_too = 0; pinned_too < 2; pinned_too++) {
-    ecs_obj_t *cur = os->head;
-    while (os->owner_bytes[owner] > q - nbytes) {
-      ecs_obj_t *victim = first_of_owner(cur, owner);
-      while (victim && !pinned_too && victim->keep_until_ms > now)
-        victim = first_of_owner(victim->fnext, owner);
-      if (!victim)
-        break;
-      cur = victim->fnext;
-      drop(os, victim, ECS_DROP_EVICTED);
-    }
+  scan_t sc;
+  scan_init(os, &sc, owner, 0);
+  while (os->owner_bytes[owner] > q - nbytes) {
+    ecs_obj_t *victim = next_victim(os, &sc);
+    if (!victim)
+      break;
+    drop(os, victim, ECS_DROP_EVICTED);
   }
   return os->owner_bytes[owner] > q - nbytes ? ECS_EQUOTA : ECS_OK;
 }
 
+/* What may be refused before anything is evicted: a quota the object alone
+ * exceeds or its owner cannot get under, hard pins past their quota, and a
+ * pool that no eviction open to owner could give room. */
+static int admissible(ecs_objstore_t *os, uint64_t nbytes, uint16_t owner, int hard) {
+  int quota = has_quota(os, owner);
+  if (quota && nbytes > os->owner_quota[owner])
+    return ECS_EQUOTA;
+  if (hard && (os->hard_bytes > os->hard_max || nbytes > os->hard_max - os->hard_bytes))
+    return ECS_EPINQUOTA;
+  if (hard && quota &&
+      (os->owner_hard[owner] > os->owner_hard_max[owner] ||
+       nbytes > os->owner_hard_max[owner] - os->owner_hard[owner]))
+    return ECS_EPINQUOTA;
+  if (!room_possible(os, nbytes, owner))
+    return ECS_ENOSPC;
+  return ECS_OK;
+}
+
 /* The struct is allocated before any eviction so that running out of host
  * memory never costs an object its place in the pool. */
-static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes, int replace,
+static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes, unsigned flags,
                    uint16_t owner, ecs_obj_t **out) {
   *out = NULL;
+  int replace = (flags & ECS_RESERVE_REPLACE) != 0, hard = (flags & ECS_RESERVE_HARD_PIN) != 0;
+  if (owner > os->nowners)
+    owner = 0;
   if (ecs_key_check(key, key_len) != ECS_OK)
     return ECS_EKEY;
   if (table_find_state(os, key, key_len, ECS_OBJ_PENDING))
@@ -457,10 +569,14 @@ static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64
     return ECS_ECONFLICT;
   if (nbytes > os->max_alloc)
     return ECS_ETOOBIG;
+  int rc = admissible(os, nbytes, owner, hard);
+  if (rc != ECS_OK)
+    return rc;
   ecs_obj_t *o = calloc(1, sizeof *o);
   if (!o)
     return ECS_ENOMEM;
-  int rc = quota_room(os, owner, nbytes);
+  if (has_quota(os, owner))
+    rc = quota_room(os, owner, nbytes);
   if (rc == ECS_OK)
     rc = make_room(os, nbytes, owner);
   if (rc == ECS_OK && nbytes)
@@ -472,12 +588,18 @@ static int reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64
   memcpy(o->key, key, key_len);
   o->key_len = key_len;
   o->state = ECS_OBJ_PENDING;
-  o->replace = replace ? 1 : 0;
+  o->replace = (uint8_t)replace;
+  o->hard_pin = (uint8_t)hard;
   o->refs = 1;
   o->nbytes = nbytes;
-  o->owner = owner <= os->nowners ? owner : 0;
-  if (o->owner)
-    os->owner_bytes[o->owner] += nbytes;
+  o->owner = owner;
+  if (owner) {
+    os->owner_bytes[owner] += nbytes;
+    if (hard)
+      os->owner_hard[owner] += nbytes;
+  }
+  if (hard)
+    os->hard_bytes += nbytes;
   table_insert(os, o);
   os->st.pending++;
   *out = o;
@@ -490,34 +612,70 @@ int ecs_objstore_reserve(ecs_objstore_t *os, const void *key, uint16_t key_len, 
 }
 
 int ecs_objstore_reserve_as(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
-                            int replace, uint16_t owner, ecs_obj_t **out) {
-  return reserve(os, key, key_len, nbytes, replace ? 1 : 0, owner, out);
+                            unsigned flags, uint16_t owner, ecs_obj_t **out) {
+  return reserve(os, key, key_len, nbytes, flags, owner, out);
+}
+
+/* Each owner with a quota may hard-pin the share of its quota that
+ * hard_max is of the pool: with the quotas within the pool, the shares add
+ * up to at most hard_max, so no tenant's hard pins take another's. */
+static void hard_shares(ecs_objstore_t *os) {
+  double frac = (double)os->hard_max / (double)ecs_pool_size(os->pool);
+  for (unsigned i = 1; i <= os->nowners; i++)
+    os->owner_hard_max[i] = (uint64_t)(frac * (double)os->owner_quota[i]);
 }
 
 int ecs_objstore_set_owners(ecs_objstore_t *os, unsigned n, const uint64_t *quota) {
+  if (n > UINT16_MAX)
+    return ECS_EINVAL;
+  if (os->nkeys)
+    return ECS_EBUSY; /* the objects' lists depend on their owners' quotas */
   uint64_t *q = calloc((size_t)n + 1, sizeof *q), *b = calloc((size_t)n + 1, sizeof *b);
-  if (!q || !b || n > UINT16_MAX) {
+  uint64_t *hm = calloc((size_t)n + 1, sizeof *hm), *hb = calloc((size_t)n + 1, sizeof *hb);
+  olist_t *ol = calloc((size_t)n + 1, sizeof *ol);
+  if (!q || !b || !hm || !hb || !ol) {
     free(q);
     free(b);
+    free(hm);
+    free(hb);
+    free(ol);
     return ECS_ENOMEM;
   }
   for (unsigned i = 0; i < n; i++)
     q[i + 1] = quota ? quota[i] : 0;
   free(os->owner_quota);
   free(os->owner_bytes);
+  free(os->owner_hard_max);
+  free(os->owner_hard);
+  free(os->owned);
   os->owner_quota = q;
   os->owner_bytes = b;
+  os->owner_hard_max = hm;
+  os->owner_hard = hb;
+  os->owned = ol;
   os->nowners = n;
+  hard_shares(os);
   return ECS_OK;
+}
+
+void ecs_objstore_set_hard_max(ecs_objstore_t *os, uint64_t bytes) {
+  uint64_t size = ecs_pool_size(os->pool);
+  os->hard_max = bytes && bytes < size ? bytes : (bytes ? size : size / 2);
+  if (os->nowners)
+    hard_shares(os);
 }
 
 uint64_t ecs_objstore_owner_bytes(const ecs_objstore_t *os, uint16_t owner) {
   return owner && owner <= os->nowners ? os->owner_bytes[owner] : 0;
 }
 
+uint64_t ecs_objstore_hard_bytes(const ecs_objstore_t *os) {
+  return os->hard_bytes;
+}
+
 int ecs_objstore_reserve_replace(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
                                  ecs_obj_t **out) {
-  return reserve(os, key, key_len, nbytes, 1, 0, out);
+  return reserve(os, key, key_len, nbytes, ECS_RESERVE_REPLACE, 0, out);
 }
 
 /* A replacing commit drops the old version first, in the same call: there
@@ -539,7 +697,7 @@ void ecs_objstore_commit(ecs_objstore_t *os, ecs_obj_t *obj) {
   if (obj->keep_until_ms)
     os->kept++;
   obj->refs--;
-  fifo_append(os, obj);
+  list_add(os, obj);
   if (os->bg_stalled && obj->refs == 0)
     os->bg_active = 1; /* the stalled run resumes at its next call */
   os->st.pending--;
@@ -559,15 +717,19 @@ ecs_obj_t *ecs_objstore_acquire(ecs_objstore_t *os, const void *key, uint16_t ke
   ecs_obj_t *o = ecs_objstore_find(os, key, key_len); /* the committed one first */
   if (!o || o->state != ECS_OBJ_COMMITTED)
     return NULL;
-  o->refs++;
+  if (o->refs++ == 0)
+    list_of(os, o)->free_bytes -= granted(os, o->nbytes);
   return o;
 }
 
 void ecs_objstore_release(ecs_objstore_t *os, ecs_obj_t *obj) {
   /* A pending object's only reference is the writer's: commit or abort. */
   assert(obj->state != ECS_OBJ_PENDING && obj->refs > 0);
-  if (--obj->refs == 0 && obj->state == ECS_OBJ_COMMITTED && os->bg_stalled)
-    os->bg_active = 1; /* evictable now: the stalled run resumes at its next call */
+  if (--obj->refs == 0 && obj->state == ECS_OBJ_COMMITTED) {
+    list_of(os, obj)->free_bytes += granted(os, obj->nbytes);
+    if (os->bg_stalled)
+      os->bg_active = 1; /* evictable now: the stalled run resumes at its next call */
+  }
   if (obj->refs || obj->state != ECS_OBJ_DOOMED)
     return;
   doomed_unlink(os, obj);
@@ -597,13 +759,12 @@ unsigned ecs_objstore_evict_background(ecs_objstore_t *os, unsigned max_objects)
   if (!os->bg_active)
     return 0;
   unsigned n = 0;
-  ecs_obj_t *cur = os->head;
-  uint64_t now = 0;
-  int pinned_too = 0;
+  scan_t sc;
+  scan_init(os, &sc, 0, 1);
   while (in_use > os->low_bytes) {
     if (n == max_objects)
       return n; /* budget spent; stay active for the next call */
-    ecs_obj_t *victim = next_victim(os, &cur, 0, &now, &pinned_too);
+    ecs_obj_t *victim = next_victim(os, &sc);
     if (!victim) {
       /* The rest is referenced, or still being written (PENDING objects
        * are not in the FIFO yet).  Stop, and go on once a commit or a last
@@ -622,8 +783,10 @@ unsigned ecs_objstore_evict_background(ecs_objstore_t *os, unsigned max_objects)
 }
 
 void ecs_objstore_foreach(ecs_objstore_t *os, void (*fn)(void *ctx, const ecs_obj_t *obj), void *ctx) {
-  for (ecs_obj_t *o = os->head; o; o = o->fnext)
-    fn(ctx, o);
+  olist_t *lists[3] = {&os->fifo, &os->soft, &os->hard};
+  for (unsigned i = 0; i < 3 + os->nowners; i++)
+    for (ecs_obj_t *o = (i < 3 ? lists[i] : &os->owned[i - 2])->head; o; o = o->fnext)
+      fn(ctx, o);
 }
 
 void ecs_objstore_stats(ecs_objstore_t *os, ecs_objstore_stats_t *st) {

@@ -19,7 +19,7 @@
  *                 finish on its bytes, freed at their last release).
  *   acquire()/release() bracket every read (a GET being sent, a lease):
  *                 a referenced object is never freed.
- *   remove()/eviction -> the object leaves the index and the FIFO at once
+ *   remove()/eviction -> the object leaves the index and its list at once
  *                 (invisible to acquire) and the callback fires; its block
  *                 is freed when the last reference is released.
  *
@@ -38,7 +38,7 @@
 
 typedef enum ecs_obj_state {
   ECS_OBJ_PENDING = 1,   /* reserved, bytes being written */
-  ECS_OBJ_COMMITTED = 2, /* readable, in the FIFO */
+  ECS_OBJ_COMMITTED = 2, /* readable, on its eviction list */
   ECS_OBJ_DOOMED = 3     /* removed/evicted, waiting for its last reader */
 } ecs_obj_state_t;
 
@@ -48,6 +48,7 @@ typedef struct ecs_obj {
   uint8_t state;            /* an ecs_obj_state_t */
   uint8_t codec;            /* ECS_CODEC_* of the stored bytes */
   uint8_t replace;          /* pending from reserve_replace(): commit drops the committed twin */
+  uint8_t hard_pin;         /* hard pin (ECS_RESERVE_HARD_PIN): never evicted, only removed or replaced */
   uint16_t owner;           /* the tenant that stored it (ecs_objstore_reserve_as; 0: none) */
   uint32_t refs;            /* holders: the writer while pending, readers */
   uint64_t off;             /* pool offset (meaningless when nbytes == 0) */
@@ -59,7 +60,7 @@ typedef struct ecs_obj {
   uint64_t keep_until_ms;   /* soft pin: evicted only after every unpinned object, until
                                this wall-clock ms (0: none); set before commit */
   ecs_tensor_desc_t desc;   /* dtype and shape */
-  /* Internal links (hash chain, FIFO list); not for callers. */
+  /* Internal links (hash chain, eviction list); not for callers. */
   struct ecs_obj *hnext;
   struct ecs_obj *fprev, *fnext;
 } ecs_obj_t;
@@ -85,13 +86,14 @@ typedef struct ecs_objstore_opts {
 typedef struct ecs_objstore ecs_objstore_t;
 
 typedef struct ecs_objstore_stats {
-  uint64_t objects;    /* committed objects in the index */
-  uint64_t pending;    /* reserved, not yet committed */
-  uint64_t doomed;     /* dropped but still referenced */
-  uint64_t evictions;  /* objects evicted since create */
-  uint64_t removes;    /* objects removed since create */
-  uint64_t replaces;   /* objects replaced by reserve_replace() commits */
-  uint64_t bytes_live; /* stored bytes of committed objects */
+  uint64_t objects;       /* committed objects in the index */
+  uint64_t pending;       /* reserved, not yet committed */
+  uint64_t doomed;        /* dropped but still referenced */
+  uint64_t evictions;     /* objects evicted since create */
+  uint64_t removes;       /* objects removed since create */
+  uint64_t replaces;      /* objects replaced by reserve_replace() commits */
+  uint64_t bytes_live;    /* stored bytes of committed objects */
+  uint64_t evict_skipped; /* objects eviction looked at and passed over (held, or pinned) */
 } ecs_objstore_stats_t;
 
 void ecs_objstore_opts_init(ecs_objstore_opts_t *o);
@@ -128,21 +130,39 @@ int ecs_objstore_reserve_replace(ecs_objstore_t *os, const void *key, uint16_t k
 /* Tenants (quotas, docs/security.md): owners 1..n, quota[i-1] the stored
  * bytes owner i may hold (0: no limit).  Objects of an owner with a quota
  * are evicted only to make room for that owner's own puts, oldest first:
- * never for another tenant's, nor by background eviction.  ECS_OK or
+ * never for another tenant's, nor by background eviction.  ECS_OK,
+ * ECS_EINVAL (n > 65535), ECS_EBUSY (objects exist already) or
  * ECS_ENOMEM; call once, before any reserve. */
 int ecs_objstore_set_owners(ecs_objstore_t *os, unsigned n, const uint64_t *quota);
 
-/* reserve() (replace 0) or reserve_replace() (1) on behalf of owner (0:
- * none).  An owner with a quota: an object larger than the quota is
+/* The bytes all hard pins together may hold (0: half the pool; more than
+ * the pool: the pool).  An owner with a quota may hard-pin the same share
+ * of its quota (hard pins count against the quota too).  Call before any
+ * reserve; the default is half the pool. */
+void ecs_objstore_set_hard_max(ecs_objstore_t *os, uint64_t bytes);
+
+/* Flags of reserve_as().  REPLACE: reserve_replace(), an upsert.
+ * HARD_PIN: a hard pin, never evicted (FIFO, background or quota) until
+ * removed or replaced; ECS_EPINQUOTA past set_hard_max(). */
+#define ECS_RESERVE_REPLACE 1u
+#define ECS_RESERVE_HARD_PIN 2u
+
+/* reserve() or reserve_replace() (flags ECS_RESERVE_*) on behalf of owner
+ * (0: none).  An owner with a quota: an object larger than the quota is
  * ECS_EQUOTA; past the quota the owner's own oldest objects make room,
- * and when they cannot (held by readers) the item is ECS_EQUOTA; room in
- * the pool is made from the owner's objects and those of owners without
- * a quota. */
+ * and when they cannot (held by readers, pending or hard-pinned) the item
+ * is ECS_EQUOTA; room in the pool is made from the owner's objects and
+ * those of owners without a quota.  Whether eviction can give the room is
+ * decided before anything is evicted: when it cannot, the item is refused
+ * (ECS_EQUOTA, ECS_EPINQUOTA, ECS_ENOSPC) and nothing is evicted. */
 int ecs_objstore_reserve_as(ecs_objstore_t *os, const void *key, uint16_t key_len, uint64_t nbytes,
-                            int replace, uint16_t owner, ecs_obj_t **out);
+                            unsigned flags, uint16_t owner, ecs_obj_t **out);
 
 /* Stored bytes (pending included) of owner. */
 uint64_t ecs_objstore_owner_bytes(const ecs_objstore_t *os, uint16_t owner);
+
+/* Stored bytes (pending included) of all hard pins. */
+uint64_t ecs_objstore_hard_bytes(const ecs_objstore_t *os);
 
 /* Commits a pending object (fill codec, raw_nbytes, checksum, desc first).
  * Drops the writer's reference. */
@@ -168,7 +188,8 @@ int ecs_objstore_remove(ecs_objstore_t *os, const void *key, uint16_t key_len);
  * evicted. */
 unsigned ecs_objstore_evict_background(ecs_objstore_t *os, unsigned max_objects);
 
-/* Calls fn for each committed object, oldest first. */
+/* Calls fn for each committed object: by eviction class (unpinned, soft-
+ * and hard-pinned, each quota'd owner's), each class oldest first. */
 void ecs_objstore_foreach(ecs_objstore_t *os, void (*fn)(void *ctx, const ecs_obj_t *obj), void *ctx);
 
 void ecs_objstore_stats(ecs_objstore_t *os, ecs_objstore_stats_t *st);

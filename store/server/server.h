@@ -61,6 +61,7 @@ typedef struct ecs_server_opts {
   uint64_t max_pinned_bytes;   /* bytes one connection may hold pinned (0: 3/4 of the pool) */
   uint64_t max_objects;        /* objects held, empty ones included (0: pool size / min block) */
   uint64_t soft_pin_ttl_ms;    /* how long a put's soft pin keeps its object from eviction (1800000) */
+  uint64_t hard_pin_max;       /* bytes hard-pinned objects may hold in all (0: half the pool) */
   int scrub_freed;             /* zero an object's pool bytes when it is freed */
   int unprotected;             /* allow a non-loopback listen address without an auth token */
   const struct ecs__acl *acl;  /* --acl-file: rights per token and namespace (store/server/acl.h), owned

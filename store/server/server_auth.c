@@ -29,6 +29,7 @@ int ecs__auth_init(ecs_server_t *s) {
   size_t nacl = s->o.acl ? ecs__acl_count(s->o.acl) : 0;
   size_t n = nacl + (s->o.auth_token[0] ? 1 : 0);
   s->nauth_keys = 0;
+  ecs_objstore_set_hard_max(s->os, s->o.hard_pin_max); /* before the tenants' shares of it */
   if (!n)
     return ECS_OK;
   s->auth_keys = calloc(n, sizeof *s->auth_keys);

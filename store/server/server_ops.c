@@ -110,6 +110,22 @@ static int upsert_allowed(const conn_t *c, const ecs_put_item_t *it) {
   return (it->flags & ECS_PUT_F_UPSERT) && !(c->rights & ECS__RIGHT_OVERWRITE) ? ECS_EPERM : ECS_OK;
 }
 
+/* The objstore's reserve flags for a PUT or RESERVE item. */
+static unsigned reserve_flags(const ecs_put_item_t *it) {
+  return ((it->flags & ECS_PUT_F_UPSERT) ? ECS_RESERVE_REPLACE : 0u) |
+         ((it->flags & ECS_PUT_F_HARD_PIN) ? ECS_RESERVE_HARD_PIN : 0u);
+}
+
+/* When an item's soft pin ends (wall-clock ms; 0: none): its own TTL
+ * (PIN_TTL) or the server's; none when the server has pins off
+ * (--soft-pin-ttl-ms 0) or the item is hard-pinned (never evicted). */
+static uint64_t soft_pin_until(const ecs_server_t *s, const ecs_put_item_t *it, uint64_t now) {
+  if (!(it->flags & ECS_PUT_F_SOFT_PIN) || (it->flags & ECS_PUT_F_HARD_PIN) || !s->o.soft_pin_ttl_ms)
+    return 0;
+  return now +
+         ((it->flags & ECS_PUT_F_PIN_TTL) ? ecs_proto_pin_ttl_decode(it->pin_ttl) : s->o.soft_pin_ttl_ms);
+}
+
 /* The answer to a put of a key already stored: same content, ECS_OK;
  * other content, ECS_ECONFLICT, except to a token without the read right,
  * which gets ECS_OK either way (the stored object stays): its answers must
@@ -168,8 +184,8 @@ static void handle_put_begin(ecs_server_t *s, conn_t *c) {
       sl->status = stored_answer(c, o, &sl->item);
       continue;
     }
-    int rc = ecs_objstore_reserve_as(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes, upsert,
-                                     c->tenant ? c->tenant->id : 0, &sl->obj);
+    int rc = ecs_objstore_reserve_as(s->os, sl->item.key, sl->item.key_len, sl->item.nbytes,
+                                     reserve_flags(&sl->item), c->tenant ? c->tenant->id : 0, &sl->obj);
     if (rc == ECS_EBUSY)
       sl->status = SLOT_DUP_PENDING; /* settled after the batch commits */
     else
@@ -220,8 +236,7 @@ void ecs__server_put_end(ecs_server_t *s, conn_t *c) {
     o->checksum = sum;
     o->desc = sl->item.desc;
     o->commit_ms = now;
-    o->keep_until_ms =
-        (sl->item.flags & ECS_PUT_F_SOFT_PIN) && s->o.soft_pin_ttl_ms ? now + s->o.soft_pin_ttl_ms : 0;
+    o->keep_until_ms = soft_pin_until(s, &sl->item, now);
     ecs_objstore_commit(s->os, o);
     s->puts++;
     sl->status = ecs__pub_record(s, w, (uint32_t)i, o);
@@ -444,16 +459,14 @@ static void handle_reserve(ecs_server_t *s, conn_t *c) {
         /* (larger than the pool: the objstore says ETOOBIG, which is the truth) */
         rr.status = ecs__pin_room(s, c, it.nbytes); /* this connection's or token's pin quota is spent */
       } else {
-        rr.status = ecs_objstore_reserve_as(s->os, it.key, it.key_len, it.nbytes, upsert,
+        rr.status = ecs_objstore_reserve_as(s->os, it.key, it.key_len, it.nbytes, reserve_flags(&it),
                                             c->tenant ? c->tenant->id : 0, &o);
         if (rr.status == ECS_OK) {
           o->codec = it.codec;
           o->raw_nbytes = it.raw_nbytes;
           o->desc = it.desc;
           /* COMMIT carries no flags: a soft pin is set here, from the reserve */
-          o->keep_until_ms = (it.flags & ECS_PUT_F_SOFT_PIN) && s->o.soft_pin_ttl_ms
-                                 ? ecs_wall_ms() + s->o.soft_pin_ttl_ms
-                                 : 0;
+          o->keep_until_ms = soft_pin_until(s, &it, ecs_wall_ms());
           rr.off = o->off;
           rr.resv_id = ecs__pin_add(c, o, PIN_RESV, dl);
           int wrc = rr.resv_id ? ecs__pin_window(s, c, rr.resv_id, PIN_RESV, &rr.rkey) : ECS_ENOMEM;
@@ -788,6 +801,12 @@ void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b) {
   ecs_metrics_counter(b, "ecstore_get_misses_total", "Gets that did not.", st.misses);
   ecs_metrics_counter(b, "ecstore_evictions_total", "Objects evicted (FIFO) to make room.", st.evictions);
   ecs_metrics_counter(b, "ecstore_removes_total", "Objects removed on request.", st.removes);
+  ecs_metrics_gauge(b, "ecstore_hard_pinned_bytes",
+                    "Bytes of hard-pinned objects (bounded by --hard-pin-max).",
+                    (double)ecs_objstore_hard_bytes(s->os));
+  ecs_metrics_counter(b, "ecstore_evict_skipped_total",
+                      "Objects eviction looked at and passed over (being read, or soft-pinned).",
+                      os.evict_skipped);
   ecs_metrics_counter(b, "ecstore_requests_denied_total",
                       "Requests refused: the token lacks the right (ACL).", s->denied);
   ecs_metrics_gauge(b, "ecstore_threads", "Event-loop threads (--threads).", (double)s->nloops);

@@ -8,6 +8,7 @@ behaviours (replica_num 2 and preferred segments accepted, a replica read
 after its writer closed) is in test_mooncake.py and Mooncake's own
 replicated-store tests."""
 
+import ctypes
 import os
 import shutil
 import socket
@@ -202,6 +203,78 @@ def test_soft_pin_evicted_last(ttl_ms, kept, transport):
             assert s.get("pinned")[:1] == b"p"
             # later puts go on without the pin
             assert s.put("after", b"a" + blob[1:]) == 0 and s.is_exist("pinned") == 1
+        assert s.close() == 0
+    finally:
+        server.stop()
+        redis.stop()
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_hard_pin_kept_and_bounded(transport):
+    """A hard-pinned put (ReplicateConfig with_hard_pin) is never evicted:
+    the server's pool (8 MiB) is filled three times over after it, and the
+    background eviction runs, and it is still there.  Hard pins are bounded
+    by --hard-pin-max (2 MiB here): one past it is refused alone
+    (NO_AVAILABLE_HANDLE, the item's neighbours stored), plain puts go on,
+    and a remove gives its room back.  Over tcp (the flag rides the PUT)
+    and shm (the RESERVE)."""
+    redis = start_redis()
+    server = start_server(redis.port, "--hard-pin-max", "2M", ns=NS + "-hard", pool="8M")
+    try:
+        s = mc.MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "redis://127.0.0.1:%d" % redis.port, 0, 16 << 20, transport, "",
+                       "127.0.0.1:%d" % server.port, tenant_id=NS + "-hard") == 0, s.last_error
+        hard = mc.ReplicateConfig()
+        hard.with_hard_pin = True
+        mib = 1 << 20
+        assert s.put("h0", b"h" * mib, hard) == 0
+        bufs = [ctypes.create_string_buffer(bytes([65 + i]) * mib, mib) for i in range(2)]
+        ptrs = [ctypes.addressof(b) for b in bufs]
+        # h1 takes the rest of the cap; h2, past it, is refused alone
+        assert s.batch_put_from(["h1", "h2"], ptrs, [mib, mib], hard) == [0, mc.NO_AVAILABLE_HANDLE]
+        assert s.is_exist("h2") == 0
+        assert s.put("h2", b"j" * mib, hard) == mc.NO_AVAILABLE_HANDLE
+        assert s.put("plain", b"p" * mib) == 0  # plain puts are not bounded by it
+        for i in range(24):
+            assert s.put("fill-%d" % i, bytes([i]) * mib) == 0
+        time.sleep(0.3)  # the background eviction's ticks
+        assert s.get("h0") == b"h" * mib and s.get("h1") == b"A" * mib
+        assert s.is_exist("fill-0") == 0  # the plain ones went
+        assert s.remove("h0") == 0
+        assert s.put("h2", b"j" * mib, hard) == 0
+        for i in range(24, 40):
+            assert s.put("fill-%d" % i, bytes([i]) * mib) == 0
+        assert s.get("h2") == b"j" * mib and s.get("h1") == b"A" * mib
+        assert s.close() == 0
+    finally:
+        server.stop()
+        redis.stop()
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_soft_pin_own_ttl(transport):
+    """ReplicateConfig.soft_pin_ttl_ms is the put's own pin TTL (the server's
+    --soft-pin-ttl-ms is 10 minutes here): a 300 ms pin is over after half
+    a second and its object then goes in FIFO order, first; a 60 s pin
+    keeps its object through the same pressure."""
+    redis = start_redis()
+    server = start_server(redis.port, "--soft-pin-ttl-ms", "600000", ns=NS + "-ttl", pool="8M")
+    try:
+        s = mc.MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "redis://127.0.0.1:%d" % redis.port, 0, 16 << 20, transport, "",
+                       "127.0.0.1:%d" % server.port, tenant_id=NS + "-ttl") == 0, s.last_error
+        short, long_ = mc.ReplicateConfig(), mc.ReplicateConfig()
+        short.soft_pin_action = long_.soft_pin_action = mc.SoftPinAction.ENABLE
+        short.soft_pin_ttl_ms = 300  # on the wire in whole seconds: 1 s
+        long_.soft_pin_ttl_ms = 60000
+        mib = 1 << 20
+        assert s.put("short", b"s" * mib, short) == 0
+        assert s.put("long", b"l" * mib, long_) == 0
+        time.sleep(1.3)
+        for i in range(24):
+            assert s.put("fill-%d" % i, bytes([i]) * mib) == 0
+        assert s.is_exist("short") == 0
+        assert s.get("long") == b"l" * mib
         assert s.close() == 0
     finally:
         server.stop()

@@ -263,6 +263,7 @@ _OPTIONAL_PROTOS = {
     "ecs_upsert_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), ctypes.POINTER(Tensor), _S, c_int_p]),
     "ecs_client_put_copies": (None, [_P, ctypes.POINTER(_S), ctypes.POINTER(_S)]),
     "ecs_client_set_soft_pin": (ctypes.c_int, [_P, ctypes.c_int]),
+    "ecs_client_set_pin": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_uint64]),
     "ecs_get_view_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), ctypes.POINTER(View), _S]),
     "ecs_view_release": (ctypes.c_int, [_P, ctypes.POINTER(View), _S]),
     # the pinned pool (include/ecstore/pool.h), for ecstore.pinned

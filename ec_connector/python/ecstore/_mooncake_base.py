@@ -56,6 +56,7 @@ _CODE = {
     _c.ENOSPC: NO_AVAILABLE_HANDLE,
     _c.ETOOBIG: NO_AVAILABLE_HANDLE,
     _c.EQUOTA: NO_AVAILABLE_HANDLE,
+    _c.EPINQUOTA: NO_AVAILABLE_HANDLE,
     _c.EBUSY: REPLICA_IS_NOT_READY,
     _c.ETIMEDOUT: RPC_TIMEOUT,
     _c.ECONN: RPC_FAIL,
@@ -209,9 +210,8 @@ def _config_refusal(config):
         return "replicas on other tiers (nof/dfs) are not supported: ecstore keeps objects in server memory"
     if g("preferred_nof_segments", []):
         return "preferred_nof_segments: ecstore has no NoF tier"
-    if g("with_hard_pin", False):
-        return ("with_hard_pin: ecstore's servers cannot exempt an object from eviction (a hard pin is a "
-                "guarantee; it is refused rather than not kept)")
+    if g("soft_pin_ttl_ms", None) is not None and int(g("soft_pin_action", 0)) != 1:
+        return "soft_pin_ttl_ms without soft_pin_action ENABLE (Mooncake refuses it too)"
     return None
 
 

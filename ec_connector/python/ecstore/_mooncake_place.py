@@ -150,9 +150,6 @@ class Placement:
         """The client a put with this ReplicateConfig goes through."""
         if config is None:
             return self.main
-        if getattr(config, "soft_pin_ttl_ms", None):
-            self._warn_once(what, "soft_pin_ttl_ms: the pin lasts the server's --soft-pin-ttl-ms, not the "
-                                  "config's (docs/mooncake.md)")
         n = getattr(config, "replica_num", 1)
         segs = [s for s in list(getattr(config, "preferred_segments", []) or []) if s]
         one = getattr(config, "preferred_segment", "")

@@ -36,5 +36,6 @@ EOVERFLOW = -27
 ECODEC = -28
 EPERM = -29
 EQUOTA = -30
+EPINQUOTA = -31
 
 ALL = {name: value for name, value in globals().items() if name.isupper() and name != "OK"}

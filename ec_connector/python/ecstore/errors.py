@@ -52,7 +52,7 @@ class NoMemoryError(EcstoreError, MemoryError):
 
 class NoSpaceError(EcstoreError):
     """ENOSPC, ETOOBIG: the pool has (or can ever have) no room; EQUOTA: the
-    token's quota is spent."""
+    token's quota is spent; EPINQUOTA: hard pins would pass their quota."""
 
 
 class NotFoundError(EcstoreError, KeyError):
@@ -128,6 +128,7 @@ _BY_NAME = {
     "ENOSPC": NoSpaceError,
     "ETOOBIG": NoSpaceError,
     "EQUOTA": NoSpaceError,
+    "EPINQUOTA": NoSpaceError,
     "ENOTFOUND": NotFoundError,
     "ECONFLICT": ConflictError,
     "ETIMEDOUT": DeadlineExceededError,

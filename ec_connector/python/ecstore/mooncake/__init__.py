@@ -138,12 +138,22 @@ def _shape(desc):
     return tuple(desc.shape[: desc.ndim])
 
 
-def _soft_pinned(config):
-    """Whether a ReplicateConfig asks for a soft pin (Mooncake: ENABLE, or
-    a TTL given)."""
+_PIN_SOFT, _PIN_HARD = 1, 2  # ECS_PIN_* (ecs_client_set_pin)
+
+
+def _pin_of(config):
+    """(kind, soft TTL in ms) a ReplicateConfig asks for, or None: a hard pin
+    for with_hard_pin (it wins over a soft pin, as the server's flags do);
+    a soft pin for soft_pin_action ENABLE, for its soft_pin_ttl_ms (0 or
+    None: the server's --soft-pin-ttl-ms).  A TTL without ENABLE was
+    refused before (_config_refusal), as Mooncake refuses it."""
     if config is None:
-        return False
-    return int(getattr(config, "soft_pin_action", 0)) == 1 or getattr(config, "soft_pin_ttl_ms", None) is not None
+        return None
+    if getattr(config, "with_hard_pin", False):
+        return _PIN_HARD, 0
+    if int(getattr(config, "soft_pin_action", 0)) == 1:
+        return _PIN_SOFT, int(getattr(config, "soft_pin_ttl_ms", None) or 0)
+    return None
 
 
 def _gather(ptrs, sizes):
@@ -444,20 +454,22 @@ class MooncakeDistributedStore(TensorCalls):
         st = (ctypes.c_int * m)()
         store = self._place.target(what, config)
         fn = getattr(store._lib, "ecs_upsert_batch", None) if upsert else store._lib.ecs_put_batch
-        pin = getattr(store._lib, "ecs_client_set_soft_pin", None) if _soft_pinned(config) else None
-        if fn is None:
-            log.error("%s: this libecstore has no ecs_upsert_batch (older than upserts)", what)
+        pin = _pin_of(config)
+        set_pin = getattr(store._lib, "ecs_client_set_pin", None) if pin else None
+        if fn is None or (pin and set_pin is None):
+            log.error("%s: this libecstore has no %s (older than %s)", what,
+                      *(("ecs_upsert_batch", "upserts") if fn is None else ("ecs_client_set_pin", "hard pins")))
             for i in todo:
                 out[i] = INVALID_PARAMS
             return
         try:
-            if pin is not None:  # on this thread's handle, for this call only
-                store._call(pin, 1)
+            if pin:  # on this thread's handle, for this call only
+                store._call(set_pin, *pin)
             try:
                 rc, detail = store._call(fn, karr, tarr, m, st)
             finally:
-                if pin is not None:
-                    store._call(pin, 0)
+                if pin:
+                    store._call(set_pin, 0, 0)
         except EcstoreError as e:  # closed meanwhile
             rc, detail = e.code, str(e)
         for j, i in enumerate(todo):
