@@ -410,7 +410,16 @@ cuda_server() {
   echo "server: $ready"
   grep -i 'cuda' "$TMP/srv-cuda.log" | grep -v 'ready:' | head -n 3
   echo "server /metrics: ecstore_pool_cuda_registered ${m:-absent}"
+  # the STAT reply carries the same flag (ecstore-cli stat): both must agree
+  local st
+  st=$(LD_LIBRARY_PATH=$BUNDLE/lib timeout 20 "$BUNDLE/bin/ecstore-cli" --server "127.0.0.1:$CPORT" --ns devcheck \
+    stat --json | sed -n 's/.*"pool_cuda_registered": *\([a-z]*\).*/\1/p')
+  echo "server STAT (ecstore-cli stat --json): pool_cuda_registered ${st:-absent}"
   CUDA_REG=${m:-absent}
+  case "$m:$st" in
+  1:true | 0:false) ;;
+  *) CUDA_REG="${m:-absent} (/metrics) but ${st:-absent} (STAT)" ;;
+  esac
 }
 
 echo
@@ -427,7 +436,8 @@ else
   say "no GPU: CUDA checks skipped"
   cat <<EOF
    plan on a GPU machine:
-   - ecstore-server --cuda-register --pool-size 1G; /metrics ecstore_pool_cuda_registered must be 1
+   - ecstore-server --cuda-register --pool-size 1G; /metrics ecstore_pool_cuda_registered must be 1,
+     and STAT (ecstore-cli stat --json) pool_cuda_registered true
    - scripts/device_cuda.py: H2D GB/s of 8 x 16 MiB from the pinned pool, a client's shm
      view of the server's pool (as mapped, then cudaHostRegister'ed), pageable memory
      and torch pinned tensors, 7 alternating rounds, every byte read back;

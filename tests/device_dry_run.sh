@@ -30,6 +30,10 @@ ECS_DEVICE_BUILD=$BUILD ECS_DEVICE_BUNDLE=$T/bundle OUT=$T/out \
 rc=$?
 grep -qx "bundle: $T/bundle" "$T/run.log" || fail "no 'bundle: DIR' line"
 grep -q "no GPU: CUDA checks skipped" "$T/run.log" || fail "no 'no GPU: CUDA checks skipped' line"
+# the --cuda-register server without a GPU: /metrics and STAT both say 0
+grep -q "server /metrics: ecstore_pool_cuda_registered 0" "$T/run.log" || fail "no /metrics cuda line saying 0"
+grep -q "server STAT (ecstore-cli stat --json): pool_cuda_registered false" "$T/run.log" ||
+  fail "no STAT cuda line saying false"
 last=$(tail -n 1 "$T/run.log")
 case $last in
 device-check:\ ok:*) ;;

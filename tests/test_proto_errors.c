@@ -283,6 +283,7 @@ typedef struct section {
   read1_fn fn;
   size_t count;
   ecs_wbuf_t w;
+  size_t ok_cut; /* a shorter length that is still whole (0: none): an older peer's record */
 } section_t;
 
 static int decode_section(const section_t *s, const uint8_t *p, size_t len, ecs_rbuf_t *r) {
@@ -363,7 +364,8 @@ static void build_sections(section_t *out, size_t *n) {
   ecs_proto_hello_reply_write(&s->w, &hr);
 
   s = &out[k++];
-  *s = (section_t){.name = "stat", .fn = read_stat, .count = 1};
+  /* an older server's STAT reply ends after the 16 base counters */
+  *s = (section_t){.name = "stat", .fn = read_stat, .count = 1, .ok_cut = ECS_STAT_BASE_COUNTERS * 8};
   ecs_wbuf_init(&s->w);
   ecs_stat_reply_t st;
   memset(&st, 0x5a, sizeof st);
@@ -393,6 +395,12 @@ static void test_truncation_every_offset(void **state) {
     for (size_t cut = 0; cut < s->w.len; cut++) {
       uint8_t *p = dup_exact(s->w.p, cut);
       int rc = decode_section(s, p, cut, &r);
+      if (cut == s->ok_cut && cut) {
+        assert_int_equal(rc, ECS_OK);
+        assert_int_equal(r.pos, cut);
+        free(p);
+        continue;
+      }
       if (rc != ECS_EPROTO)
         fail_msg("%s truncated to %zu of %zu bytes: %d, want EPROTO", s->name, cut, s->w.len, rc);
       assert_int_equal(r.err, ECS_EPROTO);

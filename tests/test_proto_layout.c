@@ -339,10 +339,12 @@ static void test_other_records_exact_bytes(void **state) {
   memset(&st, 0, sizeof st);
   st.pool_size = 1;
   st.pool_locked = 2;
+  st.pool_cuda_registered = 3;
   ecs_proto_stat_write(&w, &st);
-  assert_int_equal(w.len, 16 * 8);
+  assert_int_equal(w.len, 17 * 8);
   assert_int_equal(w.p[0], 1);
   assert_int_equal(w.p[15 * 8], 2);
+  assert_int_equal(w.p[16 * 8], 3); /* appended after the 16 base counters */
   ecs_wbuf_free(&w);
 }
 

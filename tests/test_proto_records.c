@@ -209,10 +209,10 @@ static void test_hello_roundtrip(void **state) {
 static void test_stat_roundtrip(void **state) {
   (void)state;
   ecs_stat_reply_t s;
-  uint64_t vals[16];
-  for (int i = 0; i < 16; i++)
+  uint64_t vals[17];
+  for (int i = 0; i < 17; i++)
     vals[i] = 0x0100000000000000ull * (uint64_t)(i + 1) + (uint64_t)i;
-  _Static_assert(sizeof s == sizeof vals, "16 counters");
+  _Static_assert(sizeof s == sizeof vals, "17 counters");
   memcpy(&s, vals, sizeof s);
   ecs_wbuf_t w;
   ecs_wbuf_init(&w);
@@ -222,14 +222,47 @@ static void test_stat_roundtrip(void **state) {
   ecs_rbuf_t r;
   ecs_rbuf_init(&r, p, w.len);
   /* Wire order is declaration order. */
-  for (int i = 0; i < 16; i++)
+  for (int i = 0; i < 17; i++)
     assert_int_equal(ecs_rbuf_u64(&r), vals[i]);
   ecs_rbuf_init(&r, p, w.len);
   ecs_stat_reply_t o;
   assert_int_equal(ecs_proto_stat_read(&r, &o), ECS_OK);
   assert_memory_equal(&o, &s, sizeof s);
   assert_int_equal(o.pool_locked, vals[15]);
-  assert_int_equal(r.pos, 16 * 8);
+  assert_int_equal(o.pool_cuda_registered, vals[16]);
+  assert_int_equal(r.pos, 17 * 8);
+  free(p);
+  ecs_wbuf_free(&w);
+}
+
+/* A server that predates the appended counters sends the 16 base ones:
+ * they read as sent, the later ones as absent (not as 0, which would claim
+ * "not registered").  Fewer than 16, or a counter cut short, is EPROTO. */
+static void test_stat_older_server(void **state) {
+  (void)state;
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  for (uint64_t i = 0; i < ECS_STAT_BASE_COUNTERS; i++)
+    ecs_wbuf_u64(&w, i + 1);
+  uint8_t *p = dup_exact(w.p, w.len);
+  ecs_rbuf_t r;
+  ecs_rbuf_init(&r, p, w.len);
+  ecs_stat_reply_t o;
+  assert_int_equal(ecs_proto_stat_read(&r, &o), ECS_OK);
+  assert_int_equal(o.pool_size, 1);
+  assert_int_equal(o.pool_locked, 16);
+  assert_true(o.pool_cuda_registered == ECS_STAT_ABSENT);
+  free(p);
+
+  p = dup_exact(w.p, w.len - 8); /* 15 counters */
+  ecs_rbuf_init(&r, p, w.len - 8);
+  assert_int_equal(ecs_proto_stat_read(&r, &o), ECS_EPROTO);
+  free(p);
+
+  ecs_wbuf_u32(&w, 1); /* half of a 17th counter */
+  p = dup_exact(w.p, w.len);
+  ecs_rbuf_init(&r, p, w.len);
+  assert_int_equal(ecs_proto_stat_read(&r, &o), ECS_EPROTO);
   free(p);
   ecs_wbuf_free(&w);
 }
@@ -442,7 +475,7 @@ int main(void) {
       cmocka_unit_test(test_put_item_roundtrip),   cmocka_unit_test(test_get_roundtrip),
       cmocka_unit_test(test_key_status_roundtrip), cmocka_unit_test(test_hello_roundtrip),
       cmocka_unit_test(test_hello_proof),          cmocka_unit_test(test_stat_roundtrip),
-      cmocka_unit_test(test_lease_records),
+      cmocka_unit_test(test_stat_older_server),    cmocka_unit_test(test_lease_records),
   };
   return cmocka_run_group_tests_name("proto_records", tests, NULL, NULL);
 }

@@ -134,6 +134,21 @@ typedef struct ecs_server_stat {
   char address[160];
 } ecs_server_stat_t;
 
+/* A counter the server's STAT reply did not carry (a server older than it). */
+#define ECS_STAT_UNKNOWN UINT64_MAX
+
+/* The counters STAT gained after ecs_server_stat_t was laid out.  That
+ * struct keeps its size and layout, so programs built against an older
+ * header still work with this library; the later counters come here, and
+ * reserved is room for more without another struct (zeros until then). */
+typedef struct ecs_server_stat_ext {
+  uint64_t pool_cuda_registered; /* 1 when the pool is registered with CUDA (the server's
+                                    --cuda-register took: libcudart loaded, cudaHostRegister
+                                    succeeded), 0 when not; ECS_STAT_UNKNOWN from a server
+                                    that predates the counter */
+  uint64_t reserved[15];         /* 0 */
+} ecs_server_stat_ext_t;
+
 /* Fills cfg with the defaults above. */
 ECS_API void ecs_client_config_init(ecs_client_config_t *cfg);
 
@@ -296,6 +311,9 @@ ECS_API int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, i
  * departed ones included), and the counters of server i. */
 ECS_API size_t ecs_client_server_count(const ecs_client_t *c);
 ECS_API int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st);
+/* As ecs_stat, in the same round trip, and the later counters into *ext
+ * (which may be NULL). */
+ECS_API int ecs_stat_ext(ecs_client_t *c, size_t server, ecs_server_stat_t *st, ecs_server_stat_ext_t *ext);
 
 /* Round trip to every server. */
 ECS_API int ecs_ping(ecs_client_t *c);

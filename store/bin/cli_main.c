@@ -270,7 +270,8 @@ static int cmd_stat_json(ecs_client_t *c) {
   printf("[");
   for (size_t i = 0; i < ecs_client_server_count(c); i++) {
     ecs_server_stat_t st;
-    int rc = ecs_stat(c, i, &st);
+    ecs_server_stat_ext_t ex;
+    int rc = ecs_stat_ext(c, i, &st, &ex);
     printf("%s\n  {\"index\": %zu, ", i ? "," : "", i);
     if (rc) {
       printf("\"error\": ");
@@ -302,7 +303,11 @@ static int cmd_stat_json(ecs_client_t *c) {
              {"connections", st.connections}};
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
       printf(", \"%s\": %llu", f[k].k, (unsigned long long)f[k].v);
-    printf(", \"pool_pinned\": %s, \"redis_up\": %s}", st.pool_locked ? "true" : "false",
+    printf(", \"pool_pinned\": %s, \"pool_cuda_registered\": %s, \"redis_up\": %s}",
+           st.pool_locked ? "true" : "false",
+           ex.pool_cuda_registered == ECS_STAT_UNKNOWN ? "null"
+           : ex.pool_cuda_registered                   ? "true"
+                                                       : "false",
            st.redis_ok ? "true" : "false");
   }
   printf("\n]\n");
@@ -313,7 +318,8 @@ static int cmd_stat(ecs_client_t *c) {
   int ret = 0;
   for (size_t i = 0; i < ecs_client_server_count(c); i++) {
     ecs_server_stat_t st;
-    int rc = ecs_stat(c, i, &st);
+    ecs_server_stat_ext_t ex;
+    int rc = ecs_stat_ext(c, i, &st, &ex);
     if (rc) {
       fprintf(stderr, "ecstore-cli: stat server %zu: %s\n", i, why(c, rc));
       ret = 1;
@@ -321,8 +327,11 @@ static int cmd_stat(ecs_client_t *c) {
     }
     double mib = 1024.0 * 1024.0;
     printf("server %s (node %s, epoch %llu)\n", st.address, st.node_id, (unsigned long long)st.epoch);
-    printf("  pool        %.1f MiB, %s\n", (double)st.pool_size / mib,
-           st.pool_locked ? "pinned" : "not pinned");
+    printf("  pool        %.1f MiB, %s, %s\n", (double)st.pool_size / mib,
+           st.pool_locked ? "pinned" : "not pinned",
+           ex.pool_cuda_registered == ECS_STAT_UNKNOWN ? "CUDA registration not reported (an older server)"
+           : ex.pool_cuda_registered                   ? "CUDA-registered"
+                                                       : "not CUDA-registered");
     printf("  in use      %.1f MiB (requested %.1f MiB), free %.1f MiB, largest free %.1f MiB\n",
            (double)st.bytes_in_use / mib, (double)st.bytes_requested / mib, (double)st.bytes_free / mib,
            (double)st.largest_free / mib);

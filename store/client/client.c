@@ -780,7 +780,13 @@ static int simple_rpc(ecs_client_t *c, srv_t *s, uint8_t op, build_fn build, con
   return rc;
 }
 
+_Static_assert(ECS_STAT_UNKNOWN == ECS_STAT_ABSENT, "a counter the reply lacks reads as unknown");
+
 int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st) {
+  return ecs_stat_ext(c, server, st, NULL);
+}
+
+int ecs_stat_ext(ecs_client_t *c, size_t server, ecs_server_stat_t *st, ecs_server_stat_ext_t *ext) {
   if (!c || !st || server >= c->nsrv)
     return ECS_EINVAL;
   c->errmsg[0] = '\0';
@@ -815,6 +821,10 @@ int ecs_stat(ecs_client_t *c, size_t server, ecs_server_stat_t *st) {
   st->pool_locked = sr.pool_locked;
   snprintf(st->node_id, sizeof st->node_id, "%s", s->node_id);
   snprintf(st->address, sizeof st->address, "%s", s->addr);
+  if (ext) {
+    memset(ext, 0, sizeof *ext);
+    ext->pool_cuda_registered = sr.pool_cuda_registered;
+  }
   return ECS_OK;
 }
 

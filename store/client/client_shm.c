@@ -119,7 +119,9 @@ static int trusted_uid(const ecs_client_t *c, unsigned uid) {
  * way. */
 static int upgrade_prove(ecs_client_t *c, ecs_cli_srv_t *s, ecs_cli_srv_t *u, uint64_t deadline) {
   if (!s->up_id) {
-    ecs__cli_err(c, "%s issued no shm upgrade secret in its HELLO (a server older than this client?)",
+    ecs__cli_err(c,
+                 "%s issued no shm upgrade secret in its HELLO (it issues one only to a client on its own "
+                 "host, by the address it sees: not a client in another network namespace)",
                  s->addr);
     return ECS_ENOTSUP;
   }

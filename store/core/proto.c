@@ -568,6 +568,7 @@ static const size_t stat_fields[] = {
     offsetof(ecs_stat_reply_t, epoch),
     offsetof(ecs_stat_reply_t, redis_ok),
     offsetof(ecs_stat_reply_t, pool_locked),
+    offsetof(ecs_stat_reply_t, pool_cuda_registered),
 };
 _Static_assert(sizeof stat_fields / sizeof stat_fields[0] * sizeof(uint64_t) == sizeof(ecs_stat_reply_t),
                "every ecs_stat_reply_t field is in the wire table");
@@ -581,11 +582,16 @@ void ecs_proto_stat_write(ecs_wbuf_t *w, const ecs_stat_reply_t *s) {
 }
 
 /* Reads the known counters; a newer server may append more, which the
- * caller is free to leave unread. */
+ * caller is free to leave unread.  An older server's reply ends after
+ * fewer: the base ones must be there, a later one that is not (the meta
+ * section ends before it) reads as ECS_STAT_ABSENT.  A reply that ends in
+ * the middle of a counter is malformed. */
 int ecs_proto_stat_read(ecs_rbuf_t *r, ecs_stat_reply_t *s) {
   memset(s, 0, sizeof *s);
   for (size_t i = 0; i < sizeof stat_fields / sizeof stat_fields[0]; i++) {
-    uint64_t v = ecs_rbuf_u64(r);
+    uint64_t v = ECS_STAT_ABSENT;
+    if (i < ECS_STAT_BASE_COUNTERS || r->pos != r->len)
+      v = ecs_rbuf_u64(r);
     memcpy((char *)s + stat_fields[i], &v, sizeof v);
   }
   return r->err != ECS_OK ? rbuf_fail(r) : ECS_OK;

@@ -225,7 +225,12 @@ typedef struct ecs_upgrade {
   uint8_t mac[ECS_UPGRADE_MAC_SIZE]; /* PROVE: HMAC-SHA256(secret, nonce) */
 } ecs_upgrade_t;
 
-/* STAT reply (meta section): counters, all u64 on the wire, in this order. */
+/* STAT reply (meta section): counters, all u64 on the wire, in this order.
+ * The first ECS_STAT_BASE_COUNTERS are in every reply; the ones after them
+ * were appended later, and a reply from a server that predates one lacks
+ * it: the reader then sets it to ECS_STAT_ABSENT. */
+#define ECS_STAT_BASE_COUNTERS 16
+#define ECS_STAT_ABSENT UINT64_MAX
 typedef struct ecs_stat_reply {
   uint64_t pool_size, bytes_in_use, bytes_free, largest_free;
   uint64_t bytes_requested; /* live requested bytes (utilization numerator) */
@@ -235,6 +240,8 @@ typedef struct ecs_stat_reply {
   uint64_t epoch;
   uint64_t redis_ok;    /* 1 when the Redis link is up */
   uint64_t pool_locked; /* 1 when the pool is mlock'd */
+  /* appended later (a server that predates it sends the 16 above): */
+  uint64_t pool_cuda_registered; /* 1 when the pool is cudaHostRegister'ed */
 } ecs_stat_reply_t;
 
 /* LEASE reply item: where a pinned object lies in the pool.  The pin holds

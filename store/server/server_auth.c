@@ -156,7 +156,15 @@ static void auth_good(ecs_server_t *s, const conn_t *c) {
  * socket (which carries no secret).  A TCP client of a server with shm on
  * gets a fresh one-time secret, named by a random id, good for one UPGRADE
  * within UPGRADE_TTL_MS while this connection is open: the token itself is
- * never sent on the socket, whose holder the client can only check by uid. */
+ * never sent on the socket, whose holder the client can only check by uid.
+ *
+ * Only a client on this host gets one: its address is a loopback one or
+ * one of this host's own (ecs_net_peer_is_local, the test the client makes
+ * before it tries the socket).  A remote client cannot reach the Unix
+ * socket, so a secret would be of no use to it, only a credential to leak
+ * (to whoever can read its memory or its traffic, and then reach the
+ * socket here).  A client in a container of its own network namespace is
+ * remote by that test: it stays on TCP (docs/security.md). */
 static void reply_hello(ecs_server_t *s, conn_t *c) {
   ecs_hello_reply_t hr;
   memset(&hr, 0, sizeof hr);
@@ -166,7 +174,8 @@ static void reply_hello(ecs_server_t *s, conn_t *c) {
   hr.max_items = ECS_PROTO_MAX_ITEMS;
   hr.max_data = s->o.max_request;
   snprintf(hr.shm_path, sizeof hr.shm_path, "%s", s->shm_path);
-  if (!c->local && s->shm_path[0] && ecs__auth_random(c->up_secret, sizeof c->up_secret) == 0 &&
+  if (!c->local && s->shm_path[0] && ecs_net_peer_is_local(c->fd) &&
+      ecs__auth_random(c->up_secret, sizeof c->up_secret) == 0 &&
       ecs__auth_random(&c->up_id, sizeof c->up_id) == 0) {
     c->up_id |= 1; /* never 0, "none" on the wire */
     c->up_expires_ms = ecs_now_ms() + UPGRADE_TTL_MS;

@@ -55,6 +55,7 @@ static ecs_stat_reply_t stat_snapshot(ecs_server_t *s) {
       .epoch = s->epoch,
       .redis_ok = s->meta ? (uint64_t)ecs_meta_is_up(s->meta) : 0,
       .pool_locked = (uint64_t)ps.locked,
+      .pool_cuda_registered = (uint64_t)ps.cuda_registered,
   };
   return st;
 }
@@ -783,11 +784,9 @@ void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b) {
   ecs_metrics_gauge(b, "ecstore_pool_free_bytes", "Pool bytes free.", (double)st.bytes_free);
   ecs_metrics_gauge(b, "ecstore_pool_largest_free_bytes", "Largest free block.", (double)st.largest_free);
   ecs_metrics_gauge(b, "ecstore_pool_pinned", "1 when the pool is mlock'd.", (double)st.pool_locked);
-  ecs_pool_stats_t ps;
-  ecs_pool_stats(s->pool, &ps);
   ecs_metrics_gauge(b, "ecstore_pool_cuda_registered",
                     "1 when the pool is registered with CUDA (--cuda-register and libcudart loaded).",
-                    (double)ps.cuda_registered);
+                    (double)st.pool_cuda_registered);
   ecs_metrics_gauge(b, "ecstore_objects", "Committed objects.", (double)st.objects);
   ecs_metrics_gauge(b, "ecstore_objects_pending", "Objects reserved, not yet committed.", (double)os.pending);
   ecs_metrics_gauge(b, "ecstore_connections", "Open client connections.", (double)st.connections);

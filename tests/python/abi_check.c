@@ -64,6 +64,9 @@ int main(void) {
   F(ecs_server_stat_t, pool_size), F(ecs_server_stat_t, pool_locked), F(ecs_server_stat_t, node_id);
   F(ecs_server_stat_t, address);
   end();
+  BEGIN(ecs_server_stat_ext_t);
+  F(ecs_server_stat_ext_t, pool_cuda_registered), F(ecs_server_stat_ext_t, reserved);
+  end();
   BEGIN(ecs_ec_save_result_t);
   F(ecs_ec_save_result_t, mm_hash), F(ecs_ec_save_result_t, status);
   end();

@@ -138,6 +138,7 @@ def test_stat_ping_server_count(store):
     st = store.stat(0)
     assert st["pool_size"] == 128 << 20
     assert st["address"].startswith("127.0.0.1:")
+    assert st["pool_cuda_registered"] == 0  # the fixture's server has no --cuda-register
 
 
 def test_connect_forms(cluster):

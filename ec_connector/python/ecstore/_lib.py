@@ -144,6 +144,15 @@ class ServerStat(ctypes.Structure):
     ] + [("node_id", ctypes.c_char * 64), ("address", ctypes.c_char * 160)]
 
 
+class ServerStatExt(ctypes.Structure):
+    """ecs_server_stat_ext_t: the STAT counters added after ecs_server_stat_t."""
+
+    _fields_ = [("pool_cuda_registered", ctypes.c_uint64), ("reserved", ctypes.c_uint64 * 15)]
+
+
+STAT_UNKNOWN = 2**64 - 1  # ECS_STAT_UNKNOWN: a counter an older server does not send
+
+
 # ---- ec_connector.h ----------------------------------------------------
 
 class EcSaveResult(ctypes.Structure):
@@ -221,6 +230,7 @@ ABI_STRUCTS = {
     "ecs_view_t": View,
     "ecs_client_config_t": ClientConfig,
     "ecs_server_stat_t": ServerStat,
+    "ecs_server_stat_ext_t": ServerStatExt,
     "ecs_ec_save_result_t": EcSaveResult,
     "ecs_ec_load_item_t": EcLoadItem,
     "ecs_ec_load_result_t": EcLoadResult,
@@ -266,6 +276,7 @@ _OPTIONAL_PROTOS = {
     "ecs_client_set_pin": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_uint64]),
     "ecs_get_view_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), ctypes.POINTER(View), _S]),
     "ecs_view_release": (ctypes.c_int, [_P, ctypes.POINTER(View), _S]),
+    "ecs_stat_ext": (ctypes.c_int, [_P, _S, ctypes.POINTER(ServerStat), ctypes.POINTER(ServerStatExt)]),
     # the pinned pool (include/ecstore/pool.h), for ecstore.pinned
     "ecs_pool_opts_init": (None, [ctypes.POINTER(PoolOpts)]),
     "ecs_pool_create": (ctypes.c_int, [ctypes.POINTER(PoolOpts), ctypes.POINTER(_P)]),

@@ -633,11 +633,18 @@ class Store:
         return self._call(self._lib.ecs_client_server_count)[0]
 
     def stat(self, server=0):
-        """A server's counters as a dict (see docs/protocol.md, STAT)."""
+        """A server's counters as a dict (see docs/protocol.md, STAT);
+        pool_cuda_registered is None from a server too old to say."""
         st = _lib.ServerStat()
-        rc, detail = self._call(self._lib.ecs_stat, server, ctypes.byref(st))
+        ex = _lib.ServerStatExt(pool_cuda_registered=_lib.STAT_UNKNOWN)
+        if hasattr(self._lib, "ecs_stat_ext"):
+            rc, detail = self._call(self._lib.ecs_stat_ext, server, ctypes.byref(st), ctypes.byref(ex))
+        else:  # a library older than the counter
+            rc, detail = self._call(self._lib.ecs_stat, server, ctypes.byref(st))
         check(rc, detail)
         out = {name: getattr(st, name) for name, _ in _lib.ServerStat._fields_}
+        reg = ex.pool_cuda_registered
+        out["pool_cuda_registered"] = None if reg == _lib.STAT_UNKNOWN else reg
         out["node_id"] = st.node_id.decode(errors="replace")
         out["address"] = st.address.decode(errors="replace")
         return out

@@ -88,9 +88,11 @@ class _Saver:
         self.thread.start()
 
     def push(self, job, limit):
-        """Queues job; False (nothing queued) when limit jobs wait already."""
+        """Queues job; False (nothing queued) when limit jobs wait already,
+        or once closed (no thread would take it: the tensor would be kept
+        for ever)."""
         with self.cv:
-            if len(self.q) >= limit:
+            if len(self.q) >= limit or self.closed:
                 return False
             self.q.append(job)
             self.cv.notify_all()
@@ -306,6 +308,8 @@ class WorkerSide:
         self.next_local = 0.0
         self.leases = {}  # mm_hash -> (weakref to the tensor handed out, _Lease, time)
         self.to_release = collections.deque()  # (Views, i) whose tensors died
+        self.cache = None  # the model runner's encoder_cache, as last seen (close() swaps its views)
+        self.closed = False
         if is_consumer:
             self._host_pool()
             if self.py["zero_copy"] and torch.cuda.is_available():
@@ -318,7 +322,7 @@ class WorkerSide:
 
     def start_save_caches(self, meta, encoder_cache):
         """Marks this step's items pending before the model runs."""
-        if self.saver is None or not isinstance(meta, ECStoreConnectorMetadata) or not meta.saves:
+        if self.saver is None or self.closed or not isinstance(meta, ECStoreConnectorMetadata) or not meta.saves:
             return
         todo = [h for h in meta.saves if h not in encoder_cache]
         self._mark(todo)
@@ -336,6 +340,9 @@ class WorkerSide:
         """Queues the save of encoder_cache[mm_hash] and returns."""
         if self.saver is None:
             return  # a consumer, or a TP rank other than 0 (rank 0 saves for all)
+        if self.closed:  # shut down: nothing would store it, and nothing may keep the tensor
+            self._done([mm_hash], [(mm_hash, codes.ENOTCONN)], 0, 0.0)
+            return
         try:
             tensor = encoder_cache[mm_hash]
             ev = None
@@ -346,10 +353,12 @@ class WorkerSide:
                 self._mark([mm_hash])
             self.marked.discard(mm_hash)
             if not self.saver.push((mm_hash, tensor, ev, time.monotonic()), self.queue_depth):
-                # The store does not keep up: the step does not wait for it.
-                if self.marks is not None:
+                # The store does not keep up (the step does not wait for
+                # it), or the connector is shut down.
+                closed = self.saver.closed
+                if self.marks is not None and not closed:
                     self.marks.unmark([mm_hash])
-                self._done([mm_hash], [(mm_hash, codes.EBUSY)], 0, 0.0)
+                self._done([mm_hash], [(mm_hash, codes.ENOTCONN if closed else codes.EBUSY)], 0, 0.0)
         except Exception as e:  # noqa: BLE001 - never raised into the model runner
             self.warn.warn("save", "ecstore EC connector: save of %s not queued: %r", mm_hash, e)
 
@@ -389,24 +398,43 @@ class WorkerSide:
                 self.warn.warn("save", "ecstore EC connector: put of %d items: %s", len(keys), e)
             failed = [(k, s) for k, s in zip(keys, st) if s not in (0, codes.EREDIS)]
         elif not failed:  # another backend: the C connector's queue
-            conn = self.conn_fn()
-            if conn is None:
-                failed = [(k, codes.ECONN) for k in keys]
-            else:
-                for k, h in zip(keys, hosts):
-                    try:
-                        conn.save(k, h)
-                    except EcstoreError as e:
-                        failed.append((k, e.code))
-                try:
-                    failed += [(f.mm_hash, f.code) for f in conn.wait_for_save(-1)]
-                except EcstoreError as e:
-                    failed += [(f.mm_hash, f.code) for f in (e.statuses or [])]
+            failed = self._put_conn(keys, hosts)
         if self.marks is not None:
             self.marks.unmark(keys)
         del hosts
         jobs.clear()  # the tensors may go now
         self._done(keys, failed, nbytes, time.monotonic() - t0)
+
+    def _put_conn(self, keys, hosts):
+        """On the saver thread: saves through the C connector (backends
+        disk and redis), waits for them; returns the failures.  A save the
+        wait did not see end (its deadline passed, or the connector failed
+        as a whole) is not stored as far as anyone can tell: it fails with
+        the wait's code rather than counting as saved.  Failures the wait
+        reports for keys of an earlier batch (one that ended so) are not
+        this batch's: they were reported then."""
+        conn = self.conn_fn()
+        if conn is None:
+            return [(k, codes.ECONN) for k in keys]
+        failed, sent = [], []
+        for k, h in zip(keys, hosts):
+            try:
+                conn.save(k, h)
+                sent.append(k)
+            except EcstoreError as e:
+                failed.append((k, e.code))
+        if not sent:
+            return failed
+        mine = set(sent)
+        try:
+            failed += [(f.mm_hash, f.code) for f in conn.wait_for_save(-1) if f.mm_hash in mine]
+        except EcstoreError as e:
+            seen = [(f.mm_hash, f.code) for f in (e.statuses or []) if f.mm_hash in mine]
+            told = {k for k, _ in seen}
+            failed += seen + [(k, e.code) for k in sent if k not in told]
+            if e.code != codes.ETIMEDOUT:
+                self.drop_fn(conn, "saves of %d items: %s" % (len(sent), e))
+        return failed
 
     def _done(self, keys, failed, nbytes, seconds):
         bad = {k for k, _ in failed}
@@ -434,6 +462,9 @@ class WorkerSide:
     # ---- loads ---------------------------------------------------------------
 
     def start_load_caches(self, meta, encoder_cache):
+        if self.closed:
+            return
+        self.cache = encoder_cache
         self._housekeeping(encoder_cache)
         if not isinstance(meta, ECStoreConnectorMetadata):
             return
@@ -552,7 +583,7 @@ class WorkerSide:
         return torch.device(kind if kind in ("cpu", "cuda") else "cpu")
 
     def _host_pool(self):
-        if self.host is None and self.py["load_pool_bytes"]:
+        if self.host is None and self.py["load_pool_bytes"] and not self.closed:
             try:
                 self.host = HostPool(self.py["load_pool_bytes"], cuda_register=torch.cuda.is_available(),
                                      name="ecstore-vllm-load")
@@ -666,11 +697,28 @@ class WorkerSide:
             return self.stats.take()
 
     def close(self, timeout_s):
+        """Releases what the worker holds: the saver thread (after the
+        queued saves, within timeout_s), the copies to the GPU in flight,
+        every view of the local pool (one vLLM still holds in its
+        encoder_cache is swapped for a copy first: closing the Store drops
+        the pins, and the server may then reuse the bytes), the Stores, the
+        pending-mark link and the pinned load pool (freed once the last
+        tensor in it dies).  Later calls do nothing (a save fails with
+        ENOTCONN).  Idempotent."""
+        self.closed = True
         if self.saver is not None:
             self.saver.close(timeout_s)
         for ev, _ in self.h2d:
             ev.synchronize()
         self.h2d.clear()
+        cache, self.cache = self.cache, None
+        for h, (ref, _) in list(self.leases.items()):
+            t = ref()
+            if t is not None and cache is not None and cache.get(h) is t:
+                out = torch.empty(tuple(t.shape), dtype=t.dtype)
+                out.copy_(t)
+                cache[h] = out
+            del t
         self.leases.clear()
         self._release_dead()
         for s in (self.store, self.local):
@@ -679,6 +727,7 @@ class WorkerSide:
         self.store = self.local = None
         if self.marks is not None:
             self.marks.close()
+        self.host = None  # the pool goes with its last tensor
 
 
 def _close(s):
