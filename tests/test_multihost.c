@@ -585,6 +585,11 @@ static void test_published_suspicion(void **state) {
   assert_true(b_ms < 300);                      /* B did not wait for the holder */
   for (int i = 0; i < NOBJ; i++)
     assert_int_equal(st[i], strcmp(where[i], stopped) ? ECS_OK : ECS_ENOTFOUND);
+  /* A's link is still in step: its next lookup first drops the mark's
+   * reply (fire-and-forget), then reads its own */
+  assert_int_equal(get_all(a, "pub", NOBJ, 17, st), ECS_OK);
+  for (int i = 0; i < NOBJ; i++)
+    assert_int_equal(st[i], strcmp(where[i], stopped) ? ECS_OK : ECS_ENOTFOUND);
   /* remove: per item, at once */
   ecs_key_t sk[NOBJ];
   static char sn[NOBJ][32];

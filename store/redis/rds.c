@@ -270,6 +270,7 @@ static int rds_connect_once(ecs__rds_t *r) {
     return ECS_EINVAL;
   }
   r->readonly = 0;
+  r->discard = 0; /* a fresh connection owes no fire-and-forget reply */
   if (r->master[0]) {
     ecs__rds_url_t su;
     memset(&su, 0, sizeof su);
@@ -591,6 +592,7 @@ static int rds_ask(ecs__rds_t *r, redisReply **out, int argc, const char **argv,
   t->route[0] = '\0';
   t->seeds[0] = '\0'; /* the node ASK named, or nothing */
   t->moved = t->ask = t->readonly = 0;
+  t->discard = 0; /* its own connection owes no reply */
   snprintf(t->host, sizeof t->host, "%s", r->ahost);
   t->port = r->aport;
   r->ask = 0;
