@@ -55,7 +55,7 @@ grep -q "^call .*miss=$on_h2 " "$TMP/a.log" || fail "A never answered h2's items
 mh_exec h5 timeout 60 "$DRV" rateloop --redis "$REDIS" --ns "$NS" --prefix su --n $N --size 16K \
   --secs 4 --timeout-ms $DEADLINE >"$TMP/b.log" 2>&1 || fail "the client on h5 failed"
 wait "$A" || fail "the client on h4 failed"
-awk -v n="$on_h2" '/^call / { split($0, f, " "); print "A " $0; exit }' "$TMP/a.log"
+awk '/^call / { print "A " $0; exit }' "$TMP/a.log"
 awk -v dl="$DEADLINE" -v h2="$on_h2" '
   /^call / {
     for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
