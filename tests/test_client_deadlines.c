@@ -8,7 +8,9 @@
  *   - ecs_client_connect ends within timeout_ms (it used to take
  *     connect_timeout_ms + timeout_ms);
  *   - a get on a connection whose server stopped ends at its deadline;
- *   - ecstore-cli stat --timeout-ms 2000 ends in about 2 s (it took 4).
+ *   - ecstore-cli stat --timeout-ms 2000 ends in about 2 s (it took 4);
+ *   - the Redis steps of a connect, and a reconnect through sentinels
+ *     late in a call, share the call's deadline (review findings C1, C2).
  * The bounds allow OVER_MS past each deadline: the contract is 50 ms, and
  * a loaded 2-core machine or a sanitizer build adds scheduling delay to
  * the measurement; a wrong bound (the connect timeout, or the sum) is
@@ -139,6 +141,83 @@ static void test_connect_redis_within_timeout(void **state) {
   assert_true(dt <= 150 + OVER_MS);
 }
 
+/* Three sentinels that stopped answering: real redis-servers under
+ * SIGSTOP (the kernel still accepts the connection, so each one costs a
+ * reply wait).  url: a redis-sentinel:// URL naming them. */
+static void stopped_sentinels(ecs_ts_proc_t sent[3], char *url, size_t cap) {
+  memset(sent, 0, 3 * sizeof *sent);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(ecs_ts_redis_start(&sent[i]), 0);
+    assert_int_equal(ecs_ts_signal(&sent[i], SIGSTOP), 0);
+  }
+  snprintf(url, cap, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster", sent[0].port,
+           sent[1].port, sent[2].port);
+}
+
+static void sentinels_stop(ecs_ts_proc_t sent[3]) {
+  for (int i = 0; i < 3; i++)
+    ecs_ts_stop(&sent[i], 5000); /* continues it first */
+}
+
+/* Review finding C2: the Redis steps of ecs_client_connect share the
+ * connect call's deadline.  Each sentinel was asked with a fresh 500 ms
+ * (the Redis timeout), so three stopped sentinels held a connect with
+ * timeout_ms 600 for 1.5 s; now the whole Redis part gets its budget
+ * (half of what is left, at most 500 ms), and the connect succeeds (Redis
+ * down is no reason to refuse) within timeout_ms. */
+static void test_connect_sentinels_within_timeout(void **state) {
+  fx_t *f = *state;
+  ecs_ts_proc_t sent[3];
+  char url[160];
+  stopped_sentinels(sent, url, sizeof url);
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, f->servers, "tcp");
+  cfg.redis_url = url;
+  cfg.timeout_ms = 600;
+  ecs_client_t *c = NULL;
+  char err[256] = "";
+  uint64_t t0 = ecs_now_ms();
+  int rc = ecs_client_connect(&cfg, &c, err, sizeof err);
+  uint64_t dt = ecs_now_ms() - t0;
+  sentinels_stop(sent);
+  fprintf(stderr, "connect through 3 stopped sentinels: %s after %llu ms (%s)\n", ecs_strerror(rc),
+          (unsigned long long)dt, err);
+  assert_int_equal(rc, ECS_OK);
+  ecs_client_close(c);
+  assert_true(dt <= 600 + OVER_MS);
+}
+
+/* Review finding C1: a reconnect through the sentinels late in a call ends
+ * within what is left of it.  exists_batch on a handle whose Redis link is
+ * down reconnects through three stopped sentinels: each got a fresh 500
+ * ms (1.5 s with timeout_ms 1000, before the servers were even asked);
+ * now the reconnect's steps share the call's Redis budget, and the
+ * servers still answer the items within the deadline. */
+static void test_reconnect_sentinels_within_deadline(void **state) {
+  fx_t *f = *state;
+  ecs_ts_proc_t sent[3];
+  char url[160];
+  stopped_sentinels(sent, url, sizeof url);
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, f->servers, "tcp");
+  cfg.redis_url = url;
+  cfg.timeout_ms = 1000;
+  ecs_client_t *c = ecs_ts_connect(&cfg); /* the link stays down: the sentinels do not answer */
+  assert_non_null(c);
+  ecs_key_t k = {"c1-absent", 9};
+  int ex = -1;
+  uint64_t t0 = ecs_now_ms();
+  int rc = ecs_exists_batch(c, &k, 1, &ex);
+  uint64_t dt = ecs_now_ms() - t0;
+  sentinels_stop(sent);
+  fprintf(stderr, "exists, reconnecting through 3 stopped sentinels: %s after %llu ms\n", ecs_strerror(rc),
+          (unsigned long long)dt);
+  assert_int_equal(rc, ECS_OK); /* the server answered */
+  assert_int_equal(ex, 0);
+  ecs_client_close(c);
+  assert_true(dt <= 1000 + OVER_MS);
+}
+
 /* A get on an open connection to a server that stopped. */
 static void test_get_within_timeout(void **state) {
   fx_t *f = *state;
@@ -195,9 +274,13 @@ static void test_cli_stat_within_timeout(void **state) {
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_reconnect_late_in_call),       cmocka_unit_test(test_connect_within_timeout),
-      cmocka_unit_test(test_connect_redis_within_timeout), cmocka_unit_test(test_get_within_timeout),
+      cmocka_unit_test(test_reconnect_late_in_call),
+      cmocka_unit_test(test_connect_within_timeout),
+      cmocka_unit_test(test_connect_redis_within_timeout),
+      cmocka_unit_test(test_get_within_timeout),
       cmocka_unit_test(test_cli_stat_within_timeout),
+      cmocka_unit_test(test_connect_sentinels_within_timeout),
+      cmocka_unit_test(test_reconnect_sentinels_within_deadline),
   };
   return cmocka_run_group_tests_name("client_deadlines", tests, setup, teardown);
 }

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include "store/core/net.h"
 #include "store/redis/meta.h"
 #include "store/redis/rds.h"
 #include "support/ts.h"
@@ -444,6 +445,59 @@ static int held_has(void *ctx, const void *key, uint16_t len) {
     if (h->on[i] && h->ks->len[i] == len && memcmp(h->ks->k[i], key, len) == 0)
       return 1;
   return 0;
+}
+
+/* Suspicion marks (meta_suspect.c): a client's mark is SET with the
+ * node's epoch and a TTL, without waiting for its reply (the link stays
+ * in step: the next command reads its own); ecs_meta_nodes reports a mark
+ * only with a TTL and the node's current epoch; DEL withdraws it; with the
+ * link down nothing is sent and nothing waits. */
+static void test_suspect_marks(void **state) {
+  fx_t *f = *state;
+  ecs_meta_t *srv = open_server(f, "node-s", 4242, 10);
+  assert_int_equal(ecs_meta_register(srv), ECS_OK);
+  ecs_meta_t *c = open_client(f, 300);
+  assert_true(ecs_meta_is_up(c));
+  assert_int_equal(ecs_meta_mark_suspect(c, "node-s", 4242, 5000), ECS_OK);
+  assert_int_equal(ecs_meta_mark_suspect(c, "node s", 4242, 5000), ECS_EINVAL);
+  ecs_meta_node_t nodes[4];
+  size_t nn = 0;
+  assert_int_equal(ecs_meta_nodes(c, nodes, 4, &nn), ECS_OK); /* drops the SET's reply first */
+  assert_int_equal(nn, 1);
+  assert_true(nodes[0].suspect_ms > 4000 && nodes[0].suspect_ms <= 5000);
+  redisReply *r = redisCommand(f->raw, "GET ecs:{" NS "}:suspect:node-s");
+  assert_string_equal(r->str, "4242");
+  freeReplyObject(r);
+  /* no TTL, or another epoch: no mark */
+  freeReplyObject(redisCommand(f->raw, "SET ecs:{" NS "}:suspect:node-s 4242"));
+  assert_int_equal(ecs_meta_nodes(c, nodes, 4, &nn), ECS_OK);
+  assert_int_equal(nodes[0].suspect_ms, 0);
+  freeReplyObject(redisCommand(f->raw, "SET ecs:{" NS "}:suspect:node-s 4241 PX 5000"));
+  assert_int_equal(ecs_meta_nodes(c, nodes, 4, &nn), ECS_OK);
+  assert_int_equal(nodes[0].suspect_ms, 0);
+  /* withdrawn */
+  assert_int_equal(ecs_meta_mark_suspect(c, "node-s", 4242, 5000), ECS_OK);
+  assert_int_equal(ecs_meta_clear_suspect(c, "node-s"), ECS_OK);
+  assert_int_equal(ecs_meta_nodes(c, nodes, 4, &nn), ECS_OK);
+  assert_int_equal(nn, 1);
+  assert_int_equal(nodes[0].suspect_ms, 0);
+  assert_int_equal(raw_int(f, "EXISTS", "ecs:{" NS "}:suspect:node-s", strlen("ecs:{" NS "}:suspect:node-s")),
+                   0);
+  ecs_meta_close(c);
+  /* a link that is down: nothing is sent, nothing waits */
+  ecs_meta_opts_t o;
+  ecs_meta_opts_init(&o);
+  char dead[64];
+  snprintf(dead, sizeof dead, "127.0.0.1:%d", ecs_ts_free_port());
+  o.redis_url = dead;
+  o.ns = NS;
+  o.timeout_ms = 300;
+  assert_int_equal(ecs_meta_open(&o, &c), ECS_OK);
+  uint64_t t0 = ecs_now_ms();
+  assert_int_equal(ecs_meta_mark_suspect(c, "node-s", 4242, 5000), ECS_ENOTCONN);
+  assert_true(ecs_now_ms() - t0 < 50);
+  ecs_meta_close(c);
+  ecs_meta_close(srv);
 }
 
 static void test_register_heartbeat_ttl(void **state) {
@@ -1252,6 +1306,7 @@ int main(void) {
       cmocka_unit_test(test_urls),
       cmocka_unit_test(test_no_redis),
       cmocka_unit_test_setup_teardown(test_register_heartbeat_ttl, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_suspect_marks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_registry_vanished, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_exists_lookup, setup, teardown),
       cmocka_unit_test_setup_teardown(test_exists_checks_fields, setup, teardown),

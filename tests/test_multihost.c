@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -497,6 +498,235 @@ static void test_suspect_holder(void **state) {
   ecs_client_close(c);
 }
 
+/* The registry epoch of node i, as a string ("" when not registered). */
+static void epoch_of(fx_t *f, int i, char *out, size_t cap) {
+  char node[64];
+  node_of(f, i, node, sizeof node);
+  redisReply *r = redisCommand(f->r, "HGET ecs:{test}:node:%s epoch", node);
+  assert_non_null(r);
+  snprintf(out, cap, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+  freeReplyObject(r);
+}
+
+/* The suspicion mark of node i: its value into out ("" for none), its
+ * PTTL returned (-2: no key, -1: no TTL). */
+static long long mark_of(fx_t *f, int i, char *out, size_t cap) {
+  char node[64];
+  node_of(f, i, node, sizeof node);
+  redisReply *r = redisCommand(f->r, "GET ecs:{test}:suspect:%s", node);
+  assert_non_null(r);
+  snprintf(out, cap, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+  freeReplyObject(r);
+  r = redisCommand(f->r, "PTTL ecs:{test}:suspect:%s", node);
+  assert_non_null(r);
+  long long ttl = r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
+  freeReplyObject(r);
+  return ttl;
+}
+
+static ecs_client_t *suspect_client(fx_t *f) {
+  char url[64];
+  snprintf(url, sizeof url, "127.0.0.1:%d", f->redis.port);
+  ecs_client_config_t cfg;
+  ecs_ts_client_config(&cfg, NULL, ecs_ts_transport());
+  cfg.servers = NULL;
+  cfg.redis_url = url;
+  cfg.registry_refresh_ms = 200;
+  cfg.timeout_ms = 800;
+  cfg.connect_timeout_ms = 400;
+  return ecs_ts_connect(&cfg);
+}
+
+/* Published suspicion (issue 24): client A pays one deadline for a stopped
+ * holder and marks it in Redis (ecs:{ns}:suspect:{id} = its epoch, TTL
+ * A's back-off); client B, a handle that never met the holder, reads the
+ * mark with its registry and answers the holder's items at once (misses
+ * for gets, ETIMEDOUT per item for remove) instead of waiting its own
+ * deadline, and its puts go elsewhere. */
+static void test_published_suspicion(void **state) {
+  fx_t *f = *state;
+  const char *extra[] = {"--heartbeat-ttl", "10", "--pool-size", "64M", NULL};
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(ecs_ts_server_start(&f->srv[i], f->redis.port, extra), 0);
+  ecs_client_t *a = suspect_client(f);
+  assert_non_null(a);
+  wait_servers(a, 3);
+  put_all(a, "pub", NOBJ, 17);
+  static char where[NOBJ][64];
+  char stopped[64], name[32], ep[32];
+  node_of(f, 2, stopped, sizeof stopped);
+  epoch_of(f, 2, ep, sizeof ep);
+  int on_stopped = 0, st[NOBJ];
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(name, sizeof name, "pub", i);
+    holder(f, name, where[i], sizeof where[i]);
+    on_stopped += !strcmp(where[i], stopped);
+  }
+  assert_true(on_stopped > 0 && on_stopped < NOBJ);
+  assert_int_equal(ecs_ts_signal(&f->srv[2], SIGSTOP), 0);
+  uint64_t t0 = ecs_now_ms();
+  assert_int_equal(get_all(a, "pub", NOBJ, 17, st), ECS_OK);
+  uint64_t a_ms = ecs_now_ms() - t0;
+  char val[32];
+  long long ttl = mark_of(f, 2, val, sizeof val);
+  /* B: a fresh handle (as another process would be) */
+  ecs_client_t *b = suspect_client(f);
+  assert_non_null(b);
+  t0 = ecs_now_ms();
+  assert_int_equal(get_all(b, "pub", NOBJ, 17, st), ECS_OK);
+  uint64_t b_ms = ecs_now_ms() - t0;
+  fprintf(
+      stderr,
+      "A's get paid %llu ms (deadline 800); the mark: '%s' (epoch %s), PTTL %lld; B's first get: %llu ms\n",
+      (unsigned long long)a_ms, val, ep, ttl, (unsigned long long)b_ms);
+  assert_true(a_ms >= 300);
+  assert_string_equal(val, ep);
+  assert_true(ttl > 2000 && ttl <= 3000 + 800); /* A's first back-off, and one deadline */
+  assert_true(b_ms < 300);                      /* B did not wait for the holder */
+  for (int i = 0; i < NOBJ; i++)
+    assert_int_equal(st[i], strcmp(where[i], stopped) ? ECS_OK : ECS_ENOTFOUND);
+  /* A's link is still in step: its next lookup first drops the mark's
+   * reply (fire-and-forget), then reads its own */
+  assert_int_equal(get_all(a, "pub", NOBJ, 17, st), ECS_OK);
+  for (int i = 0; i < NOBJ; i++)
+    assert_int_equal(st[i], strcmp(where[i], stopped) ? ECS_OK : ECS_ENOTFOUND);
+  /* remove: per item, at once */
+  ecs_key_t sk[NOBJ];
+  static char sn[NOBJ][32];
+  int ns = 0;
+  for (int i = 0; i < NOBJ; i++)
+    if (!strcmp(where[i], stopped)) {
+      key_of(sn[ns], sizeof sn[ns], "pub", i);
+      sk[ns] = (ecs_key_t){sn[ns], strlen(sn[ns])};
+      ns++;
+    }
+  t0 = ecs_now_ms();
+  assert_int_equal(ecs_remove_batch(b, sk, (size_t)ns, st), ECS_OK);
+  assert_true(ecs_now_ms() - t0 < 300);
+  for (int i = 0; i < ns; i++)
+    assert_int_equal(st[i], ECS_ETIMEDOUT);
+  /* placement skips it: B's new puts land on the other two */
+  put_all(b, "pub2", 32, 18);
+  for (int i = 0; i < 32; i++) {
+    char who[64];
+    key_of(name, sizeof name, "pub2", i);
+    holder(f, name, who, sizeof who);
+    assert_string_not_equal(who, stopped);
+  }
+  assert_int_equal(ecs_ts_signal(&f->srv[2], SIGCONT), 0);
+  ecs_client_close(a);
+  ecs_client_close(b);
+}
+
+/* A mark cannot blacklist a healthy server for long (docs/security.md): a
+ * "rogue" mark with a 10-minute TTL on a server that answers makes a
+ * client skip it for at most ECS_CLI_MARK_MAX_MS (8 s) from the first
+ * time it followed it; then one call probes the server, finds it answers,
+ * withdraws the mark, and ignores marks of it for ECS_CLI_TRUST_MS (24 s),
+ * even when the rogue writes it again.  A mark without a TTL, or naming
+ * another epoch, is no mark. */
+static void test_rogue_mark_bounded(void **state) {
+  fx_t *f = *state;
+  const char *extra[] = {"--heartbeat-ttl", "10", "--pool-size", "64M", NULL};
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(ecs_ts_server_start(&f->srv[i], f->redis.port, extra), 0);
+  ecs_client_t *w = suspect_client(f);
+  assert_non_null(w);
+  wait_servers(w, 3);
+  put_all(w, "rog", NOBJ, 19);
+  ecs_client_close(w);
+  static char where[NOBJ][64];
+  char n0[64], n1[64], n2[64], e0[32], e2[32], name[32];
+  node_of(f, 0, n0, sizeof n0);
+  node_of(f, 1, n1, sizeof n1);
+  node_of(f, 2, n2, sizeof n2);
+  epoch_of(f, 0, e0, sizeof e0);
+  epoch_of(f, 2, e2, sizeof e2);
+  int on0 = 0, st[NOBJ];
+  for (int i = 0; i < NOBJ; i++) {
+    key_of(name, sizeof name, "rog", i);
+    holder(f, name, where[i], sizeof where[i]);
+    on0 += !strcmp(where[i], n0);
+  }
+  assert_true(on0 > 0 && on0 < NOBJ);
+  redisReply *r = redisCommand(f->r, "SET ecs:{test}:suspect:%s %s PX 600000", n0, e0);
+  freeReplyObject(r);
+  r = redisCommand(f->r, "SET ecs:{test}:suspect:%s %s", n1, "1"); /* no TTL, wrong epoch */
+  freeReplyObject(r);
+  r = redisCommand(f->r, "SET ecs:{test}:suspect:%s %s5 PX 600000", n2, e2); /* another epoch */
+  freeReplyObject(r);
+  uint64_t t0 = ecs_now_ms();
+  ecs_client_t *c = suspect_client(f);
+  assert_non_null(c);
+  assert_int_equal(get_all(c, "rog", NOBJ, 19, st), ECS_OK);
+  for (int i = 0; i < NOBJ; i++) /* the TTL-less and other-epoch marks are ignored */
+    assert_int_equal(st[i], strcmp(where[i], n0) ? ECS_OK : ECS_ENOTFOUND);
+  int all_ok = 0;
+  uint64_t back = 0;
+  while (!all_ok && ecs_now_ms() - t0 < 15000) {
+    usleep(200 * 1000);
+    assert_int_equal(get_all(c, "rog", NOBJ, 19, st), ECS_OK);
+    all_ok = 1;
+    for (int i = 0; i < NOBJ; i++)
+      all_ok &= st[i] == ECS_OK;
+    back = ecs_now_ms() - t0;
+  }
+  char val[32];
+  long long ttl = mark_of(f, 0, val, sizeof val);
+  fprintf(stderr,
+          "a 10-minute mark on a healthy server: followed for %llu ms (cap 8000), then '%s' PTTL %lld\n",
+          (unsigned long long)back, val, ttl);
+  assert_true(all_ok);
+  assert_true(back >= 7000 && back <= 8000 + 2000);
+  assert_int_equal(ttl, -2); /* the probe's answer withdrew it */
+  /* the rogue writes it again: ignored while the server keeps answering */
+  r = redisCommand(f->r, "SET ecs:{test}:suspect:%s %s PX 600000", n0, e0);
+  freeReplyObject(r);
+  for (int k = 0; k < 8; k++) {
+    usleep(250 * 1000);
+    assert_int_equal(get_all(c, "rog", NOBJ, 19, st), ECS_OK);
+    for (int i = 0; i < NOBJ; i++)
+      assert_int_equal(st[i], ECS_OK);
+  }
+  ecs_client_close(c);
+}
+
+/* --registry-ttl-ms (issue 24): a server that stops heart-beating leaves
+ * the namespace after its TTL, here 1.5 s, instead of the 2 s minimum
+ * of --heartbeat-ttl (10 s by default); under 1000 ms is refused. */
+static void test_registry_ttl_ms(void **state) {
+  fx_t *f = *state;
+  const char *extra[] = {"--registry-ttl-ms", "1500", "--pool-size", "64M", NULL};
+  assert_int_equal(ecs_ts_server_start(&f->srv[0], f->redis.port, extra), 0);
+  char node[64];
+  node_of(f, 0, node, sizeof node);
+  redisReply *r = redisCommand(f->r, "PTTL ecs:{test}:node:%s", node);
+  assert_non_null(r);
+  long long ttl = r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
+  freeReplyObject(r);
+  assert_true(ttl > 0 && ttl <= 1500);
+  assert_int_equal(ecs_ts_signal(&f->srv[0], SIGSTOP), 0);
+  uint64_t t0 = ecs_now_ms();
+  int gone = 0;
+  while (!gone && ecs_now_ms() - t0 < 12000) {
+    usleep(20 * 1000);
+    r = redisCommand(f->r, "EXISTS ecs:{test}:node:%s", node);
+    assert_non_null(r);
+    gone = r->type == REDIS_REPLY_INTEGER && r->integer == 0;
+    freeReplyObject(r);
+  }
+  uint64_t dt = ecs_now_ms() - t0;
+  assert_int_equal(ecs_ts_signal(&f->srv[0], SIGCONT), 0);
+  fprintf(stderr, "a stopped server with --registry-ttl-ms 1500 left the registry after %llu ms\n",
+          (unsigned long long)dt);
+  assert_true(gone && dt <= 1500 + 200);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "'%s' --redis none --registry-ttl-ms 999 >/dev/null 2>&1",
+           ecs_ts_bin("ecstore-server"));
+  int st = system(cmd);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+
 /* Redis gone: puts still reach the servers the client knew (they serve on
  * without Redis); a get cannot locate anything and fails as a whole, at
  * once and saying why, never with a wrong or partial answer. */
@@ -565,6 +795,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_remove_after_holder_killed, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_exists_redis_down, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_suspect_holder, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_published_suspicion, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_rogue_mark_bounded, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_registry_ttl_ms, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_config_errors, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

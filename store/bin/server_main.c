@@ -69,7 +69,12 @@ static void usage(FILE *f) {
       "                            past that are refused unchecked (default 1000)\n"
       "  --io-timeout-ms MS        drop a request stalled this long (default 30000)\n"
       "  --redis-timeout-ms MS     bound on each Redis call (default 500)\n"
-      "  --heartbeat-ttl S         registry TTL in seconds (default 10)\n"
+      "  --registry-ttl-ms MS      registry TTL: a server that stops heart-beating (every TTL/3,\n"
+      "                            at least once a second) leaves the namespace after MS\n"
+      "                            (default 10000; at least 1000: three heartbeats per TTL;\n"
+      "                            keep it above 2x --redis-timeout-ms + 1000, or one slow\n"
+      "                            Redis reply may expire the entry and force a re-publish)\n"
+      "  --heartbeat-ttl S         the same in seconds (2..3600)\n"
       "  --high-watermark F        background eviction starts above this fill (default 0.95)\n"
       "  --low-watermark F         ...and stops at this fill (default 0.85)\n"
       "  --max-request SIZE        largest payload of one request (default 4G)\n"
@@ -129,6 +134,7 @@ enum {
   O_IOTO,
   O_RTO,
   O_TTL,
+  O_TTLMS,
   O_HIGH,
   O_LOW,
   O_MAXREQ,
@@ -178,6 +184,7 @@ static const struct option long_opts[] = {
     {"io-timeout-ms", required_argument, 0, O_IOTO},
     {"redis-timeout-ms", required_argument, 0, O_RTO},
     {"heartbeat-ttl", required_argument, 0, O_TTL},
+    {"registry-ttl-ms", required_argument, 0, O_TTLMS},
     {"high-watermark", required_argument, 0, O_HIGH},
     {"low-watermark", required_argument, 0, O_LOW},
     {"max-request", required_argument, 0, O_MAXREQ},
@@ -393,7 +400,12 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
   case O_TTL:
     if (ecs_parse_int(arg, 2, 3600, &v))
       return bad("heartbeat-ttl", arg, "expected 2..3600 seconds");
-    o->heartbeat_ttl_s = (int)v;
+    o->registry_ttl_ms = (int)v * 1000;
+    return 0;
+  case O_TTLMS:
+    if (ecs_parse_int(arg, 1000, 3600000, &v))
+      return bad("registry-ttl-ms", arg, "expected 1000..3600000");
+    o->registry_ttl_ms = (int)v;
     return 0;
   case O_HIGH:
     if (ecs_parse_double(arg, 0.05, 1.0, &d))

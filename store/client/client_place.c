@@ -129,10 +129,12 @@ static int slot_set(ecs_client_t *c, ecs_cli_srv_t *s, const ecs_meta_node_t *nd
   if (s->reg_epoch != nd->epoch) {
     s->down_until = 0; /* a restart: worth trying at once */
     s->fails = 0;
+    s->mark_since = 0; /* (marks name the epoch: the old one's are not read) */
   }
   snprintf(s->reg_id, sizeof s->reg_id, "%s", nd->node_id);
   s->reg_epoch = nd->epoch;
   s->free_bytes = nd->free_bytes;
+  ecs__cli_follow_mark(s, nd->suspect_ms, ecs_now_ms(), (uint64_t)c->cfg.registry_refresh_ms);
   s->live = 1;
   s->cli = c;
   return ECS_OK;
@@ -212,7 +214,7 @@ static uint64_t hrw(const ecs_key_t *k, const ecs_cli_srv_t *s) {
 }
 
 static int usable(const ecs_cli_srv_t *s, uint64_t now) {
-  return s->live && s->down_until <= now;
+  return s->live && !ecs__cli_is_suspect(s, now); /* its own failures, or others' marks */
 }
 
 static int taken_by(const size_t *taken, size_t ntaken, size_t i) {

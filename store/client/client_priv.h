@@ -116,7 +116,19 @@ struct ecs_cli_srv {
                           it, and with discovery calls answer its items at once */
   unsigned fails;      /* failures in a row: the suspicion's back-off doubles with each */
   int down_rc;         /* the last failure: ECS_ECONN (refused) or ECS_ETIMEDOUT */
+  /* other clients' suspicion, from their marks in Redis (client_place.c) */
+  uint64_t mark_until;  /* a mark makes it suspect until then (ms; 0: none) */
+  uint64_t mark_since;  /* when this client began to follow marks of it (0: not now) */
+  uint64_t trust_until; /* it answered this client after a suspicion: marks ignored until then */
+  int publish;          /* ECS_CLI_PUB_*: what to tell Redis after the batch (set by its share) */
+  int pub_ttl_ms;       /* ...this client's back-off (the mark lives a deadline longer) */
 };
+
+/* What a share found out that other clients should learn (published by the
+ * calling thread once the batch's threads are joined; client_route.c). */
+#define ECS_CLI_PUB_NONE 0
+#define ECS_CLI_PUB_MARK 1  /* it failed: mark it suspect for pub_ttl_ms */
+#define ECS_CLI_PUB_CLEAR 2 /* it answered after a suspicion: withdraw the mark */
 
 /* What to do when a server cannot be moved onto the path asked for. */
 typedef enum ecs_cli_fallback {
@@ -179,6 +191,7 @@ static inline void ecs__cli_begin(ecs_client_t *c) {
 
 static inline int ecs__cli_end(ecs_client_t *c, int rc) {
   c->call_deadline = 0;
+  ecs_meta_set_deadline(c->meta, 0); /* the Redis budget was this call's */
   return rc;
 }
 
@@ -189,7 +202,10 @@ static inline int ecs__cli_end(ecs_client_t *c, int rc) {
  * the servers. */
 #define ECS_CLI_REDIS_TIMEOUT_MS 500
 
-/* Caps the Redis handle's waits as above (client_route.c). */
+/* The end of the Redis budget from now, as above (client_route.c). */
+uint64_t ecs__cli_redis_until(const ecs_client_t *c);
+/* Caps the Redis handle's waits as above: each step, and all of them
+ * together, a (re)connect's included (client_route.c). */
 void ecs__cli_redis_budget(ecs_client_t *c);
 
 /* ---- client_place.c: discovery, placement, location ----------------- */
@@ -206,9 +222,26 @@ enum { ECS_PLACE_HASH = 0, ECS_PLACE_LOCAL = 1, ECS_PLACE_LEAST_LOADED = 2 };
  * this often (by the first call that would use it). */
 #define ECS_CLI_DOWN_MAX_MS 24000
 
+/* The longest another client's mark keeps a server suspect here, from the
+ * first mark followed; then one call probes it whatever the marks say.
+ * So a mark (a rogue one included: anyone who may write the namespace's
+ * keys may write one) costs at most this much of a server's items per
+ * ECS_CLI_TRUST_MS, and never more than Redis's TTL says. */
+#define ECS_CLI_MARK_MAX_MS 8000
+/* After a server answered this client following a suspicion (its own or
+ * a mark's), marks of it are ignored this long. */
+#define ECS_CLI_TRUST_MS 24000
+
 /* Server s refused or timed out: suspect for ECS_CLI_DOWN_MS, doubled for
- * each failure in a row (client_route.c). */
+ * each failure in a row, and published for other clients (client_route.c). */
 void ecs__cli_suspect(ecs_cli_srv_t *s, int rc);
+/* Whether s is suspect at now: its own failures', or others' marks. */
+static inline int ecs__cli_is_suspect(const ecs_cli_srv_t *s, uint64_t now) {
+  return s->down_until > now || s->mark_until > now;
+}
+/* Applies a node's mark (mark_ms: its time left, 0: none) to s at now, as
+ * the registry refresh reads it every refresh_ms (client_place.c). */
+void ecs__cli_follow_mark(ecs_cli_srv_t *s, uint64_t mark_ms, uint64_t now, uint64_t refresh_ms);
 
 /* Parses cfg.placement into c->placement; ECS_EINVAL with errbuf set. */
 int ecs__place_parse(ecs_client_t *c, const char *name, char *errbuf, size_t errlen);

@@ -40,8 +40,67 @@ void ecs__cli_suspect(ecs_cli_srv_t *s, int rc) {
   uint64_t ms = ECS_CLI_DOWN_MS;
   for (unsigned k = 1; k < s->fails && ms < ECS_CLI_DOWN_MAX_MS; k++)
     ms *= 2;
+  if (ms > ECS_CLI_DOWN_MAX_MS)
+    ms = ECS_CLI_DOWN_MAX_MS;
   s->fails++;
-  s->down_until = ecs_now_ms() + (ms < ECS_CLI_DOWN_MAX_MS ? ms : ECS_CLI_DOWN_MAX_MS);
+  s->down_until = ecs_now_ms() + ms;
+  /* tell the others; and marks of it count afresh once this runs out */
+  s->publish = ECS_CLI_PUB_MARK;
+  s->pub_ttl_ms = (int)ms;
+  s->mark_since = 0;
+  s->mark_until = 0;
+  s->trust_until = 0;
+}
+
+/* It answered: whatever suspicion there was (its own, or marks) is over,
+ * marks of it are ignored for a while, and a mark this or another client
+ * left is withdrawn. */
+static void cli_answered(ecs_cli_srv_t *s) {
+  uint64_t now = ecs_now_ms();
+  int was = s->fails > 0 || s->mark_since != 0;
+  s->fails = 0;
+  s->down_until = 0;
+  s->mark_until = 0;
+  s->mark_since = 0;
+  if (was) {
+    s->trust_until = now + ECS_CLI_TRUST_MS;
+    s->publish = ECS_CLI_PUB_CLEAR;
+  }
+}
+
+void ecs__cli_follow_mark(ecs_cli_srv_t *s, uint64_t mark_ms, uint64_t now, uint64_t refresh_ms) {
+  if (mark_ms == 0 || now < s->trust_until) {
+    /* no mark (or it answered us lately): nothing to follow; a mark that
+     * comes back later is followed afresh */
+    s->mark_until = 0;
+    s->mark_since = 0;
+    return;
+  }
+  if (s->mark_since == 0)
+    s->mark_since = now;
+  /* until the next refresh can see whether it was renewed, within the cap */
+  uint64_t until = now + mark_ms + refresh_ms, cap = s->mark_since + ECS_CLI_MARK_MAX_MS;
+  /* past the cap, marks no longer hold it: the next call that needs it is
+   * the probe, and its outcome decides (ecs__cli_suspect or cli_answered) */
+  s->mark_until = until < cap ? until : cap;
+}
+
+/* Publishes what the batch's shares found out (the calling thread, after
+ * the join: the Redis handle is not shared with the share threads).
+ * Fire-and-forget: nothing here waits for Redis. */
+static void cli_publish(ecs_client_t *c, ecs_cli_srv_t *s) {
+  int what = s->publish;
+  s->publish = ECS_CLI_PUB_NONE;
+  if (what == ECS_CLI_PUB_NONE || !c->discover || !c->meta || !s->reg_id[0])
+    return;
+  /* the mark outlives the back-off by one deadline: the probe that renews
+   * it (or clears it) may take that long, and a gap between two marks
+   * would send every other client to probe it meanwhile */
+  int ttl = s->pub_ttl_ms + c->cfg.timeout_ms;
+  if (what == ECS_CLI_PUB_MARK)
+    (void)ecs_meta_mark_suspect(c->meta, s->reg_id, s->reg_epoch, ttl);
+  else
+    (void)ecs_meta_clear_suspect(c->meta, s->reg_id);
 }
 
 /* A holder that refused or timed out is suspect for a while (issue 24: a
@@ -56,10 +115,13 @@ void ecs__cli_suspect(ecs_cli_srv_t *s, int rc) {
 static void fail_suspect(ecs_client_t *c, size_t n, const batch_kind_t *kind, void *arg, const size_t *where,
                          size_t si) {
   ecs_cli_srv_t *s = &c->srv[si];
-  if (!c->discover || kind->miss_when_gone == ECS_CLI_GONE_ERROR || s->down_until <= ecs_now_ms())
+  uint64_t now = ecs_now_ms();
+  if (!c->discover || kind->miss_when_gone == ECS_CLI_GONE_ERROR || !ecs__cli_is_suspect(s, now))
     return;
-  int st = kind->miss_when_gone == ECS_CLI_GONE_ITEM && s->down_rc == ECS_ETIMEDOUT ? ECS_ETIMEDOUT
-                                                                                    : ECS_ENOTFOUND;
+  /* own failure: as it failed; only others' marks: as a time-out (for
+   * remove and exists: it may still hold the item) */
+  int rc = s->down_until > now ? s->down_rc : ECS_ETIMEDOUT;
+  int st = kind->miss_when_gone == ECS_CLI_GONE_ITEM && rc == ECS_ETIMEDOUT ? ECS_ETIMEDOUT : ECS_ENOTFOUND;
   for (size_t i = 0; i < n; i++)
     if (where[i] == si && kind->status(arg, i) == ECS_OK)
       kind->fail(arg, i, st);
@@ -80,13 +142,23 @@ static size_t pick(const size_t *where, size_t n, const batch_kind_t *kind, void
  * ECS_CLI_MAX_COPIES entries: item i's servers, nearest first, from
  * where[i * ECS_CLI_MAX_COPIES], then ECS_CLI_NOWHERE.  An error is
  * Redis's, for the whole batch: every item still OK is given it. */
+uint64_t ecs__cli_redis_until(const ecs_client_t *c) {
+  uint64_t now = ecs_now_ms(), end = ecs__cli_deadline(c);
+  uint64_t left = end > now ? (end - now) / 2 : 1; /* the servers keep the other half */
+  if (left == 0)
+    left = 1;
+  return now + (left < ECS_CLI_REDIS_TIMEOUT_MS ? left : ECS_CLI_REDIS_TIMEOUT_MS);
+}
+
 void ecs__cli_redis_budget(ecs_client_t *c) {
   if (!c->meta)
     return;
-  uint64_t now = ecs_now_ms(), end = ecs__cli_deadline(c);
-  uint64_t left = end > now ? (end - now) / 2 : 1; /* the servers keep the other half */
-  ecs_meta_set_timeout(c->meta,
-                       left < ECS_CLI_REDIS_TIMEOUT_MS ? (int)(left ? left : 1) : ECS_CLI_REDIS_TIMEOUT_MS);
+  uint64_t now = ecs_now_ms(), until = ecs__cli_redis_until(c);
+  /* each step at most the budget, and the whole of the Redis part too: a
+   * reconnect's steps (sentinels, AUTH, SELECT, ROLE, SCRIPT LOAD) share
+   * it with the command (review finding C1) */
+  ecs_meta_set_timeout(c->meta, until > now ? (int)(until - now) : 1);
+  ecs_meta_set_deadline(c->meta, until);
 }
 
 int ecs__cli_locate(ecs_client_t *c, const ecs_key_t *keys, size_t n, const batch_kind_t *kind, void *arg,
@@ -160,7 +232,7 @@ static void share_run(share_job_t *j) {
       return;
     }
   }
-  j->s->fails = 0; /* it answered: no longer suspect */
+  cli_answered(j->s);
 }
 
 static void *share_thread(void *p) {
@@ -254,6 +326,7 @@ static int run_batch_until(ecs_client_t *c, size_t n, const batch_kind_t *kind, 
     }
     if (j->rc && ret == ECS_OK)
       ret = j->rc;
+    cli_publish(c, j->s);
   }
   free(jobs);
   free(idx);

@@ -235,6 +235,7 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
    * connect_timeout_ms).  It used to add the two, so a stopped server held
    * ecstore-cli for twice its --timeout-ms (issue 24). */
   uint64_t deadline = ecs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+  c->call_deadline = deadline; /* the Redis steps below share it (review finding C2) */
   for (size_t i = 0; i < c->nsrv && !c->discover; i++) { /* discovered servers: lazily */
     rc = ecs__cli_ensure(c, &c->srv[i], deadline);
     if (rc) {
@@ -249,6 +250,10 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     mo.ns = c->ns_s;
     mo.timeout_ms =
         c->cfg.timeout_ms < ECS_CLI_REDIS_TIMEOUT_MS ? c->cfg.timeout_ms : ECS_CLI_REDIS_TIMEOUT_MS;
+    /* every step of the first connect (each sentinel, AUTH, SELECT, ROLE,
+     * SCRIPT LOAD) within the connect call's Redis budget: they each took
+     * timeout_ms, after the servers had taken theirs (C2) */
+    mo.connect_until_ms = ecs__cli_redis_until(c);
     rc = ecs_meta_open(&mo, &c->meta);
     if (rc) {
       char shown[256], port[256]; /* never the password */
@@ -276,6 +281,7 @@ int ecs_client_connect(const ecs_client_config_t *cfg, ecs_client_t **out, char 
     }
   }
   c->errmsg[0] = '\0';
+  ecs__cli_end(c, ECS_OK);
   *out = c;
   return ECS_OK;
 fail:

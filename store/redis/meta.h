@@ -49,8 +49,10 @@ typedef struct ecs_meta_opts {
   uint64_t pool_size;    /* server side: pool bytes, for the registry */
   uint64_t epoch;        /* server side: this process's epoch */
   int timeout_ms;        /* per Redis call (default 500) */
-  int heartbeat_ttl_s;   /* registry TTL; heartbeat every ttl/3 (default 10) */
+  int heartbeat_ttl_s;   /* registry TTL in s; heartbeat every ttl/3, at least once a second (default 10) */
+  int heartbeat_ttl_ms;  /* the same in ms, when > 0 (wins over heartbeat_ttl_s; at least 1000) */
   int reconnect_ms;      /* least time between reconnect attempts (default 1000) */
+  uint64_t connect_until_ms; /* 0, or a monotonic ms the open's connect (every step) ends by */
 } ecs_meta_opts_t;
 
 /* Most holders of one object a lookup reports (replicas). */
@@ -82,6 +84,8 @@ typedef struct ecs_meta_node {
   char addr[128]; /* "HOST:PORT" */
   uint64_t epoch, pool_size;
   uint64_t free_bytes; /* pool bytes free at the last heartbeat (pool_size if not published) */
+  uint64_t suspect_ms; /* a client's suspicion mark of this node at this epoch: its time left
+                          (ms, as Redis says: callers cap it); 0 for none */
 } ecs_meta_node_t;
 
 void ecs_meta_opts_init(ecs_meta_opts_t *o);
@@ -95,6 +99,11 @@ int ecs_meta_is_up(const ecs_meta_t *m);
 /* Bounds each later connect and reply wait of the blocking link to ms
  * (clients: what is left of a call's deadline). */
 void ecs_meta_set_timeout(ecs_meta_t *m, int ms);
+/* Bounds every step of the blocking link, a (re)connect's included (each
+ * sentinel, AUTH, SELECT, ROLE, SCRIPT LOAD), and every reply wait by the
+ * monotonic until_ms: each takes what is left, at most its own timeout
+ * (clients: their call's deadline; review findings C1, C2).  0 lifts it. */
+void ecs_meta_set_deadline(ecs_meta_t *m, uint64_t until_ms);
 /* Text of the last Redis error ("" if none). */
 const char *ecs_meta_errstr(const ecs_meta_t *m);
 
@@ -202,8 +211,25 @@ int ecs_meta_lookup_batch(ecs_meta_t *m, const uint8_t *const *keys, const uint1
                           ecs_meta_rec_t *recs, int *status);
 
 /* Lists registered nodes (those whose registry hash is live), at most max
- * of them; *n is the number written. */
+ * of them; *n is the number written.  Each node's suspicion mark (below)
+ * is read in the same pipeline (suspect_ms). */
 int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n);
+
+/*
+ * Suspicion marks (docs/redis-schema.md, docs/multihost.md): a client that
+ * found a node unreachable (refused, or timed out) says so for other
+ * clients, ecs:{ns}:suspect:{id} = the node's epoch, with a TTL of the
+ * client's back-off; readers (ecs_meta_nodes) report a mark only while it
+ * names the node's current epoch and has a TTL.  What a reader does with
+ * it is its own policy (the client caps it, and a node that answers it
+ * overrides marks for a while).  Both calls are fire-and-forget on the
+ * blocking link (ecs__rds_send_noreply): they never connect and never
+ * wait, a link that is down drops them (ECS_ENOTCONN), so nothing on a
+ * data path waits for Redis.  ECS_OK, ECS_ENOTCONN, ECS_EINVAL.
+ */
+int ecs_meta_mark_suspect(ecs_meta_t *m, const char *node_id, uint64_t epoch, int ttl_ms);
+/* Withdraws a node's mark (DEL): it answered this client. */
+int ecs_meta_clear_suspect(ecs_meta_t *m, const char *node_id);
 
 /* --- internal --------------------------------------------------------- */
 

@@ -51,12 +51,12 @@ static void meta_register_async(ecs_meta_t *m) {
   snprintf(pool, sizeof pool, "%llu", (unsigned long long)m->pool_size);
   snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
   snprintf(started, sizeof started, "%llu", (unsigned long long)m->started_ms);
-  snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
+  snprintf(ttl, sizeof ttl, "%d", m->ttl_ms);
   char fb[24]; /* free bytes, for clients placing puts by load */
   snprintf(fb, sizeof fb, "%llu", (unsigned long long)(m->free_bytes ? m->free_bytes : m->pool_size));
   const char *hset[] = {"HSET", m->node_key, "addr", m->addr,   "port",  port,   "pool",
                         pool,   "epoch",     epoch,  "started", started, "free", fb};
-  const char *expire[] = {"EXPIRE", m->node_key, ttl};
+  const char *expire[] = {"PEXPIRE", m->node_key, ttl};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
   ecs__meta_async_write(m, 14, hset, NULL);
   ecs__meta_async_write(m, 3, expire, NULL);
@@ -93,8 +93,8 @@ static void meta_hb_done(void *ctx, int rc, redisReply *r) {
 
 static void meta_heartbeat_async(ecs_meta_t *m) {
   char ttl[16];
-  snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
-  const char *expire[] = {"EXPIRE", m->node_key, ttl};
+  snprintf(ttl, sizeof ttl, "%d", m->ttl_ms);
+  const char *expire[] = {"PEXPIRE", m->node_key, ttl};
   const char *hget[] = {"HMGET", m->node_key, "epoch", "addr"};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
   /* free bytes, for clients placing puts by load; sent first, so that on a

@@ -105,8 +105,14 @@ void ecs_meta_set_timeout(ecs_meta_t *m, int ms) {
   m->link.connect_timeout_ms = m->timeout_ms;
 }
 
+void ecs_meta_set_deadline(ecs_meta_t *m, uint64_t until_ms) {
+  if (m != NULL)
+    ecs__rds_set_until(&m->link, until_ms);
+}
+
 uint64_t ecs__meta_deadline(const ecs_meta_t *m) {
-  return ecs_now_ms() + (uint64_t)m->timeout_ms;
+  uint64_t d = ecs_now_ms() + (uint64_t)m->timeout_ms;
+  return m->link.until != 0 && m->link.until < d ? m->link.until : d;
 }
 
 /* One command, one reply.  An error reply is returned as a reply. */
@@ -215,6 +221,7 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
   int tmo = o->timeout_ms > 0 ? o->timeout_ms : META_DEFAULT_TIMEOUT_MS;
   if (ecs__rds_init(&m->link, o->redis_url, tmo, tmo) != ECS_OK)
     goto out_inval;
+  ecs__rds_set_until(&m->link, o->connect_until_ms); /* the open's connect: within the caller's call */
   snprintf(m->ns, sizeof m->ns, "%s", o->ns);
   if (o->node_id != NULL) {
     if (meta_check_name(o->node_id, sizeof m->node_id - 1) != 0 || o->epoch == 0)
@@ -230,7 +237,13 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
     m->started_ms = ecs_wall_ms();
   }
   m->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : META_DEFAULT_TIMEOUT_MS;
-  m->ttl_s = o->heartbeat_ttl_s > 0 ? o->heartbeat_ttl_s : META_DEFAULT_TTL_S;
+  /* the registry TTL: in ms when given so (--registry-ttl-ms), never under
+   * META_MIN_TTL_MS (a heartbeat every ttl/3 must have time to arrive) */
+  m->ttl_ms = o->heartbeat_ttl_ms > 0  ? o->heartbeat_ttl_ms
+              : o->heartbeat_ttl_s > 0 ? o->heartbeat_ttl_s * 1000
+                                       : META_DEFAULT_TTL_S * 1000;
+  if (m->ttl_ms < META_MIN_TTL_MS)
+    m->ttl_ms = META_MIN_TTL_MS;
   m->reconnect_ms = o->reconnect_ms > 0 ? o->reconnect_ms : META_DEFAULT_RECONNECT_MS;
   /* "{ns}" is a Redis Cluster hash tag: a namespace's keys share one slot,
    * so the check script's keys (records and registry) are on one node */
@@ -238,11 +251,13 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
   snprintf(m->node_pfx, sizeof m->node_pfx, "ecs:{%s}:node:", m->ns);
   snprintf(m->node_key, sizeof m->node_key, "ecs:{%s}:node:%s", m->ns, m->node_id);
   snprintf(m->nodes_key, sizeof m->nodes_key, "ecs:{%s}:nodes", m->ns);
+  snprintf(m->sus_pfx, sizeof m->sus_pfx, "ecs:{%s}:suspect:", m->ns);
   ecs__rds_set_route(&m->link, m->nodes_key); /* Redis Cluster: the namespace's slot */
   char esc[2 * META_NS_MAX + 1];
   meta_glob_escape(esc, sizeof esc, m->ns);
   snprintf(m->match, sizeof m->match, "ecs:{%s}:obj:*", esc);
   int rc = ecs__meta_connect(m);
+  ecs__rds_set_until(&m->link, 0);
   if (rc == ECS_ENOMEM) {
     ecs_meta_close(m);
     return rc;

@@ -15,6 +15,7 @@
  *   meta_async.c     the asynchronous mode on the server's loop: attach,
  *                    link up / down, heartbeat, event, poll, tick
  *   meta_lua.c       the two Lua scripts (check, delete)
+ *   meta_suspect.c   clients' suspicion marks: publish, withdraw, read
  *
  * The schema, the staleness rule and the re-sync after an outage are
  * described in docs/redis-schema.md; these files are the only code that
@@ -33,6 +34,7 @@
 
 #define META_DEFAULT_TIMEOUT_MS 500
 #define META_DEFAULT_TTL_S 10
+#define META_MIN_TTL_MS 1000 /* a heartbeat every ttl/3: at least every 333 ms */
 #define META_DEFAULT_RECONNECT_MS 1000
 #define META_NS_MAX 64            /* namespace bytes */
 #define META_CHUNK 1000           /* keys per script call; a batch pipelines its chunks */
@@ -59,7 +61,7 @@ struct ecs_meta {
   uint64_t epoch;           /* server: this process's epoch */
   uint64_t started_ms;      /* server: wall-clock ms at open, for the registry */
   int timeout_ms;           /* bound on each call */
-  int ttl_s;                /* registry TTL */
+  int ttl_ms;               /* registry TTL (PEXPIRE) */
   int reconnect_ms;         /* least time between reconnects in tick() */
   int server;               /* node_id given: writes records and a registry entry */
 
@@ -71,6 +73,7 @@ struct ecs_meta {
   char node_pfx[META_NS_MAX + 16];  /* "ecs:{ns}:node:" */
   char node_key[META_NS_MAX + 96];  /* "ecs:{ns}:node:{id}" */
   char nodes_key[META_NS_MAX + 16]; /* "ecs:{ns}:nodes" */
+  char sus_pfx[META_NS_MAX + 24];   /* "ecs:{ns}:suspect:" (suspicion marks, meta_suspect.c) */
   char match[2 * META_NS_MAX + 16]; /* SCAN pattern for records, ns escaped */
 
   meta_cmd_t *q; /* queued writes */
@@ -166,6 +169,14 @@ int ecs__meta_is_noscript(const redisReply *r);
 int ecs__meta_run_check(ecs_meta_t *m, meta_batch_t *b, meta_each_fn each, void *ctx);
 size_t *ecs__meta_valid_idx(const uint16_t *lens, size_t n, size_t *nvalid);
 
+/* ---- suspicion marks (meta_suspect.c) ----------------------------------- */
+
+/* Appends GET and PTTL of node id's mark (id_len bytes) to the pipeline. */
+int ecs__meta_suspect_append(ecs_meta_t *m, const char *id, size_t id_len);
+/* Reads those two replies into *ms: the mark's time left when it names
+ * epoch and has a TTL, else 0.  ECS_OK or the link's error (link down). */
+int ecs__meta_suspect_read(ecs_meta_t *m, uint64_t epoch, uint64_t deadline, uint64_t *ms);
+
 /* ---- the rest ---------------------------------------------------------- */
 
 int ecs__meta_heartbeat(ecs_meta_t *m); /* meta_registry.c */
@@ -183,7 +194,7 @@ int ecs__meta_tick_async(ecs_meta_t *m, uint64_t now_ms, const ecs_meta_resync_t
  * who may write the namespace's keys is put back within a second, not at
  * the next ttl/3 (issue 23 N9: live objects read as absent meanwhile). */
 static inline uint64_t ecs__meta_hb_period_ms(const ecs_meta_t *m) {
-  uint64_t p = (uint64_t)m->ttl_s * 1000u / 3u;
+  uint64_t p = (uint64_t)m->ttl_ms / 3u;
   return p < 1000u ? p : 1000u;
 }
 

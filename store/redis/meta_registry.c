@@ -28,12 +28,12 @@ int ecs_meta_register(ecs_meta_t *m) {
   snprintf(pool, sizeof pool, "%llu", (unsigned long long)m->pool_size);
   snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)m->epoch);
   snprintf(started, sizeof started, "%llu", (unsigned long long)m->started_ms);
-  snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
+  snprintf(ttl, sizeof ttl, "%d", m->ttl_ms);
   char fb[24];
   snprintf(fb, sizeof fb, "%llu", (unsigned long long)(m->free_bytes ? m->free_bytes : m->pool_size));
   const char *hset[] = {"HSET", m->node_key, "addr", m->addr,   "port",  port,   "pool",
                         pool,   "epoch",     epoch,  "started", started, "free", fb};
-  const char *expire[] = {"EXPIRE", m->node_key, ttl};
+  const char *expire[] = {"PEXPIRE", m->node_key, ttl};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
   const char **cmds[] = {hset, expire, sadd};
   const int argcs[] = {14, 3, 3};
@@ -74,15 +74,15 @@ int ecs__meta_entry_ours(const ecs_meta_t *m, const redisReply *r) {
  * the id in the nodes set (ecs_meta_nodes() tidies out dead ids). */
 int ecs__meta_heartbeat(ecs_meta_t *m) {
   char ttl[16];
-  snprintf(ttl, sizeof ttl, "%d", m->ttl_s);
-  const char *expire[] = {"EXPIRE", m->node_key, ttl};
+  snprintf(ttl, sizeof ttl, "%d", m->ttl_ms);
+  const char *expire[] = {"PEXPIRE", m->node_key, ttl};
   const char *hget[] = {"HMGET", m->node_key, "epoch", "addr"};
   const char *sadd[] = {"SADD", m->nodes_key, m->node_id};
   char fb[24]; /* free bytes, for clients placing puts by load (HSET on a lost entry is harmless:
                   the check below registers again) */
   snprintf(fb, sizeof fb, "%llu", (unsigned long long)m->free_bytes);
   const char *hset[] = {"HSET", m->node_key, "free", fb};
-  size_t el[] = {6, strlen(m->node_key), strlen(ttl)};
+  size_t el[] = {7, strlen(m->node_key), strlen(ttl)};
   size_t hl[] = {5, strlen(m->node_key), 5, 4};
   size_t sl[] = {4, strlen(m->nodes_key), strlen(m->node_id)};
   size_t fl[] = {4, strlen(m->node_key), 4, strlen(fb)};
@@ -174,6 +174,8 @@ int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
     const char *argv[] = {"HMGET", key, "addr", "epoch", "pool", "free"};
     size_t lens[] = {5, pl + id->len, 4, 5, 4, 4};
     rc = ecs__meta_append(m, 6, argv, lens);
+    if (rc == ECS_OK) /* and its suspicion mark (meta_suspect.c), in the same round trip */
+      rc = ecs__meta_suspect_append(m, id->str, id->len);
     if (rc != ECS_OK) {
       freeReplyObject(set);
       return rc;
@@ -210,17 +212,28 @@ int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
       deadl[2 + ndead] = id->len;
       ndead++;
     }
-    uint64_t epoch, pool;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 4 && META_FIELD(r, 0) && META_FIELD(r, 1) &&
-        META_FIELD(r, 2) && r->element[0]->len < sizeof out->addr &&
-        ecs__rds_parse_u64(r->element[1]->str, r->element[1]->len, &epoch) == 0 &&
-        ecs__rds_parse_u64(r->element[2]->str, r->element[2]->len, &pool) == 0 && k < max) {
+    uint64_t epoch = 0, pool = 0, sus = 0;
+    int parsed = r->type == REDIS_REPLY_ARRAY && r->elements == 4 && META_FIELD(r, 0) && META_FIELD(r, 1) &&
+                 META_FIELD(r, 2) && r->element[0]->len < sizeof out->addr &&
+                 ecs__rds_parse_u64(r->element[1]->str, r->element[1]->len, &epoch) == 0 &&
+                 ecs__rds_parse_u64(r->element[2]->str, r->element[2]->len, &pool) == 0;
+    e = ecs__meta_suspect_read(m, parsed ? epoch : 0, deadline, &sus);
+    if (e != ECS_OK) {
+      freeReplyObject(r);
+      free(dead);
+      free(deadl);
+      freeReplyObject(set);
+      *n = 0;
+      return e;
+    }
+    if (parsed && k < max) {
       ecs_meta_node_t *nd = &out[k++];
       memset(nd, 0, sizeof *nd);
       memcpy(nd->node_id, id->str, id->len);
       memcpy(nd->addr, r->element[0]->str, r->element[0]->len);
       nd->epoch = epoch;
       nd->pool_size = pool;
+      nd->suspect_ms = sus;
       /* free: absent from an older server's entry; then the whole pool, a bound */
       if (!META_FIELD(r, 3) ||
           ecs__rds_parse_u64(r->element[3]->str, r->element[3]->len, &nd->free_bytes) != 0 ||

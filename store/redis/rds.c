@@ -29,6 +29,25 @@ void ecs__rds_seterr(ecs__rds_t *r, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* The socket timeout of a sentinel's next reply: per_ms, within until.
+ * 0, or -1 (why set) when nothing is left or setsockopt failed. */
+static int rds_sentinel_retime(redisContext *c, uint64_t until, int per_ms, char *why, size_t cap) {
+  if (until == 0)
+    return 0;
+  uint64_t now = ecs_now_ms();
+  if (now >= until) {
+    snprintf(why, cap, "out of time");
+    return -1;
+  }
+  uint64_t ms = until - now < (uint64_t)per_ms ? until - now : (uint64_t)per_ms;
+  struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+  if (redisSetTimeout(c, tv) != REDIS_OK) {
+    snprintf(why, cap, "%s", c->errstr[0] ? c->errstr : "setsockopt failed");
+    return -1;
+  }
+  return 0;
+}
+
 /* AUTH to a sentinel on c when u has a sentinel password.  0, or -1 with
  * the reason in why (*auth_failed set when the sentinel refused it). */
 static int sentinel_auth(redisContext *c, const ecs__rds_url_t *u, char *why, size_t cap, int *auth_failed) {
@@ -58,15 +77,39 @@ static int sentinel_auth(redisContext *c, const ecs__rds_url_t *u, char *why, si
   return rc;
 }
 
+/* ms until the monotonic until, at most ms (until 0: ms); 0 once past. */
+static int rds_left(uint64_t until, int ms) {
+  if (until == 0)
+    return ms;
+  uint64_t now = ecs_now_ms();
+  if (now >= until)
+    return 0;
+  return until - now < (uint64_t)ms ? (int)(until - now) : ms;
+}
+
 int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, size_t hostcap, int *port,
                               char *err, size_t errlen) {
+  return ecs__rds_sentinel_resolve_by(u, per_ms, 0, host, hostcap, port, err, errlen);
+}
+
+int ecs__rds_sentinel_resolve_by(const ecs__rds_url_t *u, int per_ms, uint64_t until, char *host,
+                                 size_t hostcap, int *port, char *err, size_t errlen) {
   size_t k = 0;
-  int auth_failed = 0;
+  int auth_failed = 0, out_of_time = 0;
   err[0] = '\0';
   k += (size_t)snprintf(err, errlen, "redis-sentinel: no sentinel knows master '%s':", u->master);
   size_t head = k; /* rewritten below when a sentinel refused our AUTH */
-  struct timeval tv = {.tv_sec = per_ms / 1000, .tv_usec = (per_ms % 1000) * 1000};
   for (const char *p = u->sentinels; *p;) {
+    /* each sentinel gets per_ms for its connect and each reply, within
+     * what is left until `until` (C1: they were chained in full) */
+    int ms = rds_left(until, per_ms);
+    if (ms <= 0) {
+      out_of_time = 1;
+      if (k < errlen)
+        k += (size_t)snprintf(err + k, errlen - k, " out of time before the next sentinel;");
+      break;
+    }
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     const char *comma = strchr(p, ',');
     size_t len = comma ? (size_t)(comma - p) : strlen(p);
     char sh[256], why[320];
@@ -85,6 +128,8 @@ int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, s
       snprintf(why, sizeof why, "%s", c->errstr[0] ? c->errstr : "setsockopt failed");
     } else if (sentinel_auth(c, u, why, sizeof why, &auth_failed) != 0) {
       /* why says it */
+    } else if (rds_sentinel_retime(c, until, per_ms, why, sizeof why) != 0) {
+      /* out of time after the AUTH */
     } else if ((rep = redisCommand(c, "SENTINEL get-master-addr-by-name %s", u->master)) == NULL) {
       snprintf(why, sizeof why, "%s", c->errstr[0] ? c->errstr : "no reply");
     } else if (rep->type == REDIS_REPLY_ERROR) {
@@ -120,6 +165,8 @@ int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, s
     if (k < errlen)
       k += (size_t)snprintf(err + k, errlen - k, " sentinel %s:%d: %s;", sh, sp, why);
   }
+  if (out_of_time && !auth_failed)
+    return ECS_ETIMEDOUT;
   if (auth_failed && head < errlen) {
     char list[1024];
     snprintf(list, sizeof list, "%s", err + head);
@@ -180,6 +227,7 @@ void ecs__rds_close(ecs__rds_t *r) {
     redisFree(r->c);
   r->c = NULL;
   r->used = 0;
+  r->discard = 0; /* their replies went with the connection */
 }
 
 int ecs__rds_up(const ecs__rds_t *r) {
@@ -191,7 +239,12 @@ const char *ecs__rds_errmsg(const ecs__rds_t *r) {
 }
 
 uint64_t ecs__rds_deadline(const ecs__rds_t *r) {
-  return ecs_now_ms() + (uint64_t)r->timeout_ms;
+  uint64_t d = ecs_now_ms() + (uint64_t)r->timeout_ms;
+  return r->until != 0 && r->until < d ? r->until : d;
+}
+
+void ecs__rds_set_until(ecs__rds_t *r, uint64_t until_ms) {
+  r->until = until_ms;
 }
 
 static void set_tv(struct timeval *tv, uint64_t ms) {
@@ -217,6 +270,7 @@ static int rds_connect_once(ecs__rds_t *r) {
     return ECS_EINVAL;
   }
   r->readonly = 0;
+  r->discard = 0; /* a fresh connection owes no fire-and-forget reply */
   if (r->master[0]) {
     ecs__rds_url_t su;
     memset(&su, 0, sizeof su);
@@ -225,16 +279,21 @@ static int rds_connect_once(ecs__rds_t *r) {
     memcpy(su.suser, r->suser, sizeof su.suser);
     memcpy(su.spass, r->spass, sizeof su.spass);
     char why[sizeof r->err];
-    int rc = ecs__rds_sentinel_resolve(&su, r->connect_timeout_ms, r->host, sizeof r->host, &r->port, why,
-                                       sizeof why);
+    int rc = ecs__rds_sentinel_resolve_by(&su, r->connect_timeout_ms, r->until, r->host, sizeof r->host,
+                                          &r->port, why, sizeof why);
     memset(&su, 0, sizeof su);
     if (rc != ECS_OK) {
       ecs__rds_seterr(r, "%s", why);
       return rc;
     }
   }
+  int cms = rds_left(r->until, r->connect_timeout_ms);
+  if (cms <= 0) {
+    ecs__rds_seterr(r, "redis connect %s:%d: timed out (the call's deadline passed)", r->host, r->port);
+    return ECS_ETIMEDOUT;
+  }
   struct timeval tv;
-  set_tv(&tv, (uint64_t)r->connect_timeout_ms);
+  set_tv(&tv, (uint64_t)cms);
   errno = 0;
   redisContext *c = redisConnectWithTimeout(r->host, r->port, tv);
   if (c == NULL) {
@@ -421,7 +480,41 @@ int ecs__rds_append(ecs__rds_t *r, int argc, const char **argv, const size_t *le
   return ECS_OK;
 }
 
+int ecs__rds_send_noreply(ecs__rds_t *r, int argc, const char **argv, const size_t *lens) {
+  if (r->c == NULL || r->readonly || r->moved)
+    return ECS_ENOTCONN; /* down, or about to reconnect: a reconnect could wait */
+  size_t tmp[ECS_RDS_MAX_ARGS];
+  if ((lens = ecs__rds_arglens(argc, argv, lens, tmp)) == NULL)
+    return ECS_EINVAL;
+  if (redisAppendCommandArgv(r->c, argc, argv, lens) != REDIS_OK) {
+    ecs__rds_seterr(r, "redis: out of memory");
+    ecs__rds_close(r);
+    return ECS_ENOMEM;
+  }
+  r->discard++;
+  int done = 0; /* one write; what it left goes with the next command */
+  if (redisBufferWrite(r->c, &done) != REDIS_OK)
+    return rds_io_fail(r, errno, "write");
+  return ECS_OK;
+}
+
+static int rds_reply_one(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out);
+
 int ecs__rds_reply_any(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
+  *out = NULL;
+  while (r->discard > 0 && r->c != NULL) { /* fire-and-forget replies first */
+    redisReply *rep;
+    int rc = rds_reply_one(r, deadline_ms, &rep);
+    if (rc != ECS_OK)
+      return rc;
+    freeReplyObject(rep);
+    if (r->discard > 0)
+      r->discard--;
+  }
+  return rds_reply_one(r, deadline_ms, out);
+}
+
+static int rds_reply_one(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out) {
   void *rep = NULL;
   *out = NULL;
   if (r->c == NULL) {
@@ -499,6 +592,7 @@ static int rds_ask(ecs__rds_t *r, redisReply **out, int argc, const char **argv,
   t->route[0] = '\0';
   t->seeds[0] = '\0'; /* the node ASK named, or nothing */
   t->moved = t->ask = t->readonly = 0;
+  t->discard = 0; /* its own connection owes no reply */
   snprintf(t->host, sizeof t->host, "%s", r->ahost);
   t->port = r->aport;
   r->ask = 0;

@@ -68,6 +68,8 @@ typedef struct ecs__rds {
   char pass[256];         /* AUTH password ("": no AUTH): the URL's, else ECSTORE_REDIS_PASSWORD */
   int connect_timeout_ms; /* one connect attempt */
   int timeout_ms;         /* default wait for one reply */
+  uint64_t until;         /* 0, or a monotonic ms that every step ends by (ecs__rds_set_until) */
+  unsigned discard;       /* replies owed to ecs__rds_send_noreply, dropped before the next one read */
   int used;               /* a reply arrived since the connect (a later EOF may be a stale link) */
   char sentinels[512];    /* redis-sentinel://: the sentinels ("" for a plain URL) */
   char master[128];       /* ...and the master's name: host and port are re-resolved at each connect */
@@ -121,6 +123,12 @@ int ecs__rds_url_parse(const char *url, ecs__rds_url_t *u);
  * the role (ROLE says "master") after its handshake. */
 int ecs__rds_sentinel_resolve(const ecs__rds_url_t *u, int per_ms, char *host, size_t hostcap, int *port,
                               char *err, size_t errlen);
+/* As ecs__rds_sentinel_resolve, and every connect and reply of it also
+ * ends by the monotonic until (0: no such bound): a sentinel is asked
+ * with what is left, none once nothing is (ECS_ETIMEDOUT when the time
+ * ran out before any sentinel answered). */
+int ecs__rds_sentinel_resolve_by(const ecs__rds_url_t *u, int per_ms, uint64_t until, char *host,
+                                 size_t hostcap, int *port, char *err, size_t errlen);
 
 /* Whether reply (ROLE's) names a master: 1, else 0. */
 int ecs__rds_role_is_master(const redisReply *reply);
@@ -263,6 +271,17 @@ int ecs__rds_init(ecs__rds_t *r, const char *url, int connect_timeout_ms, int ti
  * URL's or the environment's; takes effect at the next connect. */
 int ecs__rds_set_password(ecs__rds_t *r, const char *pass);
 
+/* Bounds the link by a call's deadline: from now on every step of a
+ * (re)connect (each sentinel's connect, AUTH and reply, the connect to
+ * Redis, AUTH, SELECT, ROLE, the cluster probe, each seed) and every reply
+ * wait ends by the monotonic until_ms, each step taking what is left of it
+ * (never more than connect_timeout_ms or timeout_ms); a step with nothing
+ * left fails with ECS_ETIMEDOUT before it starts.  0 lifts the bound.  A
+ * chain of steps used to give each its full timeout, so a reconnect
+ * through three stopped sentinels took three times the call's budget
+ * (review finding C1). */
+void ecs__rds_set_until(ecs__rds_t *r, uint64_t until_ms);
+
 /* Drops the link; the struct may be re-used (the next call reconnects). */
 void ecs__rds_close(ecs__rds_t *r);
 
@@ -294,6 +313,15 @@ const size_t *ecs__rds_arglens(int argc, const char **argv, const size_t *lens, 
  * connecting first when down.  lens NULL: NUL-terminated arguments. */
 int ecs__rds_append(ecs__rds_t *r, int argc, const char **argv, const size_t *lens);
 
+/* Fire and forget: queues one command on a link that is up and writes it
+ * at once, without waiting for its reply (the next reply read first drops
+ * it, whatever it says).  Never connects and never waits: the socket's
+ * send buffer is empty between calls (every earlier command was answered),
+ * so the write of a short command does not block.  ECS_OK; ECS_ENOTCONN
+ * when the link is down (nothing is sent); a failed write drops the link
+ * (ECS_ECONN).  lens NULL: NUL-terminated arguments. */
+int ecs__rds_send_noreply(ecs__rds_t *r, int argc, const char **argv, const size_t *lens);
+
 /* Reads the next reply, waiting until the monotonic deadline_ms.  An
  * error reply is returned as ECS_EREDIS with the reply freed. */
 int ecs__rds_reply(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out);
@@ -305,7 +333,7 @@ int ecs__rds_reply_any(ecs__rds_t *r, uint64_t deadline_ms, redisReply **out);
 /* append + reply with the default timeout.  lens NULL: NUL-terminated. */
 int ecs__rds_cmd(ecs__rds_t *r, redisReply **out, int argc, const char **argv, const size_t *lens);
 
-/* Monotonic deadline timeout_ms from now. */
+/* Monotonic deadline timeout_ms from now, or the link's until when sooner. */
 uint64_t ecs__rds_deadline(const ecs__rds_t *r);
 
 /* Records a message of the caller's (a reply it could not use). */

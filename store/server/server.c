@@ -41,7 +41,7 @@ void ecs_server_opts_init(ecs_server_opts_t *o) {
   snprintf(o->ns, sizeof o->ns, "default");
   o->io_timeout_ms = 30000;
   o->redis_timeout_ms = 500;
-  o->heartbeat_ttl_s = 10;
+  o->registry_ttl_ms = 10000;
   o->high_watermark = 0.95;
   o->low_watermark = 0.85;
   o->max_request = 4ull << 30;
@@ -746,7 +746,7 @@ int ecs_server_create(const ecs_server_opts_t *o, ecs_server_t **out) {
     mo.pool_size = ecs_pool_size(s->pool);
     mo.epoch = s->epoch;
     mo.timeout_ms = o->redis_timeout_ms;
-    mo.heartbeat_ttl_s = o->heartbeat_ttl_s;
+    mo.heartbeat_ttl_ms = o->registry_ttl_ms;
     rc = ecs_meta_open(&mo, &s->meta);
     if (rc) { /* say why (before: "invalid argument"), never the password */
       char why[512], shown[256];

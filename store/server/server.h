@@ -36,7 +36,7 @@ typedef struct ecs_server_opts {
   char auth_token[257];        /* empty: no auth */
   int io_timeout_ms;           /* a request stalled this long is dropped (30000) */
   int redis_timeout_ms;        /* per Redis call (500) */
-  int heartbeat_ttl_s;         /* registry TTL (10) */
+  int registry_ttl_ms;         /* registry TTL in ms (10000; --heartbeat-ttl S sets S * 1000) */
   double high_watermark;       /* background eviction above this fill (0.95) */
   double low_watermark;        /* ...down to this fill (0.85) */
   uint64_t max_request;        /* largest data section of one request (4 GiB) */
