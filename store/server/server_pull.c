@@ -44,7 +44,8 @@
 #include "store/core/log.h"
 #include "store/core/net.h"
 
-#define PULL_REGISTRY_MS 1000 /* the registry copy is read again this often */
+#define PULL_REGISTRY_MS 1000 /* the registry copy is read again this often... */
+#define PULL_POKE_MS 100      /* ...and at most this often when asked for an address it lacks */
 #define PULL_MAX_NODES 1024   /* registry entries kept */
 #define PULL_MAX_JOBS 4096    /* fetches queued at once; past it, items are ECS_EBUSY */
 
@@ -83,6 +84,8 @@ typedef struct pull_worker {
 struct ecs__pull {
   pthread_mutex_t qmu;     /* the queue, stop and the workers' fds (after s->mu when both) */
   pthread_cond_t qcv;      /* a job queued, or stop */
+  pthread_cond_t regcv;    /* the registry reader: read again now (poke), or stop */
+  int poke;                /* an address was not in the copy: read the registry soon */
   pull_job_t *head, *tail; /* queued jobs, oldest first */
   size_t njobs;            /* how many */
   int stop;                /* the threads leave */
@@ -104,7 +107,7 @@ static void *reg_main(void *arg) {
   ecs_meta_node_t *buf = calloc(PULL_MAX_NODES, sizeof *buf);
   int logged = 0;
   pthread_mutex_lock(&p->qmu);
-  while (!p->stop && buf) {
+  while (!p->stop && buf) { /* out of memory: the copy stays as it is */
     pthread_mutex_unlock(&p->qmu);
     size_t n = 0;
     int rc = ecs_meta_nodes(p->meta, buf, PULL_MAX_NODES, &n);
@@ -115,18 +118,26 @@ static void *reg_main(void *arg) {
       p->nnodes = n;
       p->nodes_read = 1;
       ecs__unlock(s);
-      buf = t;
+      buf = t ? t : calloc(PULL_MAX_NODES, sizeof *buf); /* the first read leaves no old copy */
       logged = 0;
     } else if (!logged) { /* the last copy stays in use */
       ECS_LOG_W("pull: cannot read the node registry (%s); pulls use the last copy", ecs_strerror(rc));
       logged = 1;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += PULL_REGISTRY_MS / 1000;
+    uint64_t t0 = ecs_now_ms();
     pthread_mutex_lock(&p->qmu);
-    while (!p->stop && pthread_cond_timedwait(&p->qcv, &p->qmu, &ts) != ETIMEDOUT)
-      ;
+    p->poke = 0;
+    for (;;) {
+      uint64_t now = ecs_now_ms(), until = p->poke ? t0 + PULL_POKE_MS : t0 + PULL_REGISTRY_MS;
+      if (p->stop || now >= until)
+        break;
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      uint64_t ns = (uint64_t)ts.tv_nsec + (until - now) * 1000000u;
+      ts.tv_sec += (time_t)(ns / 1000000000u);
+      ts.tv_nsec = (long)(ns % 1000000000u);
+      pthread_cond_timedwait(&p->regcv, &p->qmu, &ts);
+    }
   }
   pthread_mutex_unlock(&p->qmu);
   free(buf);
@@ -509,6 +520,12 @@ static int item_take(ecs_server_t *s, conn_t *c, const ecs_pull_item_t *it, uint
   if (it->addr_len == strlen(s->o.advertise) && !memcmp(it->addr, s->o.advertise, it->addr_len))
     return ECS_EINVAL; /* this server itself */
   const ecs_meta_node_t *node = reg_find(p, it->addr, it->addr_len);
+  if (!node) { /* a server that joined since the last read is known within PULL_POKE_MS */
+    pthread_mutex_lock(&p->qmu);
+    p->poke = 1;
+    pthread_cond_signal(&p->regcv);
+    pthread_mutex_unlock(&p->qmu);
+  }
   if (!node || !strcmp(node->node_id, s->o.node_id))
     return ECS_EPERM; /* not a registered server of this namespace: never dialled */
   ecs_obj_t *o = ecs_objstore_find(s->os, it->key, it->key_len);
@@ -627,6 +644,7 @@ void ecs__pull_start(ecs_server_t *s) {
     goto fail;
   pthread_mutex_init(&p->qmu, NULL);
   pthread_cond_init(&p->qcv, NULL);
+  pthread_cond_init(&p->regcv, NULL);
   s->pull = p;
   ecs_meta_opts_t mo;
   ecs_meta_opts_init(&mo);
@@ -667,6 +685,7 @@ void ecs__pull_stop(ecs_server_t *s) {
     if (p->wk[i].fd >= 0)
       shutdown(p->wk[i].fd, SHUT_RDWR); /* a fetch under way ends now, not at its deadline */
   pthread_cond_broadcast(&p->qcv);
+  pthread_cond_signal(&p->regcv);
   pthread_mutex_unlock(&p->qmu);
   for (unsigned i = 0; p->wk && i < (unsigned)s->o.pull_threads; i++)
     if (p->wk[i].started)
@@ -687,6 +706,7 @@ void ecs__pull_stop(ecs_server_t *s) {
   free(p->nodes);
   free(p->wk);
   pthread_cond_destroy(&p->qcv);
+  pthread_cond_destroy(&p->regcv);
   pthread_mutex_destroy(&p->qmu);
   free(p);
 }
