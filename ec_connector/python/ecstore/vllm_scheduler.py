@@ -649,6 +649,8 @@ class _Prefetcher:
         busy = [h for (h, _), st in zip(ask, sts) if st == codes.EBUSY]
         rest += [h for (h, _), st in zip(ask, sts) if st not in (0, codes.ENOTFOUND, codes.EBUSY)]
         pinned = self._pin_ready(local, ok)
+        with self.side.lock:
+            self.side.stats.add("prefetch_pulled", len(pinned))
         rest += [h for h in ok if h not in pinned]  # evicted already: try the other way
         return pinned, gone, rest, bool(busy)
 
