@@ -447,6 +447,12 @@ static void job_run(ecs_server_t *s, pull_worker_t *wk, pull_job_t *j, uint8_t *
 /* Hands a fetch's outcome to its request (under the lock): the last one
  * builds the reply. */
 static void job_settle(ecs_server_t *s, pull_job_t *j) {
+  /* A key named twice: the first item fetched it, the later one found it
+   * pending (its own block) and got ECS_EBUSY: it shares the first's fate. */
+  for (uint32_t i = 1; i < j->n; i++)
+    for (uint32_t e = 0; j->keys[i].status == ECS_EBUSY && e < i; e++)
+      if (j->keys[e].len == j->keys[i].len && !memcmp(j->keys[e].key, j->keys[i].key, j->keys[i].len))
+        j->keys[i].status = j->keys[e].status;
   ecs__lock(s);
   for (uint32_t i = 0; i < j->n; i++)
     j->w->status[j->keys[i].idx] = j->keys[i].status;

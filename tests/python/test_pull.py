@@ -101,10 +101,10 @@ def test_pull_brings_bit_identical_bytes_with_one_transfer(hosts_factory):
     assert [l[0] for l in locs] == [0, 0, 0, 0, codes.ENOTFOUND]
     assert all(l[1] == h.addr(0) for l in locs[:4])
     gets_before = a.stat()["gets"]
-    sts = b.pull(keys + ["pull-none"], [l[1] for l in locs[:4]] + [h.addr(0)])
-    assert sts == [0, 0, 0, 0, codes.ENOTFOUND]
-    # one GET item per pulled key reached the holder: the bytes crossed once
-    assert a.stat()["gets"] - gets_before == 5
+    sts = b.pull(keys + ["pull-none", "pull-a"], [l[1] for l in locs[:4]] + [h.addr(0)] * 2)
+    assert sts == [0, 0, 0, 0, codes.ENOTFOUND, 0]  # a key named twice is stored once, OK twice
+    # one GET item per named key reached the holder: the bytes crossed once
+    assert a.stat()["gets"] - gets_before == 6
     # B holds them as its own objects: a store that knows only B reads them
     only_b = h.store(1, redis_url=None)
     got, st = only_b.batch_get_tensors(keys, with_status=True)
@@ -256,3 +256,94 @@ def test_a_server_without_redis_says_it_cannot_pull(hosts_factory):
     finally:
         lone.stop()
         r.stop()
+
+
+# ---- a hostile holder ------------------------------------------------------------
+
+import struct
+import subprocess
+
+_HDR = struct.Struct("<IBBHIiIIQ")  # magic version opcode flags req_id status count meta_len data_len
+
+
+def _reply(op, req_id, meta=b"", data_len=0, count=0):
+    return _HDR.pack(0x31534345, 2, op, 1, req_id, 0, count, len(meta), data_len) + meta
+
+
+def _recv_exact(c, n):
+    b = b""
+    while len(b) < n:
+        got = c.recv(n - len(b))
+        if not got:
+            raise EOFError
+        b += got
+    return b
+
+
+def _fake_holder(sock, node_id, mode, served):
+    """Answers HELLO as node_id, then one GET with a lie (mode)."""
+    try:
+        c, _ = sock.accept()
+    except OSError:
+        return
+    c.settimeout(5)
+    with c:
+        try:
+            while True:
+                hdr = _HDR.unpack(_recv_exact(c, 32))
+                _recv_exact(c, hdr[7])
+                op, req = hdr[2], hdr[4]
+                if op == 1:  # HELLO: node id, max_items 16, epoch, pool 1 GiB, max_data
+                    nid = node_id.encode()
+                    meta = struct.pack("<HHIQQQ", len(nid), 0, 16, 1, 1 << 30, 1 << 30) + nid + struct.pack("<H", 0)
+                    c.sendall(_reply(1, req, meta))
+                    continue
+                served.append(mode)
+                size = 1 << 40 if mode == "huge" else 64
+                dlen = {"huge": 1 << 40, "mismatch": 128}.get(mode, 64)
+                rec = struct.pack("<iBBBBQQQ", 0, 0, 7, 1, 0, size, size, 0x1234) + struct.pack("<Q", size)
+                payload = b"\x07" * (32 if mode == "short" else 64)
+                c.sendall(_reply(3, req, rec, data_len=dlen, count=1) + payload)
+                time.sleep(3 if mode == "short" else 0.1)  # short: the rest never comes
+                return
+        except (EOFError, OSError):
+            return
+
+
+@pytest.mark.parametrize("mode,want", [("huge", codes.EPROTO), ("mismatch", codes.EPROTO),
+                                       ("short", codes.ETIMEDOUT), ("corrupt", codes.ECHECKSUM)])
+def test_a_lying_holder_costs_its_items_only(hosts_factory, mode, want):
+    """A registered entry that answers with sizes it cannot back: over the
+    pool, or a data section that disagrees with its items (nothing is
+    reserved); bytes that stop coming (the deadline); bytes that fail their
+    checksum (nothing is stored).  The server stays
+    up and stores nothing."""
+    h = hosts_factory(n=1)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4)
+    addr = "127.0.0.1:%d" % sock.getsockname()[1]
+    node = "fake-" + mode
+    cli = ["redis-cli", "-p", str(h.redis.port)]
+    subprocess.run(cli + ["HSET", "ecs:{%s}:node:%s" % (NAMESPACE, node), "addr", addr, "port", "0", "pool",
+                          str(1 << 30), "epoch", "1", "started", "1", "free", "0"], check=True, capture_output=True)
+    subprocess.run(cli + ["SADD", "ecs:{%s}:nodes" % NAMESPACE, node], check=True, capture_output=True)
+    served = []
+    th = threading.Thread(target=_fake_holder, args=(sock, node, mode, served), daemon=True)
+    th.start()
+    try:
+        b = h.store(0, timeout_ms=1500)
+        end = time.monotonic() + 5
+        st = b.pull(["lie-k"], [addr])
+        while st == [codes.EPERM] and time.monotonic() < end:  # until its registry copy has the entry
+            time.sleep(0.05)
+            st = b.pull(["lie-k"], [addr])
+        assert st == [want]
+        assert served == [mode]
+        assert b.batch_is_exist(["lie-k"]) == [0]
+        st = b.stat()
+        assert st["objects"] == 0 and st["bytes_in_use"] == 0  # no block left reserved
+        assert b.batch_put_tensors(["after"], [torch.ones(8)]) == [0]  # up and serving
+    finally:
+        sock.close()
+        th.join(5)
