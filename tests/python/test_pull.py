@@ -57,11 +57,13 @@ class Hosts:
         assert s.pull(["settle-probe"], [self.addr(j)]) == [codes.ENOTFOUND]
 
     def stop(self):
+        """Stops everything; the exit codes of the servers (0 unless a test
+        killed one: a crash or a sanitizer report fails the test)."""
         for s in getattr(self, "stores", []):
             s.close()
-        for p in self.procs:
-            p.stop()
+        rcs = [p.stop() for p in self.procs]
         self.redis.stop()
+        return rcs
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def hosts_factory():
 
     yield make
     for h in made:
-        h.stop()
+        assert all(rc in (0, -9) for rc in h.stop()), "an ecstore-server exited badly (see its log)"
 
 
 def wait_registered(store, key, timeout=5.0):
