@@ -67,9 +67,9 @@ static int pull1(ecs_client_t *c, const char *key, const char *addr) {
  * at once when asked for an address it lacks). */
 static void settle(ecs_client_t *c, const char *addr) {
   int st = ECS_EPERM;
-  for (int i = 0; i < 250 && st == ECS_EPERM; i++) {
+  for (int i = 0; i < 250 && (st == ECS_EPERM || st == ECS_EBUSY); i++) {
     st = pull1(c, "settle-probe", addr);
-    if (st == ECS_EPERM)
+    if (st == ECS_EPERM || st == ECS_EBUSY) /* not in its copy yet; or no copy yet (just started) */
       usleep(20000);
   }
   assert_int_equal(st, ECS_ENOTFOUND);

@@ -302,7 +302,8 @@ ECS_API int ecs_locate_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, e
  * ECS_EINVAL (an empty or over-long address, or the server's own),
  * ECS_ETIMEDOUT / ECS_ECONN / ECS_EAUTH (the holder did not answer in
  * time, refused, or did not prove itself), ECS_ECHECKSUM, ECS_ENOSPC,
- * ECS_EQUOTA, ECS_EBUSY (the key is being written there: retry), ECS_EKEY.
+ * ECS_EQUOTA, ECS_EBUSY (retry: the key is being written there, or the
+ * server just started and has not read the registry yet), ECS_EKEY.
  * Returns ECS_OK or the whole-call error: ECS_ENOTSUP when the server
  * cannot pull (it runs without Redis, or is older than PULL: then use get
  * and put), or a transport error. */

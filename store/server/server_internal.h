@@ -28,6 +28,12 @@
  * never uses without the lock: a parked reply not yet answered (rq[], by
  * the Redis acknowledgement that answers it) and the epoll arming; or a
  * connection it dooms at accept.
+ *
+ * PULL adds threads that are no event loops (server_pull.c): pull threads,
+ * which talk to other servers with blocking sockets under deadlines and
+ * take the server lock only to reserve, commit and answer (a parked PULL,
+ * like a Redis acknowledgement does); and a registry reader with its own
+ * blocking Redis link, which takes the lock only to swap in its copy.
  */
 #ifndef ECS_SERVER_INTERNAL_H
 #define ECS_SERVER_INTERNAL_H

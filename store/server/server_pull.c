@@ -70,7 +70,7 @@ typedef struct pull_job {
   char node_id[64];                 /* its registry node id */
   uint64_t deadline_ms;             /* the whole fetch ends by then */
   uint16_t owner;                   /* the requesting token's account (0: none) */
-  uint32_t n;                       /* keys */
+  uint32_t n, cap;                  /* keys, and room for them */
   pull_key_t *keys;                 /* the keys */
 } pull_job_t;
 
@@ -497,16 +497,12 @@ static void *worker_main(void *arg) {
 /* ---- the request ---- */
 
 /* The job of holder node in jobs[0..*nj), or a new one (NULL: no memory). */
-static pull_job_t *job_for(pull_job_t **jobs, size_t *nj, const ecs_meta_node_t *node, uint32_t n) {
+static pull_job_t *job_for(pull_job_t **jobs, size_t *nj, const ecs_meta_node_t *node) {
   for (size_t i = 0; i < *nj; i++)
     if (!strcmp(jobs[i]->node_id, node->node_id))
       return jobs[i];
   pull_job_t *j = calloc(1, sizeof *j);
-  if (j)
-    j->keys = calloc(n, sizeof *j->keys);
-  if (!j || !j->keys || ecs_net_parse_hostport(node->addr, j->host, sizeof j->host, &j->port) != ECS_OK) {
-    if (j)
-      free(j->keys);
+  if (!j || ecs_net_parse_hostport(node->addr, j->host, sizeof j->host, &j->port) != ECS_OK) {
     free(j);
     return NULL;
   }
@@ -516,10 +512,26 @@ static pull_job_t *job_for(pull_job_t **jobs, size_t *nj, const ecs_meta_node_t 
   return j;
 }
 
+/* Room for one more key in j (grown by doubling: a request's items spread
+ * over many holders cost what they name, not items x holders). */
+static pull_key_t *job_key(pull_job_t *j) {
+  if (j->n == j->cap) {
+    uint32_t cap = j->cap ? j->cap * 2 : 4;
+    pull_key_t *k = realloc(j->keys, (size_t)cap * sizeof *k);
+    if (!k)
+      return NULL;
+    j->keys = k;
+    j->cap = cap;
+  }
+  pull_key_t *k = &j->keys[j->n++];
+  memset(k, 0, sizeof *k);
+  return k;
+}
+
 /* Checks one item and adds it to its holder's job: returns 1 when it was
  * queued, else its status (ECS_OK: stored here already). */
-static int item_take(ecs_server_t *s, conn_t *c, const ecs_pull_item_t *it, uint32_t idx, uint32_t n,
-                     pull_job_t **jobs, size_t *nj) {
+static int item_take(ecs_server_t *s, conn_t *c, const ecs_pull_item_t *it, uint32_t idx, pull_job_t **jobs,
+                     size_t *nj) {
   struct ecs__pull *p = s->pull;
   if (!(c->rights & ECS__RIGHT_READ))
     return ECS_EPERM; /* a pull answers whether a key exists, and stores it: read and write */
@@ -537,16 +549,16 @@ static int item_take(ecs_server_t *s, conn_t *c, const ecs_pull_item_t *it, uint
   ecs_obj_t *o = ecs_objstore_find(s->os, it->key, it->key_len);
   if (o && o->state == ECS_OBJ_COMMITTED)
     return ECS_OK; /* here already */
-  pull_job_t *j = job_for(jobs, nj, node, n);
-  if (!j)
+  pull_job_t *j = job_for(jobs, nj, node);
+  pull_key_t *k = j ? job_key(j) : NULL;
+  if (!k)
     return ECS_ENOMEM;
   uint64_t t = it->timeout_ms && it->timeout_ms < (uint32_t)s->o.pull_timeout_ms
                    ? it->timeout_ms
                    : (uint64_t)s->o.pull_timeout_ms;
   uint64_t deadline = ecs_now_ms() + t;
-  if (j->n == 0 || deadline < j->deadline_ms)
+  if (j->n == 1 || deadline < j->deadline_ms)
     j->deadline_ms = deadline;
-  pull_key_t *k = &j->keys[j->n++];
   k->idx = idx;
   k->len = it->key_len;
   memcpy(k->key, it->key, it->key_len);
@@ -584,21 +596,25 @@ void ecs__handle_pull(ecs_server_t *s, conn_t *c) {
       ecs__reply_error(s, c, ECS_EPROTO, 1); /* the records do not fill the meta section */
     return;
   }
-  if (!p || !p->nwk || !p->nodes_read) {
+  if (!p || !p->nwk) {
     free(items);
     free(st);
     free(jobs);
-    ecs__reply_error(s, c, ECS_ENOTSUP, 0); /* no Redis, no registry yet, or --pull-threads 0 */
+    ecs__reply_error(s, c, ECS_ENOTSUP, 0); /* no Redis, or --pull-threads 0 */
     return;
   }
   for (uint32_t i = 0; i < n; i++)
     if (st[i] == ECS_OK)
-      st[i] = item_take(s, c, &items[i], i, n, jobs, &nj);
+      st[i] = p->nodes_read ? item_take(s, c, &items[i], i, jobs, &nj) : ECS_EBUSY; /* just started: retry */
   free(items);
   pub_wait_t *w = nj ? ecs__pub_alloc(s, c, n) : NULL;
   pthread_mutex_lock(&p->qmu);
   for (size_t k = 0; k < nj; k++) {
     pull_job_t *j = jobs[k];
+    if (j->n == 0) { /* its only key found no memory */
+      free(j);
+      continue;
+    }
     if (!w || p->njobs >= PULL_MAX_JOBS) {
       for (uint32_t i = 0; i < j->n; i++)
         st[j->keys[i].idx] = w ? ECS_EBUSY : ECS_ENOMEM;
