@@ -76,13 +76,13 @@ static void test_hdr_validation(void **state) {
   static const unsigned ops[] = {ECS_OP_HELLO,        ECS_OP_PUT,     ECS_OP_GET,    ECS_OP_EXISTS,
                                  ECS_OP_REMOVE,       ECS_OP_STAT,    ECS_OP_PING,   ECS_OP_LEASE,
                                  ECS_OP_RELEASE,      ECS_OP_RESERVE, ECS_OP_COMMIT, ECS_OP_ATTACH,
-                                 ECS_OP_RDMA_CONNECT, ECS_OP_UPGRADE, ECS_OP_DEBUG};
+                                 ECS_OP_RDMA_CONNECT, ECS_OP_UPGRADE, ECS_OP_PULL,   ECS_OP_DEBUG};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     h = good_hdr();
     h.opcode = (uint8_t)ops[i];
     assert_int_equal(hdr_roundtrip(&h, 1000, &g), ECS_OK);
   }
-  static const unsigned bad_ops[] = {0, 15, 16, 0x6f, 0x71, 0xff};
+  static const unsigned bad_ops[] = {0, 16, 17, 0x6f, 0x71, 0xff};
   for (size_t i = 0; i < sizeof bad_ops / sizeof bad_ops[0]; i++) {
     h = good_hdr();
     h.opcode = (uint8_t)bad_ops[i];
@@ -251,6 +251,49 @@ static void test_put_item_exact_bytes(void **state) {
   assert_int_equal(w.err, ECS_OK);
   assert_int_equal(w.len, sizeof want);
   assert_memory_equal(w.p, want, sizeof want);
+  ecs_wbuf_free(&w);
+}
+
+/* PULL item (docs/protocol.md 5.11): u16 key_len, u16 addr_len, u32
+ * timeout_ms, the address, the key. */
+static void test_pull_item_exact_bytes(void **state) {
+  (void)state;
+  ecs_pull_item_t it = {
+      .key = (const uint8_t *)"kk", .key_len = 2, .addr = "h:1", .addr_len = 3, .timeout_ms = 0x01020304};
+  static const uint8_t want[] = {
+      0x02, 0x00,             /* key_len */
+      0x03, 0x00,             /* addr_len */
+      0x04, 0x03, 0x02, 0x01, /* timeout_ms */
+      'h',  ':',  '1',        /* addr */
+      'k',  'k',              /* key */
+  };
+  ecs_wbuf_t w;
+  ecs_wbuf_init(&w);
+  ecs_proto_pull_item_write(&w, &it);
+  assert_int_equal(w.err, ECS_OK);
+  assert_int_equal(w.len, sizeof want);
+  assert_memory_equal(w.p, want, sizeof want);
+  ecs_rbuf_t r;
+  ecs_pull_item_t got;
+  ecs_rbuf_init(&r, want, sizeof want);
+  assert_int_equal(ecs_proto_pull_item_read(&r, &got), ECS_OK);
+  assert_int_equal(got.key_len, 2);
+  assert_int_equal(got.addr_len, 3);
+  assert_int_equal(got.timeout_ms, 0x01020304);
+  assert_memory_equal(got.addr, "h:1", 3);
+  assert_memory_equal(got.key, "kk", 2);
+  /* hostile records: cut short, an empty address, an empty key */
+  ecs_rbuf_init(&r, want, sizeof want - 1);
+  assert_int_equal(ecs_proto_pull_item_read(&r, &got), ECS_EPROTO);
+  uint8_t bad[sizeof want];
+  memcpy(bad, want, sizeof want);
+  bad[2] = 0;
+  ecs_rbuf_init(&r, bad, sizeof bad - 3); /* addr_len 0: the key follows at once */
+  assert_int_equal(ecs_proto_pull_item_read(&r, &got), ECS_EINVAL);
+  memcpy(bad, want, sizeof want);
+  bad[0] = 0;
+  ecs_rbuf_init(&r, bad, sizeof bad - 2);
+  assert_int_equal(ecs_proto_pull_item_read(&r, &got), ECS_EKEY);
   ecs_wbuf_free(&w);
 }
 
@@ -424,6 +467,7 @@ int main(void) {
       cmocka_unit_test(test_wbuf),
       cmocka_unit_test(test_rbuf),
       cmocka_unit_test(test_put_item_exact_bytes),
+      cmocka_unit_test(test_pull_item_exact_bytes),
       cmocka_unit_test(test_other_records_exact_bytes),
       cmocka_unit_test(test_upgrade_exact_bytes),
   };

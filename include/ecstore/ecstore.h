@@ -307,6 +307,43 @@ ECS_API int ecs_exists_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, i
  * whole-batch error, as for every call. */
 ECS_API int ecs_remove_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, int *status);
 
+/* Where an object is: the holder a get would read it from. */
+typedef struct ecs_holder {
+  int status;       /* ECS_OK, ECS_ENOTFOUND (no live holder), ECS_EKEY, or the call's error */
+  char node_id[64]; /* the holder's node id (the registry's; with a servers list, its HELLO's) */
+  char addr[160];   /* its "HOST:PORT" as the registry advertises it (or as configured) */
+  int local;        /* 1: that address is on this host */
+} ecs_holder_t;
+
+/* Finds each object's holder: with discovery, from its Redis record (one
+ * round trip for the batch; the nearest live holder, one on this host
+ * first); with a servers list, the server its key hashes to (not asked).
+ * out[i].status per item; the return value is Redis's error for the whole
+ * batch (every item then carries it), else ECS_OK. */
+ECS_API int ecs_locate_batch(ecs_client_t *c, const ecs_key_t *keys, size_t n, ecs_holder_t *out);
+
+/* Asks server number `server` of this handle (as ecs_stat numbers them) to
+ * fetch n objects from their holders (holders[i]: "HOST:PORT" as
+ * ecs_locate_batch gives it) into its own pool, server to server: the
+ * bytes travel once, straight into the pool block, checksum-verified, and
+ * become ordinary objects of that server (a view on its host then pins
+ * them).  The server dials only addresses in its namespace's node
+ * registry (and not its own), needs the token's read and write rights,
+ * and bounds each fetch by what is left of this call's deadline (and its
+ * --pull-timeout-ms).  status[i]: ECS_OK (there now, or already),
+ * ECS_ENOTFOUND (the holder has no such object), ECS_EPERM (the address
+ * is no registered server of the namespace, or the token lacks a right),
+ * ECS_EINVAL (an empty or over-long address, or the server's own),
+ * ECS_ETIMEDOUT / ECS_ECONN / ECS_EAUTH (the holder did not answer in
+ * time, refused, or did not prove itself), ECS_ECHECKSUM, ECS_ENOSPC,
+ * ECS_EQUOTA, ECS_EBUSY (retry: the key is being written there, or the
+ * server just started and has not read the registry yet), ECS_EKEY.
+ * Returns ECS_OK or the whole-call error: ECS_ENOTSUP when the server
+ * cannot pull (it runs without Redis, or is older than PULL: then use get
+ * and put), or a transport error. */
+ECS_API int ecs_pull_batch(ecs_client_t *c, size_t server, const ecs_key_t *keys, const char *const *holders,
+                           size_t n, int *status);
+
 /* Number of configured servers (discovery: server slots seen so far,
  * departed ones included), and the counters of server i. */
 ECS_API size_t ecs_client_server_count(const ecs_client_t *c);

@@ -94,6 +94,11 @@ static void usage(FILE *f) {
       "  --shm-write-uid LIST      uids that may map the pool writable (default: the server's own\n"
       "                            and root); others put by copy over the socket\n"
       "  --lease-timeout-ms MS     drop a shm/RDMA lease or reservation held this long (default 30000)\n"
+      "  --pull-timeout-ms MS      the longest a PULL may wait for a holder (default 5000)\n"
+      "  --pull-threads N          threads that fetch PULLed objects from their holders (default 4;\n"
+      "                            0: the server refuses PULL)\n"
+      "  --pull-token-file FILE    token this server presents to the holders it pulls from\n"
+      "                            (default: the --auth-token-file token, else none)\n"
       "  --max-pins-per-conn N     leases plus reservations one connection may hold (default 4096)\n"
       "  --soft-pin-ttl-ms MS      a soft-pinned put (Mooncake's soft pin) is evicted only after\n"
       "                            every unpinned object for this long (default 1800000; 0: no pins)\n"
@@ -166,6 +171,9 @@ enum {
   O_ACL,
   O_REDISPW,
   O_SENTPW,
+  O_PULLTO,
+  O_PULLTH,
+  O_PULLTOK,
   O_HELP
 };
 
@@ -216,6 +224,9 @@ static const struct option long_opts[] = {
     {"acl-file", required_argument, 0, O_ACL},
     {"redis-password-file", required_argument, 0, O_REDISPW},
     {"sentinel-password-file", required_argument, 0, O_SENTPW},
+    {"pull-timeout-ms", required_argument, 0, O_PULLTO},
+    {"pull-threads", required_argument, 0, O_PULLTH},
+    {"pull-token-file", required_argument, 0, O_PULLTOK},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -375,6 +386,7 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     snprintf(o->node_id, sizeof o->node_id, "%s", arg);
     return 0;
   case O_AUTH: return read_token(arg, o->auth_token, sizeof o->auth_token);
+  case O_PULLTOK: return read_token(arg, o->pull_token, sizeof o->pull_token);
   case O_ACL: {
     char err[512];
     ecs__acl_free(g_acl);
@@ -542,6 +554,16 @@ static int apply(ecs_server_opts_t *o, int c, const char *arg, char *port_file, 
     if (ecs_parse_int(arg, 100, 3600000, &v))
       return bad("lease-timeout-ms", arg, "expected 100..3600000");
     o->lease_timeout_ms = (int)v;
+    return 0;
+  case O_PULLTO:
+    if (ecs_parse_int(arg, 10, 600000, &v))
+      return bad("pull-timeout-ms", arg, "expected 10..600000");
+    o->pull_timeout_ms = (int)v;
+    return 0;
+  case O_PULLTH:
+    if (ecs_parse_int(arg, 0, 64, &v))
+      return bad("pull-threads", arg, "expected 0..64");
+    o->pull_threads = (int)v;
     return 0;
   default: return 2;
   }

@@ -98,6 +98,7 @@ static int op_known(unsigned op) {
   case ECS_OP_ATTACH:
   case ECS_OP_RDMA_CONNECT:
   case ECS_OP_UPGRADE:
+  case ECS_OP_PULL:
   case ECS_OP_DEBUG: return 1;
   default: return 0;
   }
@@ -367,6 +368,31 @@ int ecs_proto_get_item_read(ecs_rbuf_t *r, ecs_get_item_t *it) {
   if (r->err != ECS_OK)
     return rbuf_fail(r);
   return ecs_key_check(it->key, it->key_len);
+}
+
+/* ---- PULL item ------------------------------------------------------------ */
+
+void ecs_proto_pull_item_write(ecs_wbuf_t *w, const ecs_pull_item_t *it) {
+  ecs_wbuf_u16(w, it->key_len);
+  ecs_wbuf_u16(w, it->addr_len);
+  ecs_wbuf_u32(w, it->timeout_ms);
+  ecs_wbuf_put(w, it->addr, it->addr_len);
+  ecs_wbuf_put(w, it->key, it->key_len);
+}
+
+int ecs_proto_pull_item_read(ecs_rbuf_t *r, ecs_pull_item_t *it) {
+  memset(it, 0, sizeof *it);
+  it->key_len = ecs_rbuf_u16(r);
+  it->addr_len = ecs_rbuf_u16(r);
+  it->timeout_ms = ecs_rbuf_u32(r);
+  it->addr = (const char *)rbuf_take(r, it->addr_len);
+  it->key = rbuf_take(r, it->key_len);
+  if (r->err != ECS_OK)
+    return rbuf_fail(r);
+  int rc = ecs_key_check(it->key, it->key_len);
+  if (rc == ECS_OK && (it->addr_len == 0 || it->addr_len > ECS_PULL_MAX_ADDR))
+    rc = ECS_EINVAL;
+  return rc;
 }
 
 /* ---- GET reply item ----------------------------------------------------- */

@@ -43,6 +43,7 @@ typedef enum ecs_op {
   ECS_OP_ATTACH = 12,       /* shm only: meta u32 flags; reply meta ecs_attach_reply + the pool fd */
   ECS_OP_RDMA_CONNECT = 13, /* meta: the client's RDMA blob; reply meta: the server's */
   ECS_OP_UPGRADE = 14,      /* shm socket only, instead of HELLO: ecs_upgrade challenge-response */
+  ECS_OP_PULL = 15,         /* items: ecs_pull_item; reply items: status (the server fetched them) */
   ECS_OP_DEBUG = 0x70       /* test-only hooks; refused unless the server enables them */
 } ecs_op_t;
 
@@ -164,6 +165,19 @@ typedef struct ecs_get_reply {
   uint64_t raw_nbytes;    /* tensor bytes once decoded */
   uint64_t checksum;      /* xxh3-64 of the payload */
 } ecs_get_reply_t;
+
+/* PULL request item: a key, and the server that holds it ("HOST:PORT" as
+ * its registry entry advertises it), from which the server fetches it
+ * into its own pool.  timeout_ms bounds that fetch (0: the server's
+ * --pull-timeout-ms, which also caps it). */
+#define ECS_PULL_MAX_ADDR 255
+typedef struct ecs_pull_item {
+  const uint8_t *key;  /* points into the record buffer when decoded */
+  uint16_t key_len;    /* 1..ECS_MAX_KEY */
+  const char *addr;    /* not NUL-terminated; points into the record buffer when decoded */
+  uint16_t addr_len;   /* 1..ECS_PULL_MAX_ADDR */
+  uint32_t timeout_ms; /* the most the fetch may take (0: the server's default) */
+} ecs_pull_item_t;
 
 /* HELLO request (meta section, count = 0).  A client with a token never
  * sends it: it says HELLO twice, first CHALLENGE (its key id and nonce),
@@ -305,6 +319,13 @@ int ecs_proto_get_item_read(ecs_rbuf_t *r, ecs_get_item_t *it);
 void ecs_proto_get_reply_write(ecs_wbuf_t *w, const ecs_get_reply_t *it);
 int ecs_proto_get_reply_read(ecs_rbuf_t *r, ecs_get_reply_t *it);
 /* Key-only items (EXISTS, REMOVE requests). */
+/* PULL item: 8 + addr_len + key_len bytes.  Read: ECS_EPROTO when the
+ * record runs past the buffer, else ECS_EKEY (bad key length) or
+ * ECS_EINVAL (addr_len 0 or over ECS_PULL_MAX_ADDR), which fail the item
+ * alone. */
+void ecs_proto_pull_item_write(ecs_wbuf_t *w, const ecs_pull_item_t *it);
+int ecs_proto_pull_item_read(ecs_rbuf_t *r, ecs_pull_item_t *it);
+
 void ecs_proto_key_write(ecs_wbuf_t *w, const void *key, uint16_t key_len);
 int ecs_proto_key_read(ecs_rbuf_t *r, const uint8_t **key, uint16_t *key_len);
 /* Per-item status replies (PUT, EXISTS, REMOVE). */

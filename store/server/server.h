@@ -64,6 +64,9 @@ typedef struct ecs_server_opts {
   uint64_t hard_pin_max;       /* bytes hard-pinned objects may hold in all (0: half the pool) */
   int scrub_freed;             /* zero an object's pool bytes when it is freed */
   int unprotected;             /* allow a non-loopback listen address without an auth token */
+  int pull_timeout_ms;         /* the longest a PULL waits for its holder (5000) */
+  int pull_threads;            /* threads fetching PULLed objects (4; 0: PULL refused) */
+  char pull_token[257];        /* token presented to holders ("": auth_token, if any) */
   const struct ecs__acl *acl;  /* --acl-file: rights per token and namespace (store/server/acl.h), owned
                                   by the caller; NULL: auth_token alone, with every right */
 } ecs_server_opts_t;

@@ -10,6 +10,8 @@
  *   server_ops.c    the opcode handlers behind one static const table
  *   server_auth.c   HELLO (the token proof), UPGRADE, the failed-auth throttle
  *   server_lease.c  the per-connection lease / reservation table (pins)
+ *   server_pub.c    replies that wait (for Redis, for a pull's holders)
+ *   server_pull.c   PULL: objects fetched from other servers, its threads
  *
  * Threads (--threads N): N event loops, each with its own epoll; loop 0
  * also owns the listeners, the Redis link and the metrics endpoint, and
@@ -26,6 +28,12 @@
  * never uses without the lock: a parked reply not yet answered (rq[], by
  * the Redis acknowledgement that answers it) and the epoll arming; or a
  * connection it dooms at accept.
+ *
+ * PULL adds threads that are no event loops (server_pull.c): pull threads,
+ * which talk to other servers with blocking sockets under deadlines and
+ * take the server lock only to reserve, commit and answer (a parked PULL,
+ * like a Redis acknowledgement does); and a registry reader with its own
+ * blocking Redis link, which takes the lock only to swap in its copy.
  */
 #ifndef ECS_SERVER_INTERNAL_H
 #define ECS_SERVER_INTERNAL_H
@@ -275,11 +283,12 @@ struct ecs_server {
   uint32_t pub_cur_idx;                   /* ...as this item */
   /* counters for STAT */
   uint64_t puts, gets, hits, misses;
-  int redis_was_up;                            /* link state at the last tick, to log each change once */
-  uint64_t pop_t0_ms;                          /* pool population: when it began */
-  uint64_t pop_log_ms;                         /* ...and when progress was last logged */
-  ecs_metrics_srv_t *metrics;                  /* the Prometheus endpoint, or NULL */
-  ecs_hist_t latency[ECS_OP_RDMA_CONNECT + 1]; /* per opcode: dispatch to reply built */
+  int redis_was_up;                    /* link state at the last tick, to log each change once */
+  uint64_t pop_t0_ms;                  /* pool population: when it began */
+  uint64_t pop_log_ms;                 /* ...and when progress was last logged */
+  ecs_metrics_srv_t *metrics;          /* the Prometheus endpoint, or NULL */
+  ecs_hist_t latency[ECS_OP_PULL + 1]; /* per opcode: dispatch to reply built */
+  struct ecs__pull *pull;              /* PULL's threads and registry copy (server_pull.c), or NULL */
 };
 
 /* Monotonic ns, for request latencies. */
@@ -299,7 +308,7 @@ int ecs__server_pool_fits(const ecs_server_opts_t *o);
 void ecs__lock(ecs_server_t *s);
 void ecs__unlock(ecs_server_t *s);
 
-/* server.c: the Redis glue. */
+/* server.c: the Redis glue (the waits are in server_pub.c). */
 
 /* The record that publishes obj (this node, this process's epoch). */
 void ecs__server_rec(const ecs_server_t *s, const ecs_obj_t *obj, ecs_meta_rec_t *rec);
@@ -308,6 +317,13 @@ void ecs__server_meta_flush(ecs_server_t *s);
 /* A wait for the records of a PUT or COMMIT of n items, statuses all
  * ECS_OK; NULL without Redis (or memory): nothing will be waited for. */
 pub_wait_t *ecs__pub_begin(ecs_server_t *s, conn_t *c, uint32_t n);
+/* server_pub.c: the same wait whether or not there is Redis (n > 0): a
+ * PULL waits for its holders; NULL when out of memory. */
+pub_wait_t *ecs__pub_alloc(ecs_server_t *s, conn_t *c, uint32_t n);
+/* One awaited thing of w settled (ctx: &w->items[idx]); an rc other than
+ * ECS_OK makes an OK item ECS_EREDIS.  The last one builds the reply (when
+ * its connection is still there) and frees w.  Under the lock. */
+void ecs__pub_done(void *ctx, int rc);
 /* Publishes obj as item idx of w (w may be NULL: sent, not awaited).
  * ECS_OK, or ECS_EREDIS when it could not be sent (the link is down: the
  * re-sync publishes it). */
@@ -371,6 +387,16 @@ void ecs__auth_free(ecs_server_t *s);
 void ecs__server_put_end(ecs_server_t *s, conn_t *c);
 /* The body of a /metrics scrape (an ecs_metrics_render_fn). */
 void ecs__server_render_metrics(void *ctx, ecs_mbuf_t *b);
+
+/* server_pull.c: PULL, objects fetched from the namespace's other
+ * servers into this pool.  start: the registry reader and the pull
+ * threads (none without Redis or with --pull-threads 0: PULL is then
+ * refused); stop: ends them, a fetch under way included, and answers
+ * what was queued ECS_ECANCELED (called without the lock; accepts a
+ * server that never started them). */
+void ecs__handle_pull(ecs_server_t *s, conn_t *c);
+void ecs__pull_start(ecs_server_t *s);
+void ecs__pull_stop(ecs_server_t *s);
 
 /* server_lease.c: leases and reservations. */
 

@@ -709,6 +709,7 @@ static const op_entry_t ops[] = {
     [ECS_OP_ATTACH] = {handle_attach, 0, R_READ, "attach"},
     [ECS_OP_RDMA_CONNECT] = {handle_rdma_connect, 0, R_READ, "rdma_connect"},
     [ECS_OP_UPGRADE] = {ecs__handle_upgrade, 0, 0, NULL},
+    [ECS_OP_PULL] = {ecs__handle_pull, 0, R_WRITE, "pull"}, /* and read: per item, in the handler */
     [ECS_OP_DEBUG] = {handle_debug, 0, R_ADMIN, NULL},
 };
 #define N_OPS (sizeof ops / sizeof ops[0])

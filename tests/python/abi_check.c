@@ -50,6 +50,9 @@ int main(void) {
   F(ecs_view_t, data), F(ecs_view_t, nbytes), F(ecs_view_t, desc), F(ecs_view_t, status);
   F(ecs_view_t, lease_), F(ecs_view_t, map_), F(ecs_view_t, srv_);
   end();
+  BEGIN(ecs_holder_t);
+  F(ecs_holder_t, status), F(ecs_holder_t, node_id), F(ecs_holder_t, addr), F(ecs_holder_t, local);
+  end();
   BEGIN(ecs_client_config_t);
   F(ecs_client_config_t, servers), F(ecs_client_config_t, redis_url), F(ecs_client_config_t, ns);
   F(ecs_client_config_t, auth_token), F(ecs_client_config_t, connect_timeout_ms);

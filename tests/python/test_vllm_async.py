@@ -238,6 +238,8 @@ def test_request_deferred_until_prefetched_then_loaded_from_local_copy(hosts):
         assert pool is None or pool.stats()["live_allocs"] == 0
         s = sched.get_ec_connector_stats()
         assert s.data["prefetches"] == 2 and s.data["prefetch_waits"] >= 1 and s.data["prefetch_bytes"] > 0
+        # B's server pulled both from A itself: no byte went through this process
+        assert s.data["prefetch_pulled"] == 2
         assert sched.take_unavailable_requests() == set()
     finally:
         hosts.a.resume()

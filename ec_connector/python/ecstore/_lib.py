@@ -153,6 +153,17 @@ class ServerStatExt(ctypes.Structure):
 STAT_UNKNOWN = 2**64 - 1  # ECS_STAT_UNKNOWN: a counter an older server does not send
 
 
+class Holder(ctypes.Structure):
+    """ecs_holder_t."""
+
+    _fields_ = [
+        ("status", ctypes.c_int),
+        ("node_id", ctypes.c_char * 64),
+        ("addr", ctypes.c_char * 160),
+        ("local", ctypes.c_int),
+    ]
+
+
 # ---- ec_connector.h ----------------------------------------------------
 
 class EcSaveResult(ctypes.Structure):
@@ -231,6 +242,7 @@ ABI_STRUCTS = {
     "ecs_client_config_t": ClientConfig,
     "ecs_server_stat_t": ServerStat,
     "ecs_server_stat_ext_t": ServerStatExt,
+    "ecs_holder_t": Holder,
     "ecs_ec_save_result_t": EcSaveResult,
     "ecs_ec_load_item_t": EcLoadItem,
     "ecs_ec_load_result_t": EcLoadResult,
@@ -277,6 +289,8 @@ _OPTIONAL_PROTOS = {
     "ecs_get_view_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), ctypes.POINTER(View), _S]),
     "ecs_view_release": (ctypes.c_int, [_P, ctypes.POINTER(View), _S]),
     "ecs_stat_ext": (ctypes.c_int, [_P, _S, ctypes.POINTER(ServerStat), ctypes.POINTER(ServerStatExt)]),
+    "ecs_locate_batch": (ctypes.c_int, [_P, ctypes.POINTER(Key), _S, ctypes.POINTER(Holder)]),
+    "ecs_pull_batch": (ctypes.c_int, [_P, _S, ctypes.POINTER(Key), ctypes.POINTER(ctypes.c_char_p), _S, c_int_p]),
     # the pinned pool (include/ecstore/pool.h), for ecstore.pinned
     "ecs_pool_opts_init": (None, [ctypes.POINTER(PoolOpts)]),
     "ecs_pool_create": (ctypes.c_int, [ctypes.POINTER(PoolOpts), ctypes.POINTER(_P)]),

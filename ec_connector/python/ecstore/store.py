@@ -628,6 +628,46 @@ class Store:
             check(rc, detail, out.statuses)
         return out
 
+    # ---- where objects are, and server-to-server pulls ---------------------
+
+    def locate(self, keys):
+        """Each object's holder (ecs_locate_batch): a list of
+        ``(status, addr, node_id, local)``; with discovery from Redis, the
+        nearest live holder (one on this host first).  Redis failing raises."""
+        if getattr(self._lib, "ecs_locate_batch", None) is None:
+            raise make_error(codes.ENOTSUP, "%s has no ecs_locate_batch" % _lib.lib_path())
+        n = len(keys)
+        if n == 0:
+            return []
+        karr = _keys(keys)
+        out = (_lib.Holder * n)()
+        rc, detail = self._call(self._lib.ecs_locate_batch, karr, n, out)
+        res = [(h.status, h.addr.decode(errors="replace"), h.node_id.decode(errors="replace"), bool(h.local))
+               for h in out]
+        check(rc, detail, [r[0] for r in res])
+        return res
+
+    def pull(self, keys, holders, server=0):
+        """Asks server number ``server`` to fetch each key from its holder
+        (``holders[i]``: "HOST:PORT" as locate gives it) into its own pool,
+        server to server (ecs_pull_batch).  Returns a status per key (0:
+        there now).  Raises EcstoreError ENOTSUP when that server cannot
+        pull (no Redis there, or older than PULL: get and put instead)."""
+        if getattr(self._lib, "ecs_pull_batch", None) is None:
+            raise make_error(codes.ENOTSUP, "%s has no ecs_pull_batch" % _lib.lib_path())
+        _check_lengths("pull", keys, holders)
+        n = len(keys)
+        if n == 0:
+            return []
+        karr = _keys(keys)
+        hb = [h.encode() if isinstance(h, str) else bytes(h) for h in holders]
+        harr = (ctypes.c_char_p * n)(*hb)
+        st = (ctypes.c_int * n)()
+        rc, detail = self._call(self._lib.ecs_pull_batch, server, karr, harr, n, st)
+        out = list(st)
+        check(rc, detail, out)
+        return out
+
     def server_count(self):
         """The number of configured servers."""
         return self._call(self._lib.ecs_client_server_count)[0]

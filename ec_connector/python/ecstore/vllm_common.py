@@ -200,7 +200,7 @@ class ECStoreWorkerMetadata(ECConnectorWorkerMetadata):
 # stats
 
 #: Counters (summed) and series of seconds (pooled) in ECStoreConnectorStats.data.
-COUNTERS = ("hits", "misses", "prefetches", "prefetch_waits", "prefetch_failed", "prefetch_bytes",
+COUNTERS = ("hits", "misses", "prefetches", "prefetch_waits", "prefetch_failed", "prefetch_bytes", "prefetch_pulled",
             "loads", "load_bytes", "load_failed", "load_copies", "saves", "save_bytes", "save_failed")
 SERIES = ("prefetch_s", "load_s", "save_s")
 _MAX_SERIES = 4096
@@ -210,7 +210,8 @@ _MAX_SERIES = 4096
 class ECStoreConnectorStats(ECConnectorStats):
     """ecstore's counters for vLLM's EC transfer metrics (summed over the
     scheduler and every worker): hits/misses of has_cache_item, prefetches
-    (started, steps a request waited, failed, bytes pulled to this host),
+    (started, steps a request waited, failed, bytes brought to this host,
+    items the local server pulled from their holders itself),
     loads (items, bytes, failed, copied rather than viewed), saves (items,
     bytes, failed), and latency series (seconds) of prefetches, loads and
     saves."""

@@ -55,6 +55,9 @@ _ERROR_BACKOFF_S = 0.05
 #: A pin is taken again after this long (servers drop a lease held longer
 #: than --lease-timeout-ms, default 30 s).
 _PIN_REFRESH_S = 10.0
+#: After the local server said it cannot pull (ENOTSUP), prefetch gets and
+#: puts for this long before it asks again.
+_PULL_RETRY_S = 30.0
 
 
 class _Item:
@@ -397,9 +400,11 @@ class _Prefetcher:
     """Brings items to this host's ecstore-server and pins them there.
 
     For each item the scheduler hands it: a view of the item on the local
-    server (shm) pins it; an item not there is read from its holder (the
-    store finds it through Redis) and put into the local server, then
-    pinned.  Every TP rank and every vLLM instance on the host then reads
+    server (shm) pins it; for an item not there, the local server pulls it
+    from its holder (found through Redis), server to server, into its own
+    pool (one copy, no Python in the byte path), then it is pinned.  A
+    local server that cannot pull (older, or without Redis) gets it the old
+    way: read from the holder into this process, put into the local server.  Every TP rank and every vLLM instance on the host then reads
     that one copy.  An item whose save is still pending is tried again
     every few ms.  Everything here runs on this one thread, which owns the
     pins (they belong to its connection)."""
@@ -413,7 +418,8 @@ class _Prefetcher:
         self.unpins = collections.deque()
         self.closed = False
         self.local = self.remote = None
-        self.local_nv = None  # the local server again, without the checksum pass (see _fetch)
+        self.local_nv = None  # the local server again, without the checksum pass (see _pin_ready)
+        self.pull_off_until = 0.0  # the local server cannot pull: get+put until then
         self.next_open = 0.0
         self.thread = threading.Thread(target=self._main, name="ecstore-prefetch", daemon=True)
         self.thread.start()
@@ -578,37 +584,15 @@ class _Prefetcher:
                 pend = dict(zip(missing, self.side.marks.pending(missing)))
             except ConnectionError:
                 pend = {h: True for h in missing}  # unknown: keep trying until the deadline
-        try:
-            tensors, statuses = remote.batch_get_tensors(missing, with_status=True)
-        except EcstoreError as e:
-            self.side.warn.warn("prefetch-get", "ecstore EC connector: prefetch get: %s", e)
-            time.sleep(_ERROR_BACKOFF_S)
-            return True
-        hits = [(h, t) for h, t, st in zip(missing, tensors, statuses) if st == 0 and t is not None]
-        if hits and local is not None:
-            try:
-                st = local.batch_put_tensors([h for h, _ in hits], [t for _, t in hits])
-            except EcstoreError as e:
-                st = [e.code] * len(hits)
-                self.side.warn.warn("prefetch-put", "ecstore EC connector: prefetch put: %s", e)
-            with self.side.lock:
-                self.side.stats.add("prefetch_bytes", sum(t.numel() * t.element_size() for _, t in hits))
-            stored = [h for (h, _), s in zip(hits, st) if s == 0]
-            # The get checked these bytes; pinning them is no reason to read
-            # them all again.
-            pinned = self._pin(self.local_nv or local, stored)
-            for h, pin in pinned.items():
-                self.pins[h] = pin
-                self.pinned_at[h] = time.monotonic()
-                if not self._ready(h, pin[0].descs[pin[1]], pin[0].nbytes[pin[1]], True):
-                    self.unpins.append(h)
-            again |= len(pinned) < len(hits)
-        elif hits:  # no local server: the worker reads from the holder
-            for h, t in hits:
-                code = _t.parse_dtype(str(t.dtype).replace("torch.", ""))
-                self._ready(h, (code, tuple(t.shape)), t.numel() * t.element_size(), False)
+        gone, missing = [], list(missing)
+        if local is not None and time.monotonic() >= self.pull_off_until:
+            pulled, gone, missing, more = self._pull(local, remote, missing)
+            again |= more
+        if missing:
+            got, lost, more = self._get_put(local, remote, missing)
+            gone += lost
+            again |= more
         # 3. not stored anywhere (yet): pending, or gone.
-        gone = [h for h, t, st in zip(missing, tensors, statuses) if not (st == 0 and t is not None)]
         if gone:
             with self.side.lock:
                 for h in gone:
@@ -617,6 +601,88 @@ class _Prefetcher:
                     elif h in self.side.items:
                         self.side._fail_locked(h, "no longer stored, and no save pending")
         return again
+
+    def _pin_ready(self, local, keys):
+        """Pins keys just brought to the local server and marks them ready;
+        returns the ones pinned.  The bytes were checked on their way in
+        (by the pull's server, or the get), so the pin does not read them
+        all again."""
+        pinned = self._pin(self.local_nv or local, keys)
+        for h, pin in pinned.items():
+            self.pins[h] = pin
+            self.pinned_at[h] = time.monotonic()
+            if not self._ready(h, pin[0].descs[pin[1]], pin[0].nbytes[pin[1]], True):
+                self.unpins.append(h)
+        with self.side.lock:
+            self.side.stats.add("prefetch_bytes", sum(pin[0].nbytes[pin[1]] for pin in pinned.values()))
+        return pinned
+
+    def _pull(self, local, remote, keys):
+        """Server to server: this host's server fetches each key from its
+        holder into its own pool (Store.pull: one copy, no Python in the
+        byte path), then it is pinned.  Returns (pinned, gone, rest): rest
+        is left to get+put (no pull there, a holder the server would not or
+        could not reach), again says some key is to be tried once more (being
+        written on this host by another puller: it is local next pass)."""
+        try:
+            locs = remote.locate(keys)
+        except EcstoreError as e:
+            self.side.warn.warn("prefetch-locate", "ecstore EC connector: prefetch locate: %s", e)
+            return {}, [], keys, False
+        ask = [(h, loc[1]) for h, loc in zip(keys, locs) if loc[0] == 0]
+        gone = [h for h, loc in zip(keys, locs) if loc[0] == codes.ENOTFOUND]
+        rest = [h for h, loc in zip(keys, locs) if loc[0] not in (0, codes.ENOTFOUND)]
+        if not ask:
+            return {}, gone, rest, False
+        try:
+            sts = local.pull([h for h, _ in ask], [a for _, a in ask])
+        except EcstoreError as e:
+            if e.code == codes.ENOTSUP:  # an older local server, or one without Redis
+                self.pull_off_until = time.monotonic() + _PULL_RETRY_S
+                self.side.warn.warn("prefetch-pull", "ecstore EC connector: local server cannot pull (%s); "
+                                    "prefetch gets and puts instead", e)
+            else:
+                self.side.warn.warn("prefetch-pull", "ecstore EC connector: prefetch pull: %s", e)
+            return {}, [], keys, False
+        ok = [h for (h, _), st in zip(ask, sts) if st == 0]
+        gone += [h for (h, _), st in zip(ask, sts) if st == codes.ENOTFOUND]
+        busy = [h for (h, _), st in zip(ask, sts) if st == codes.EBUSY]
+        rest += [h for (h, _), st in zip(ask, sts) if st not in (0, codes.ENOTFOUND, codes.EBUSY)]
+        pinned = self._pin_ready(local, ok)
+        with self.side.lock:
+            self.side.stats.add("prefetch_pulled", len(pinned))
+        rest += [h for h in ok if h not in pinned]  # evicted already: try the other way
+        return pinned, gone, rest, bool(busy)
+
+    def _get_put(self, local, remote, keys):
+        """From the holder into this process, then into this host's server
+        (two copies; for a local server that cannot pull, and what pulls
+        left).  Returns (pinned, gone, again)."""
+        try:
+            tensors, statuses = remote.batch_get_tensors(keys, with_status=True)
+        except EcstoreError as e:
+            self.side.warn.warn("prefetch-get", "ecstore EC connector: prefetch get: %s", e)
+            time.sleep(_ERROR_BACKOFF_S)
+            return {}, [], True
+        again = False
+        pinned = {}
+        hits = [(h, t) for h, t, st in zip(keys, tensors, statuses) if st == 0 and t is not None]
+        if hits and local is not None:
+            try:
+                st = local.batch_put_tensors([h for h, _ in hits], [t for _, t in hits])
+            except EcstoreError as e:
+                st = [e.code] * len(hits)
+                self.side.warn.warn("prefetch-put", "ecstore EC connector: prefetch put: %s", e)
+            pinned = self._pin_ready(local, [h for (h, _), s in zip(hits, st) if s == 0])
+            again |= len(pinned) < len(hits)
+        elif hits:  # no local server: the worker reads from the holder
+            for h, t in hits:
+                code = _t.parse_dtype(str(t.dtype).replace("torch.", ""))
+                self._ready(h, (code, tuple(t.shape)), t.numel() * t.element_size(), False)
+            with self.side.lock:
+                self.side.stats.add("prefetch_bytes", sum(t.numel() * t.element_size() for _, t in hits))
+        gone = [h for h, t, st in zip(keys, tensors, statuses) if not (st == 0 and t is not None)]
+        return pinned, gone, again
 
 
 def host_id():
