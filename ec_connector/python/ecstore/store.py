@@ -725,8 +725,18 @@ class Views:
             return
         with h.lock:
             if h.ptr:
-                for i in idx:
-                    self._store._lib.ecs_view_release(h.ptr, ctypes.byref(self._v[i]), 1)
+                if len(idx) == 1:
+                    self._store._lib.ecs_view_release(h.ptr, ctypes.byref(self._v[idx[0]]), 1)
+                else:
+                    # One call (one RELEASE message per server) for them all:
+                    # the C call takes an array, so hand it copies of the views.
+                    arr = (_lib.View * len(idx))()
+                    for j, i in enumerate(idx):
+                        arr[j] = self._v[i]
+                    self._store._lib.ecs_view_release(h.ptr, arr, len(idx))
+                    for i in idx:  # released through the copies: no longer views
+                        ctypes.memset(ctypes.byref(self._v[i]), 0, ctypes.sizeof(_lib.View))
+                        self._v[i].status = codes.ENOTFOUND
         for i in idx:
             self.statuses[i] = codes.ENOTFOUND
 

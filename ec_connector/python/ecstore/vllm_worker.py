@@ -526,17 +526,17 @@ class WorkerSide:
             else:
                 encoder_cache[s.mm_hash] = t
                 self.leases[s.mm_hash] = (weakref.ref(t), time.monotonic())
-            done.append(s)
+            done.append((i, s))
             del raw, t, lease
         if gpu_views:
             ev = torch.cuda.Event()
             ev.record()
             self.h2d.append((ev, gpu_views))
         with self.lock:
-            for s in done:
+            for i, s in done:
                 self.finished_loads.add(s.mm_hash)
                 self.stats.add("loads")
-                self.stats.add("load_bytes", views.nbytes[specs.index(s)])
+                self.stats.add("load_bytes", views.nbytes[i])
         return rest
 
     def _housekeeping(self, encoder_cache):
@@ -558,10 +558,15 @@ class WorkerSide:
         self._release_dead()
 
     def _release_dead(self):
+        # Grouped by Views: one release call (one message) per group, not
+        # one per item (32 items cost ~1 ms of the load step one by one).
+        groups = {}
         while self.to_release:
             views, i = self.to_release.popleft()
+            groups.setdefault(id(views), (views, []))[1].append(i)
+        for views, idx in groups.values():
             try:
-                views.release_items([i])
+                views.release_items(idx)
             except EcstoreError:
                 pass
 
