@@ -182,6 +182,20 @@ static int read_records(const ecs_hdr_t *h, const uint8_t *meta, fconn_t *cs) {
       FUZZ_CHECK(ci.abort <= 1);
     }
     return r.pos == r.len ? GO_ON : CLOSE;
+  case ECS_OP_PULL: /* ecs__handle_pull: a bad record ends the connection, a bad key or address only its item */
+    for (uint32_t i = 0; i < h->count; i++) {
+      ecs_pull_item_t it;
+      int rc = ecs_proto_pull_item_read(&r, &it);
+      if (rc == ECS_EPROTO || r.err != ECS_OK)
+        return CLOSE;
+      if (rc == ECS_OK) {
+        FUZZ_CHECK(it.key_len >= 1 && it.key_len <= ECS_MAX_KEY);
+        FUZZ_CHECK(it.addr_len >= 1 && it.addr_len <= ECS_PULL_MAX_ADDR);
+        FUZZ_CHECK(fuzz_inside(it.key, it.key_len, meta, h->meta_len));
+        FUZZ_CHECK(fuzz_inside((const uint8_t *)it.addr, it.addr_len, meta, h->meta_len));
+      }
+    }
+    return r.pos == r.len ? GO_ON : CLOSE;
   case ECS_OP_STAT: /* handle_stat, handle_ping: records are not read */
   case ECS_OP_PING: return GO_ON;
   case ECS_OP_ATTACH: /* handle_attach */
