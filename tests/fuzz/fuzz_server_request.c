@@ -182,7 +182,8 @@ static int read_records(const ecs_hdr_t *h, const uint8_t *meta, fconn_t *cs) {
       FUZZ_CHECK(ci.abort <= 1);
     }
     return r.pos == r.len ? GO_ON : CLOSE;
-  case ECS_OP_PULL: /* ecs__handle_pull: a bad record ends the connection, a bad key or address only its item */
+  case ECS_OP_PULL: /* ecs__handle_pull: a bad record ends the connection, a bad key or address only its item
+                     */
     for (uint32_t i = 0; i < h->count; i++) {
       ecs_pull_item_t it;
       int rc = ecs_proto_pull_item_read(&r, &it);
