@@ -205,17 +205,6 @@ static int read_leases(ecs_client_t *c, const ecs_hdr_t *h, size_t m, rget_item_
   return ECS_OK;
 }
 
-/* Whether a compressed lease's stored size is one its codec could have
- * produced from its raw size (as the TCP path checks a GET reply). */
-static int compressed_size_ok(const ecs_lease_reply_t *l) {
-  int id = l->codec & ECS_CODEC_ID_MASK;
-  if ((l->codec & ~(ECS_CODEC_ID_MASK | ECS_CODEC_SHUFFLE)) ||
-      (id != ECS_CODEC_LZ4 && id != ECS_CODEC_ZSTD) || l->raw_nbytes > SIZE_MAX)
-    return 0;
-  size_t bound = ecs_codec_bound(id, (size_t)l->raw_nbytes);
-  return bound != 0 && l->nbytes <= bound;
-}
-
 /* Where item j's bytes land: the caller's buffer, one malloc'd for it
  * (alloc), or a scratch buffer for a compressed object.  NULL with b's
  * status set when there is none.  Every size here is the server's word:
@@ -232,7 +221,7 @@ static void *read_dest(ecs_client_t *c, ecs_get_buf_t *b, rget_item_t *it, int a
     b->nbytes = raw; /* what is needed */
     return NULL;
   }
-  if (l->codec != ECS_CODEC_NONE && !compressed_size_ok(l)) {
+  if (l->codec != ECS_CODEC_NONE && !ecs_codec_frame_ok(l->codec, l->nbytes, l->raw_nbytes)) {
     b->status = ECS_EPROTO;
     b->nbytes = 0;
     return NULL;

@@ -261,24 +261,6 @@ static int recv_payloads(ecs_client_t *c, ecs_cli_srv_t *s, const struct iovec *
   return rc;
 }
 
-/* A compressed item's size against its codec: a known codec id (with or
- * without the byte shuffle, which does not change sizes) and no more bytes
- * than that codec's bound for the raw size, the most a real compressor can
- * emit (the client compresses into exactly that bound).  The decoder then
- * never sees a frame larger than its output could justify. */
-static int compressed_size_ok(const ecs_get_reply_t *rep) {
-  int id = rep->codec & ECS_CODEC_ID_MASK;
-  if ((rep->codec & ~(ECS_CODEC_ID_MASK | ECS_CODEC_SHUFFLE)) ||
-      (id != ECS_CODEC_LZ4 && id != ECS_CODEC_ZSTD))
-    return 0;
-  if (rep->raw_nbytes > SIZE_MAX)
-    return 0;
-  size_t bound = ecs_codec_bound(id, (size_t)rep->raw_nbytes);
-  /* nbytes 0: no compressor emits an empty frame (and with no compressed
-   * bytes there is no scratch buffer to point the decoder into) */
-  return bound != 0 && rep->nbytes != 0 && rep->nbytes <= bound;
-}
-
 /* What a GET item asks the server for at most, and so the most the client
  * accepts in the reply: the caller's capacity (0 without a buffer), or for
  * an allocating get the configured max_object_size, never unbounded. */
@@ -318,7 +300,7 @@ static int plan_payloads(ecs_client_t *c, const ecs_hdr_t *h, ecs_get_buf_t *buf
       return ECS_EPROTO; /* more than we asked for, or than the reply holds */
     total += rep->nbytes;
     if (rep->codec != ECS_CODEC_NONE) {
-      if (!compressed_size_ok(rep))
+      if (!ecs_codec_frame_ok(rep->codec, rep->nbytes, rep->raw_nbytes)) /* before any size is used */
         return ECS_EPROTO;
       if (alloc && rep->raw_nbytes > cap) {
         /* its compressed bytes fit but the tensor does not: drained into

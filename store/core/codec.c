@@ -108,6 +108,16 @@ int ecs_codec_valid(int codec) {
   return id == ECS_CODEC_LZ4 || id == ECS_CODEC_ZSTD;
 }
 
+int ecs_codec_frame_ok(int codec, uint64_t nbytes, uint64_t raw_nbytes) {
+  int id = codec & ECS_CODEC_ID_MASK;
+  if (!ecs_codec_valid(codec) || id == ECS_CODEC_NONE || raw_nbytes > SIZE_MAX)
+    return 0;
+  size_t bound = ecs_codec_bound(id, (size_t)raw_nbytes); /* the bound is the base codec's */
+  /* nbytes 0: no compressor emits an empty frame (and with no compressed
+   * bytes there is no scratch buffer to point the decoder into) */
+  return bound != 0 && nbytes != 0 && nbytes <= bound;
+}
+
 /* A request codec: a base id, optionally with ECS_CODEC_AUTO. */
 static int request_valid(int codec) {
   if (codec < 0 || (codec & ~(ECS_CODEC_ID_MASK | ECS_CODEC_AUTO)))

@@ -84,6 +84,14 @@ size_t ecs_codec_shuffle_elem(int dtype);
  * that none with n == 0 is also, correctly, 0. */
 size_t ecs_codec_bound(int codec, size_t n);
 
+/* 1 when a compressed wire frame's sizes are ones a compressor could have
+ * produced: codec a valid compressed wire codec (lz4 or zstd, with or
+ * without the shuffle flag), nbytes in 1..ecs_codec_bound(raw_nbytes).
+ * Both readers of a holder's GET reply (a client's get, a server's PULL)
+ * check it before any size is used, so the decoder never sees a frame
+ * larger than its output could justify. */
+int ecs_codec_frame_ok(int codec, uint64_t nbytes, uint64_t raw_nbytes);
+
 /* Compresses n bytes of a tensor of the given dtype into dst.
  *
  * codec is a request codec (none, lz4 or zstd, optionally | ECS_CODEC_AUTO).

@@ -262,10 +262,7 @@ static int hello(ecs_server_t *s, int fd, const pull_job_t *j, uint32_t *max_ite
 static int reply_sane(const ecs_get_reply_t *rp, uint64_t cap, uint64_t left) {
   if (rp->nbytes > cap || rp->nbytes > left)
     return 0;
-  if (rp->codec == ECS_CODEC_NONE)
-    return 1;
-  return ecs_codec_valid(rp->codec) && rp->nbytes > 0 && rp->raw_nbytes <= SIZE_MAX &&
-         rp->nbytes <= ecs_codec_bound(rp->codec, (size_t)rp->raw_nbytes);
+  return rp->codec == ECS_CODEC_NONE || ecs_codec_frame_ok(rp->codec, rp->nbytes, rp->raw_nbytes);
 }
 
 static int same_object(const ecs_obj_t *o, const ecs_get_reply_t *rp) {

@@ -349,3 +349,22 @@ def test_a_lying_holder_costs_its_items_only(hosts_factory, mode, want):
     finally:
         sock.close()
         th.join(5)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_pull_of_a_compressed_shuffled_object(hosts_factory, codec):
+    """A tcp put with compression stores 16/32-bit tensors compressed and
+    byte-shuffled; the pulling server must take the holder's reply as the
+    client's get does (the size check once passed the shuffle flag to the
+    codec bound, which refused it: EPROTO for the whole batch)."""
+    h = hosts_factory()
+    h.settle(1, 0)
+    a, b = h.store(0, compression=codec, transport="tcp"), h.store(1)
+    keys = ["cz-i32", "cz-f16"]
+    ts = [torch.arange(200000, dtype=torch.int32).reshape(400, 500), torch.zeros(300, 700, dtype=torch.float16)]
+    assert a.batch_put_tensors(keys, ts) == [0, 0]
+    assert b.pull(keys, [h.addr(0)] * 2) == [0, 0]
+    got, st = h.store(1, redis_url=None).batch_get_tensors(keys, with_status=True)
+    assert st == [0, 0]
+    for t, u in zip(ts, got):
+        assert torch.equal(u, t)
