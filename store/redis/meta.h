@@ -53,6 +53,9 @@ typedef struct ecs_meta_opts {
   int heartbeat_ttl_ms;  /* the same in ms, when > 0 (wins over heartbeat_ttl_s; at least 1000) */
   int reconnect_ms;      /* least time between reconnect attempts (default 1000) */
   uint64_t connect_until_ms; /* 0, or a monotonic ms the open's connect (every step) ends by */
+  int no_marks;              /* 1: ecs_meta_nodes() leaves suspicion marks unread (suspect_ms 0):
+                                a reader that never uses them (the server's PULL registry copy)
+                                saves two commands per node */
 } ecs_meta_opts_t;
 
 /* Most holders of one object a lookup reports (replicas). */

@@ -29,8 +29,8 @@ void ecs__meta_seterr(ecs_meta_t *m, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Printable ASCII without spaces, 1..max bytes. */
-static int meta_check_name(const char *s, size_t max) {
+/* Printable ASCII without spaces, 1..max bytes (meta_internal.h). */
+int ecs__meta_check_name(const char *s, size_t max) {
   if (s == NULL)
     return -1;
   size_t len = strlen(s);
@@ -213,7 +213,7 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
     return ECS_EINVAL;
   *out = NULL;
   /* no braces: the namespace is the keys' Redis Cluster hash tag */
-  if (o == NULL || meta_check_name(o->ns, META_NS_MAX) != 0 || strpbrk(o->ns, "{}") != NULL)
+  if (o == NULL || ecs__meta_check_name(o->ns, META_NS_MAX) != 0 || strpbrk(o->ns, "{}") != NULL)
     return ECS_EINVAL;
   ecs_meta_t *m = calloc(1, sizeof *m);
   if (m == NULL)
@@ -223,8 +223,9 @@ int ecs_meta_open(const ecs_meta_opts_t *o, ecs_meta_t **out) {
     goto out_inval;
   ecs__rds_set_until(&m->link, o->connect_until_ms); /* the open's connect: within the caller's call */
   snprintf(m->ns, sizeof m->ns, "%s", o->ns);
+  m->no_marks = o->no_marks != 0;
   if (o->node_id != NULL) {
-    if (meta_check_name(o->node_id, sizeof m->node_id - 1) != 0 || o->epoch == 0)
+    if (ecs__meta_check_name(o->node_id, sizeof m->node_id - 1) != 0 || o->epoch == 0)
       goto out_inval;
     if (o->addr != NULL && strlen(o->addr) >= sizeof m->addr)
       goto out_inval;

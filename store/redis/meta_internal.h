@@ -64,6 +64,7 @@ struct ecs_meta {
   int ttl_ms;               /* registry TTL (PEXPIRE) */
   int reconnect_ms;         /* least time between reconnects in tick() */
   int server;               /* node_id given: writes records and a registry entry */
+  int no_marks;             /* ecs_meta_nodes() reads no suspicion marks (ecs_meta_opts_t) */
 
   ecs__rds_t link; /* the Redis link (store/redis/rds.h): down until connected */
   char sha[41];    /* SHA1 of ecs__meta_check_lua, loaded on the link */
@@ -202,5 +203,9 @@ static inline uint64_t ecs__meta_hb_period_ms(const ecs_meta_t *m) {
  * address: else the entry was lost or rewritten by someone else, and the
  * heartbeat registers it again (meta_registry.c). */
 int ecs__meta_entry_ours(const ecs_meta_t *m, const struct redisReply *r);
+
+/* 0 when s is printable ASCII without spaces, 1..max bytes; else -1
+ * (namespaces, node ids). */
+int ecs__meta_check_name(const char *s, size_t max);
 
 #endif

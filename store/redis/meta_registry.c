@@ -174,7 +174,7 @@ int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
     const char *argv[] = {"HMGET", key, "addr", "epoch", "pool", "free"};
     size_t lens[] = {5, pl + id->len, 4, 5, 4, 4};
     rc = ecs__meta_append(m, 6, argv, lens);
-    if (rc == ECS_OK) /* and its suspicion mark (meta_suspect.c), in the same round trip */
+    if (rc == ECS_OK && !m->no_marks) /* and its suspicion mark (meta_suspect.c), in the same round trip */
       rc = ecs__meta_suspect_append(m, id->str, id->len);
     if (rc != ECS_OK) {
       freeReplyObject(set);
@@ -217,7 +217,7 @@ int ecs_meta_nodes(ecs_meta_t *m, ecs_meta_node_t *out, size_t max, size_t *n) {
                  META_FIELD(r, 2) && r->element[0]->len < sizeof out->addr &&
                  ecs__rds_parse_u64(r->element[1]->str, r->element[1]->len, &epoch) == 0 &&
                  ecs__rds_parse_u64(r->element[2]->str, r->element[2]->len, &pool) == 0;
-    e = ecs__meta_suspect_read(m, parsed ? epoch : 0, deadline, &sus);
+    e = m->no_marks ? ECS_OK : ecs__meta_suspect_read(m, parsed ? epoch : 0, deadline, &sus);
     if (e != ECS_OK) {
       freeReplyObject(r);
       free(dead);

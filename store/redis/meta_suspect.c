@@ -30,17 +30,6 @@ static size_t sus_key(const ecs_meta_t *m, const char *id, size_t id_len, char *
   return pl + id_len;
 }
 
-/* A node id as a registry entry may carry one: printable, no spaces. */
-static int id_ok(const char *id) {
-  size_t n = id ? strlen(id) : 0;
-  if (n == 0 || n > 63)
-    return 0;
-  for (size_t i = 0; i < n; i++)
-    if (id[i] <= ' ' || id[i] >= 0x7f)
-      return 0;
-  return 1;
-}
-
 static int sus_send(ecs_meta_t *m, int argc, const char **argv, const size_t *lens) {
   int rc = ecs__rds_send_noreply(&m->link, argc, argv, lens);
   if (rc != ECS_OK && rc != ECS_ENOTCONN)
@@ -49,7 +38,7 @@ static int sus_send(ecs_meta_t *m, int argc, const char **argv, const size_t *le
 }
 
 int ecs_meta_mark_suspect(ecs_meta_t *m, const char *node_id, uint64_t epoch, int ttl_ms) {
-  if (m == NULL || !id_ok(node_id) || ttl_ms <= 0)
+  if (m == NULL || ecs__meta_check_name(node_id, 63) != 0 || ttl_ms <= 0)
     return ECS_EINVAL;
   char key[sizeof m->sus_pfx + 64], ep[24], px[16];
   size_t kl = sus_key(m, node_id, strlen(node_id), key, sizeof key);
@@ -63,7 +52,7 @@ int ecs_meta_mark_suspect(ecs_meta_t *m, const char *node_id, uint64_t epoch, in
 }
 
 int ecs_meta_clear_suspect(ecs_meta_t *m, const char *node_id) {
-  if (m == NULL || !id_ok(node_id))
+  if (m == NULL || ecs__meta_check_name(node_id, 63) != 0)
     return ECS_EINVAL;
   char key[sizeof m->sus_pfx + 64];
   size_t kl = sus_key(m, node_id, strlen(node_id), key, sizeof key);

@@ -312,6 +312,10 @@ void ecs__unlock(ecs_server_t *s);
 
 /* The record that publishes obj (this node, this process's epoch). */
 void ecs__server_rec(const ecs_server_t *s, const ecs_obj_t *obj, ecs_meta_rec_t *rec);
+/* Whether o holds exactly this content: payload size, checksum, codec, raw
+ * size and tensor description (a PUT's or a pulled GET reply's word). */
+int ecs__obj_same(const ecs_obj_t *o, uint64_t nbytes, uint64_t checksum, int codec, uint64_t raw_nbytes,
+                  const ecs_tensor_desc_t *desc);
 /* Sends the queued record writes and deletions (a no-op without Redis). */
 void ecs__server_meta_flush(ecs_server_t *s);
 /* A wait for the records of a PUT or COMMIT of n items, statuses all

@@ -79,14 +79,19 @@ static ecs_obj_t *drop_if_corrupt(ecs_server_t *s, ecs_obj_t *o) {
   return NULL;
 }
 
-static int same_content(const ecs_obj_t *o, const ecs_put_item_t *it) {
-  if (o->nbytes != it->nbytes || o->checksum != it->checksum || o->codec != it->codec ||
-      o->raw_nbytes != it->raw_nbytes || o->desc.dtype != it->desc.dtype || o->desc.ndim != it->desc.ndim)
+int ecs__obj_same(const ecs_obj_t *o, uint64_t nbytes, uint64_t checksum, int codec, uint64_t raw_nbytes,
+                  const ecs_tensor_desc_t *desc) {
+  if (o->nbytes != nbytes || o->checksum != checksum || o->codec != codec || o->raw_nbytes != raw_nbytes ||
+      o->desc.dtype != desc->dtype || o->desc.ndim != desc->ndim)
     return 0;
   for (unsigned d = 0; d < o->desc.ndim; d++)
-    if (o->desc.shape[d] != it->desc.shape[d])
+    if (o->desc.shape[d] != desc->shape[d])
       return 0;
   return 1;
+}
+
+static int same_content(const ecs_obj_t *o, const ecs_put_item_t *it) {
+  return ecs__obj_same(o, it->nbytes, it->checksum, it->codec, it->raw_nbytes, &it->desc);
 }
 
 /* PUT, step 1: parse records, reserve blocks, then go read the payload. */

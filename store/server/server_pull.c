@@ -265,16 +265,6 @@ static int reply_sane(const ecs_get_reply_t *rp, uint64_t cap, uint64_t left) {
   return rp->codec == ECS_CODEC_NONE || ecs_codec_frame_ok(rp->codec, rp->nbytes, rp->raw_nbytes);
 }
 
-static int same_object(const ecs_obj_t *o, const ecs_get_reply_t *rp) {
-  if (o->nbytes != rp->nbytes || o->checksum != rp->checksum || o->codec != rp->codec ||
-      o->raw_nbytes != rp->raw_nbytes || o->desc.dtype != rp->desc.dtype || o->desc.ndim != rp->desc.ndim)
-    return 0;
-  for (unsigned d = 0; d < o->desc.ndim; d++)
-    if (o->desc.shape[d] != rp->desc.shape[d])
-      return 0;
-  return 1;
-}
-
 /* Reserves a block for each item the holder is sending (under the lock).
  * An item already stored with the same content is OK at once; one stored
  * with other content is ECS_ECONFLICT; one being written is ECS_EBUSY; no
@@ -286,7 +276,10 @@ static void reserve_all(ecs_server_t *s, pull_job_t *j, pull_key_t *k, size_t m)
       continue;
     ecs_obj_t *o = ecs_objstore_find(s->os, k[i].key, k[i].len);
     if (o && o->state == ECS_OBJ_COMMITTED) {
-      k[i].status = same_object(o, &k[i].rp) ? ECS_OK : ECS_ECONFLICT;
+      k[i].status =
+          ecs__obj_same(o, k[i].rp.nbytes, k[i].rp.checksum, k[i].rp.codec, k[i].rp.raw_nbytes, &k[i].rp.desc)
+              ? ECS_OK
+              : ECS_ECONFLICT;
       continue;
     }
     int rc = ecs_objstore_reserve_as(s->os, k[i].key, k[i].len, k[i].rp.nbytes, 0, j->owner, &k[i].obj);
@@ -675,6 +668,7 @@ void ecs__pull_start(ecs_server_t *s) {
   mo.redis_url = s->o.redis_url;
   mo.ns = s->o.ns;
   mo.timeout_ms = s->o.redis_timeout_ms;
+  mo.no_marks = 1; /* addresses only: clients' suspicion marks are not the pull's concern */
   if (ecs_meta_open(&mo, &p->meta) != ECS_OK)
     goto fail;
   p->wk = calloc((size_t)s->o.pull_threads, sizeof *p->wk);
