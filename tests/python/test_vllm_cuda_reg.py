@@ -117,7 +117,7 @@ def test_pool_mapping_registered_in_background_and_loads_never_wait(monkeypatch,
         assert s.transport() == "shm"
         maps = vw.pool_mappings()
         assert maps, "no pool mapping of the server found in /proc/self/maps"
-        lo, hi = maps[-1]
+        lo, hi, _ = maps[-1]
         t = vw.register_pool_mappings_async()
         assert t is not None
         time.sleep(0.05)  # the thread is inside cudaHostRegister now

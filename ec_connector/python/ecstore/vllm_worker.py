@@ -194,6 +194,11 @@ def cuda_register_mapping(addr, nbytes, wait=True):
     m = _mapping_of(addr)
     if m is None or addr + nbytes > m[1]:
         return False
+    return _register(m, wait)
+
+
+def _register(m, wait=True):
+    """cuda_register_mapping's core, for a mapping (start, end, ident)."""
     if not _cuda_lock.acquire(blocking=wait):
         return False
     try:
@@ -220,15 +225,15 @@ _POOL_MAPPING = "/memfd:ecstore-pool"
 
 
 def pool_mappings():
-    """(start, end) of every mapping of a server's shared pool in this
-    process (one per shm connection)."""
+    """(start, end, (dev, inode)) of every mapping of a server's shared pool
+    in this process (one per shm connection), as _mapping_of gives them."""
     out = []
     with open("/proc/self/maps") as f:
         for line in f:
             fields = line.split()
             if len(fields) >= 6 and fields[5] == _POOL_MAPPING and fields[1][3] == "s":
                 lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                out.append((lo, hi))
+                out.append((lo, hi, (fields[3], fields[4])))
     return out
 
 
@@ -243,9 +248,9 @@ def register_pool_mappings_async():
         return None
 
     def run():
-        for lo, hi in todo:
+        for m in todo:
             try:
-                cuda_register_mapping(lo, hi - lo)
+                _register(m)
             except Exception:  # noqa: BLE001 - a failure means synchronous copies, never a crash
                 pass
 
