@@ -596,11 +596,24 @@ def test_saves_beyond_queue_depth_are_dropped_not_waited_for(hosts):
     cons = roles.scheduler(roles.vllm_config("ec_consumer", extra))
     try:
         hosts.a.pause()
+        saver = prod.worker.saver
         t0 = time.monotonic()
-        roles.encoder_step(prod, 3, ["qd-%d:16:64" % i for i in range(8)])
+        roles.encoder_step(prod, 3, ["qd-0:16:64"])
+        assert time.monotonic() - t0 < 2.0
+        # qd-0 is taken by the saver thread and stuck on the stopped server
+        # before the rest come: on a loaded machine the thread may otherwise
+        # take its first job only after a later save found the queue full,
+        # and which saves are dropped would be a race.
+        deadline = time.monotonic() + 5.0
+        while (saver.q or not saver.busy) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert saver.busy and not saver.q
+        t0 = time.monotonic()
+        roles.encoder_step(prod, 4, ["qd-%d:16:64" % i for i in range(1, 8)])
         assert time.monotonic() - t0 < 2.0
         visible = [cons.has_cache_item("qd-%d" % i) for i in range(8)]
-        assert 2 <= sum(visible) <= 4 and not visible[-1]  # the first few queued (one in flight), the rest dropped
+        # one in flight, queue_depth (2) queued, the other five dropped
+        assert visible == [True] * 3 + [False] * 5
         hosts.a.resume()
         failures = prod.wait_for_save(10000)
         assert sorted(h for h, _ in failures) == ["qd-%d" % i for i in range(8) if not visible[i]]
