@@ -63,6 +63,13 @@ PY_KEYS = {
     "redis_timeout_ms": (_ms, 500, "deadline of one pending-mark call to Redis"),
     "zero_copy": (_flag, True, "consumer worker: hand out views of the local pool (shm) rather than copies"),
     "view_hold_s": (float, 10.0, "consumer worker: a view vLLM keeps longer is swapped for a copy"),
+    "stage": (_flag, True, "consumer: where loads would copy (no shm view), the workers copy each item into "
+                           "pinned memory while vLLM defers its request, so the load step only hands it over"),
+    "stage_timeout_ms": (_ms, 2000, "consumer: an item whose workers have not staged it by then is ready anyway "
+                                    "(its load copies in the step)"),
+    "stage_ttl_s": (float, 120.0, "consumer worker: a staged item vLLM has not loaded by then is dropped"),
+    "stage_channel": (str, None, "consumer: name of the scheduler-to-worker stage socket (default: from vLLM's "
+                                 "instance id and data-parallel rank)"),
 }
 
 
@@ -201,7 +208,8 @@ class ECStoreWorkerMetadata(ECConnectorWorkerMetadata):
 
 #: Counters (summed) and series of seconds (pooled) in ECStoreConnectorStats.data.
 COUNTERS = ("hits", "misses", "prefetches", "prefetch_waits", "prefetch_failed", "prefetch_bytes", "prefetch_pulled",
-            "loads", "load_bytes", "load_failed", "load_copies", "saves", "save_bytes", "save_failed")
+            "loads", "load_bytes", "load_failed", "load_copies", "load_staged", "stage_failed", "stage_timeouts",
+            "saves", "save_bytes", "save_failed")
 SERIES = ("prefetch_s", "load_s", "save_s")
 _MAX_SERIES = 4096
 

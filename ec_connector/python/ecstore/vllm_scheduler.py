@@ -45,8 +45,11 @@ from .vllm_common import (
     ECStoreWorkerMetadata,
     store_config,
 )
+from .vllm_stage import StageHub, channel_name
 
-FETCHING, READY = "fetching", "ready"
+#: An item is fetched (to this host), then staged (its workers copy it into
+#: their pinned memory; only where their loads would copy), then ready.
+FETCHING, STAGING, READY = "fetching", "staging", "ready"
 
 #: Pause of the prefetch thread between tries of an item being saved, or
 #: after a store error.
@@ -61,7 +64,7 @@ _PULL_RETRY_S = 30.0
 
 
 class _Item:
-    __slots__ = ("state", "deadline", "t0", "waiters", "desc", "nbytes", "local", "busy")
+    __slots__ = ("state", "deadline", "t0", "waiters", "desc", "nbytes", "local", "busy", "expect", "stage_end")
 
     def __init__(self, deadline, now):
         self.state = FETCHING
@@ -72,6 +75,8 @@ class _Item:
         self.nbytes = 0
         self.local = False  # on this host's server, pinned
         self.busy = False  # the prefetch thread is working on it
+        self.expect = set()  # STAGING: the worker ranks that have not answered
+        self.stage_end = 0.0  # STAGING: ready at this time even without their answers
 
 
 def make_marks(c_cfg, py):
@@ -110,6 +115,14 @@ class SchedulerSide:
             self.marks = make_marks(c_cfg, py)
         except (OSError, ValueError) as e:
             self.warn.warn("marks", "ecstore EC connector: no pending marks (%s)", e)
+        self.hub = None
+        self.stage_drops = []  # staged items vLLM will not load: told to the workers at the next step
+        if is_consumer and py["stage"] and py["prefetch"]:
+            try:
+                self.hub = StageHub(channel_name(vllm_config, py), self._staged, self._stage_gone, warn)
+            except OSError as e:
+                self.warn.warn("stage", "ecstore EC connector: no staging (stage channel: %s); loads that "
+                               "copy do so in the step", e)
         self.prefetcher = None
         if is_consumer and py["prefetch"]:
             self.prefetcher = _Prefetcher(self)
@@ -225,6 +238,8 @@ class SchedulerSide:
                 if it is None:
                     continue  # absent: vLLM encodes it
                 it.waiters.add(request.request_id)
+                if it.state == STAGING and now >= it.stage_end:
+                    self._stage_done_locked(it, "stage_timeouts")
                 if it.state == READY:
                     continue
                 ready = False
@@ -236,10 +251,74 @@ class SchedulerSide:
             self.stats.add("prefetch_waits")
         return ready
 
+    # ---- staging (hub thread) --------------------------------------------
+
+    def _stage_done_locked(self, it, counter=None):
+        it.state = READY
+        it.expect = set()
+        if counter:
+            self.stats.add(counter)
+        self.stats.observe("prefetch_s", time.monotonic() - it.t0)
+
+    def _staged(self, rank, staged, failed):
+        """A worker's answer: each item is ready once every rank asked
+        answered (a failed stage still is: the load copies)."""
+        with self.lock:
+            for h in staged + failed:
+                it = self.items.get(h)
+                if it is not None and it.state == STAGING:
+                    it.expect.discard(rank)
+                    if not it.expect:
+                        self._stage_done_locked(it)
+            if failed:
+                self.stats.add("stage_failed", len(failed))
+            self.lock.notify_all()
+
+    def _stage_gone(self, rank):
+        """A worker went: nothing waits for its answers."""
+        with self.lock:  # a Condition over an RLock: _staged takes it again
+            self._staged(rank, [h for h, it in self.items.items() if it.state == STAGING], [])
+
+    def _stage(self, specs):
+        """Prefetch thread: items just ready on this host (h, desc, nbytes,
+        local); those the workers would copy are staged first."""
+        zero_copy = self.py["zero_copy"]
+        ask = [(h, n, desc[0], desc[1]) for h, desc, n, local in specs
+               if not (zero_copy and local) and desc is not None]
+        ranks = self.hub.ranks() if self.hub is not None and ask else set()
+        now = time.monotonic()
+        with self.lock:
+            go = []
+            for h, desc, n, local in specs:
+                it = self.items.get(h)
+                if it is None:
+                    continue
+                it.desc, it.nbytes, it.local = desc, n, local
+                if ranks and any(a[0] == h for a in ask):
+                    it.state, it.expect = STAGING, set(ranks)
+                    it.stage_end = now + self.py["stage_timeout_ms"] / 1e3
+                    go.append(h)
+                else:
+                    self._stage_done_locked(it)
+        if not go:
+            return
+        want = set(go)
+        asked = self.hub.stage([a for a in ask if a[0] in want])
+        with self.lock:
+            for h in go:
+                it = self.items.get(h)
+                if it is not None and it.state == STAGING:
+                    it.expect &= asked
+                    if not it.expect:
+                        self._stage_done_locked(it)
+            self.lock.notify_all()
+
     def _fail_locked(self, h, why):
         it = self.items.pop(h, None)
         if it is None:
             return
+        if self.hub is not None:
+            self.stage_drops.append(h)
         self.unavailable |= it.waiters
         self.stats.add("prefetch_failed")
         self.warn.warn("prefetch", "ecstore EC connector: item %s unavailable (%s); requests %s fail (retryable)",
@@ -301,6 +380,9 @@ class SchedulerSide:
                     if r in scheduled and r not in spec.req_ids:
                         spec.req_ids.append(r)
             self.absent.clear()
+            drops, self.stage_drops = self.stage_drops, []
+        if drops:
+            self.hub.drop(drops)
         self.answers = {}
         meta = ECStoreConnectorMetadata(loads=list(self.loads.values()), saves=list(dict.fromkeys(self.saves)))
         self.loads = {}
@@ -379,6 +461,8 @@ class SchedulerSide:
     def close(self):
         if self.prefetcher is not None:
             self.prefetcher.close()
+        if self.hub is not None:
+            self.hub.close()
         if self.marks is not None:
             self.marks.close()
 
@@ -421,6 +505,7 @@ class _Prefetcher:
         self.local_nv = None  # the local server again, without the checksum pass (see _pin_ready)
         self.pull_off_until = 0.0  # the local server cannot pull: get+put until then
         self.next_open = 0.0
+        self.done = []  # (h, desc, nbytes, local) ready this pass, see _ready
         self.thread = threading.Thread(target=self._main, name="ecstore-prefetch", daemon=True)
         self.thread.start()
 
@@ -479,6 +564,10 @@ class _Prefetcher:
             except Exception as e:  # noqa: BLE001 - this thread must live on
                 self.side.warn.warn("prefetch", "ecstore EC connector: prefetch: %r", e)
                 again = True
+            try:
+                self._flush_ready()
+            except Exception as e:  # noqa: BLE001 - this thread must live on
+                self.side.warn.warn("prefetch", "ecstore EC connector: staging: %r", e)
             with self.side.lock:
                 for h in todo:
                     it = self.side.items.get(h)
@@ -527,13 +616,19 @@ class _Prefetcher:
                 pin[0].release_items([pin[1]])
 
     def _ready(self, h, desc, nbytes, local, t0=None):
+        """h is on this host (or known stored, without a local server):
+        ready, or staged first, at the end of this pass (_flush_ready).
+        False when nobody wants h any more."""
         with self.side.lock:
-            it = self.side.items.get(h)
-            if it is None:
+            if h not in self.side.items:
                 return False
-            it.state, it.desc, it.nbytes, it.local = READY, desc, nbytes, local
-            self.side.stats.observe("prefetch_s", time.monotonic() - it.t0)
+        self.done.append((h, desc, nbytes, local))
         return True
+
+    def _flush_ready(self):
+        done, self.done = self.done, []
+        if done:
+            self.side._stage(done)
 
     def _pin(self, local, keys):
         """Views of keys on the local server: {key: (views, i)} of the hits."""

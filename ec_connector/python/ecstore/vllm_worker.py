@@ -43,6 +43,18 @@ from .pinned import HostPool
 from .store import Store
 from .vllm_common import ECStoreConnectorMetadata, ECStoreConnectorStats, ECStoreWorkerMetadata, store_config
 from .vllm_scheduler import host_id, make_marks
+from .vllm_stage import StageClient, channel_name
+
+
+def _first_pp_rank():
+    """True where this worker runs the model's first stage (the one that
+    loads encoder outputs); True outside a distributed run."""
+    try:
+        from vllm.distributed.parallel_state import get_pp_group, model_parallel_is_initialized
+
+        return get_pp_group().is_first_rank if model_parallel_is_initialized() else True
+    except Exception:  # noqa: BLE001 - no parallel state: one rank
+        return True
 
 
 def _tp_rank():
@@ -315,6 +327,15 @@ class WorkerSide:
         self.to_release = collections.deque()  # (Views, i) whose tensors died
         self.cache = None  # the model runner's encoder_cache, as last seen (close() swaps its views)
         self.closed = False
+        # staging (see vllm_stage): items the scheduler asked this worker to
+        # copy into pinned memory ahead of their load
+        self.staged = {}  # mm_hash -> (host tensor, when)
+        self.staged_bytes = 0
+        self.stage_store = None  # Store of the stage thread
+        self.stager = None
+        if is_consumer and py["stage"] and py["prefetch"] and _first_pp_rank():
+            self.stager = StageClient(channel_name(vllm_config, py), self.rank, self._stage_fetch,
+                                      self._stage_drop, 0.5, warn)
         if is_consumer:
             self._host_pool()
             if self.py["zero_copy"] and torch.cuda.is_available():
@@ -479,6 +500,8 @@ class WorkerSide:
         t0 = time.monotonic()
         device = self._device(encoder_cache)
         rest = todo
+        if self.staged:
+            rest = self._load_staged(todo, encoder_cache, device)
         if self.py["zero_copy"]:
             rest = self._load_views([s for s in todo if s.local], encoder_cache, device)
             rest += [s for s in todo if not s.local]
@@ -486,6 +509,112 @@ class WorkerSide:
             self._load_copies(rest, encoder_cache, device)
         with self.lock:
             self.stats.observe("load_s", time.monotonic() - t0)
+
+    def _load_staged(self, specs, encoder_cache, device):
+        """Hands over what the stage thread copied already; returns the
+        specs it had not."""
+        with self.lock:
+            got = [(s, self.staged.pop(s.mm_hash, None)) for s in specs]
+            for _, e in got:
+                if e is not None:
+                    self.staged_bytes -= e[0].numel() * e[0].element_size()
+        rest, hosts = [], []
+        for s, e in got:
+            if e is None:
+                rest.append(s)
+                continue
+            t = e[0]
+            if device.type == "cuda":
+                encoder_cache[s.mm_hash] = t.to(device, non_blocking=True)
+                hosts.append(t)  # kept until the copy is done
+            else:
+                encoder_cache[s.mm_hash] = t
+        if hosts:
+            ev = torch.cuda.Event()
+            ev.record()
+            self.h2d.append((ev, hosts))
+        with self.lock:
+            for s, e in got:
+                if e is not None:
+                    self.finished_loads.add(s.mm_hash)
+                    self.stats.add("loads")
+                    self.stats.add("load_staged")
+                    self.stats.add("load_bytes", e[0].numel() * e[0].element_size())
+        return rest
+
+    def _stage_fetch(self, specs):
+        """On the stage thread: copies specs [(h, nbytes, dtype code,
+        shape)] from the store into pinned host tensors; returns (staged,
+        failed) hashes.  At most load_pool_bytes (or 256 MiB without the
+        pool) are held staged; what does not fit fails (its load copies)."""
+        self._stage_expire()
+        cap = self.py["load_pool_bytes"] or (256 << 20)
+        cuda = torch.cuda.is_available()
+        want, outs, failed = [], [], []
+        with self.lock:
+            room = cap - self.staged_bytes
+        for h, n, code, shape in specs:
+            with self.lock:
+                if h in self.staged:
+                    want.append(h)  # asked again (a second request): still here
+                    outs.append(None)
+                    continue
+            try:
+                dt = _t.torch_dtype(code)
+            except Exception:  # noqa: BLE001 - a dtype this torch lacks: the load says why
+                failed.append(h)
+                continue
+            if n > room or self.closed:
+                failed.append(h)
+                continue
+            t = self._host_tensor(dt, shape, cuda)
+            if t.numel() * t.element_size() != n:
+                failed.append(h)
+                continue
+            room -= n
+            want.append(h)
+            outs.append(t)
+        fetch = [(h, o) for h, o in zip(want, outs) if o is not None]
+        staged = [h for h, o in zip(want, outs) if o is None]
+        if fetch:
+            try:
+                store = self._stage_open()
+                _, sts = store.batch_get_tensors([h for h, _ in fetch], outs=[o for _, o in fetch],
+                                                 with_status=True)
+            except EcstoreError as e:
+                self.warn.warn("stage", "ecstore EC connector: staging %d items: %s", len(fetch), e)
+                self.stage_store = None
+                sts = [e.code] * len(fetch)
+            now = time.monotonic()
+            with self.lock:
+                for (h, o), st in zip(fetch, sts):
+                    if st == 0 and not self.closed:
+                        self.staged[h] = (o, now)
+                        self.staged_bytes += o.numel() * o.element_size()
+                        staged.append(h)
+                    else:
+                        failed.append(h)
+        return staged, failed
+
+    def _stage_open(self):
+        if self.stage_store is None:
+            self.stage_store = Store(store_config(self.c_cfg, protocol=self.c_cfg.get("protocol"),
+                                                  placement=None, replicas=None))
+        return self.stage_store
+
+    def _stage_drop(self, hashes):
+        with self.lock:
+            for h in hashes:
+                e = self.staged.pop(h, None)
+                if e is not None:
+                    self.staged_bytes -= e[0].numel() * e[0].element_size()
+
+    def _stage_expire(self):
+        """Drops staged items vLLM never loaded (their requests went)."""
+        old = time.monotonic() - self.py["stage_ttl_s"]
+        with self.lock:
+            gone = [h for h, (_, t) in self.staged.items() if t < old]
+        self._stage_drop(gone)
 
     def _local(self):
         """Store of this host's server over shm, or None."""
@@ -549,6 +678,8 @@ class WorkerSide:
         done; swaps views vLLM held past view_hold_s for copies."""
         while self.h2d and self.h2d[0][0].query():
             self.h2d.popleft()
+        if self.staged:
+            self._stage_expire()
         now = time.monotonic()
         for h, (ref, t0) in list(self.leases.items()):
             t = ref()
@@ -718,6 +849,12 @@ class WorkerSide:
         self.closed = True
         if self.saver is not None:
             self.saver.close(timeout_s)
+        if self.stager is not None:
+            self.stager.close()
+        self._stage_drop(list(self.staged))
+        if self.stage_store is not None:
+            _close(self.stage_store)
+            self.stage_store = None
         for ev, _ in self.h2d:
             ev.synchronize()
         self.h2d.clear()

@@ -1,0 +1,210 @@
+"""Staging (ecstore.vllm_stage): a consumer whose loads copy (tcp, no shm
+views) has its workers copy each ready item into pinned memory while vLLM
+defers the request, so the load step only hands tensors over.  Real vLLM
+modules, a real redis-server and ecstore-servers; the scheduler and the
+worker share one VllmConfig (one vLLM instance), as in vLLM."""
+
+import os
+import socket
+import threading
+import time
+
+import torch
+
+import vllm_roles as roles
+from test_vllm_async import bits, hosts, load_step, wait_ready, worker  # noqa: F401 - hosts is a fixture
+
+from vllm.distributed.ec_transfer.ec_connector.base import ECConnectorRole
+from vllm.distributed.ec_transfer.ec_connector.factory import ECConnectorFactory
+
+
+def instance(extra):
+    """(scheduler connector, worker connector) of one vLLM instance."""
+    cfg = roles.vllm_config("ec_consumer", extra)
+    sched = ECConnectorFactory.create_connector(cfg, ECConnectorRole.SCHEDULER)
+    wconn = ECConnectorFactory.create_connector(cfg, ECConnectorRole.WORKER)
+    assert wconn.worker.stager.connected.wait(5.0), "the worker never reached its scheduler's stage channel"
+    deadline = time.monotonic() + 5.0
+    while not sched.scheduler.hub.ranks() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sched.scheduler.hub.ranks() == {0}
+    return sched, wconn
+
+
+def saved(hosts, seed, specs):
+    assert roles.save_all(roles.vllm_config("ec_both", hosts.extra(hosts.a)), seed, specs) == []
+
+
+def test_staged_items_load_with_the_store_stopped(hosts):
+    """Once ensure_cache_available says ready, the bytes are in the worker:
+    both servers stopped (SIGSTOP), the load step still hands over every
+    item, right, at once.  Without staging the step copies from the store
+    (here: waits out its deadline and fails the requests)."""
+    specs = ["s-%d:64:512" % i for i in range(6)]
+    saved(hosts, 5, specs)
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False))
+    try:
+        reqs = [roles.request("r-%d" % i, [(s.split(":")[0], 64)]) for i, s in enumerate(specs)]
+        for r in reqs:
+            assert wait_ready(sched, r, 8.0)[0]
+        assert set(wconn.worker.staged) == {s.split(":")[0] for s in specs}
+        hosts.a.pause()
+        hosts.b.pause()
+        t0 = time.monotonic()
+        _, cache, out = load_step(sched, wconn, reqs)
+        took = time.monotonic() - t0
+        hosts.a.resume()
+        hosts.b.resume()
+        assert took < 1.0, "the load step waited %.2fs for the stopped store" % took
+        for s in specs:
+            h = s.split(":")[0]
+            assert torch.equal(bits(cache[h]), bits(roles.embedding(5, h, 64, 512, torch.bfloat16)))
+        assert out.ec_connector_worker_meta is None and sched.take_unavailable_requests() == set()
+        st = wconn.get_ec_connector_stats().data
+        assert st["load_staged"] == len(specs) and st["loads"] == len(specs)
+        assert wconn.worker.staged == {} and wconn.worker.staged_bytes == 0
+    finally:
+        hosts.a.resume()
+        hosts.b.resume()
+        sched.shutdown()
+        wconn.shutdown()
+
+
+def test_a_stuck_stage_ends_at_its_timeout_and_the_load_copies(hosts):
+    """A worker that never answers (its copy stuck): the item is ready
+    after stage_timeout_ms anyway, and the load copies it in the step."""
+    saved(hosts, 6, ["t-1:64:512"])
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False, stage_timeout_ms=400))
+    stuck = threading.Event()
+    client = wconn.worker.stager
+    real = client.fetch
+    client.fetch = lambda specs: (stuck.wait(10), ([], [h for h, *_ in specs]))[1]
+    try:
+        req = roles.request("r", [("t-1", 64)])
+        t0 = time.monotonic()
+        ok, deferred, _ = wait_ready(sched, req, 8.0)
+        took = time.monotonic() - t0
+        assert ok and 0.35 < took < 3.0, took
+        _, cache, _ = load_step(sched, wconn, [req])
+        assert torch.equal(bits(cache["t-1"]), bits(roles.embedding(6, "t-1", 64, 512, torch.bfloat16)))
+        st = wconn.get_ec_connector_stats().data
+        assert st.get("load_staged", 0) == 0 and st["loads"] == 1
+        assert sched.get_ec_connector_stats().data["stage_timeouts"] == 1
+    finally:
+        stuck.set()
+        client.fetch = real
+        sched.shutdown()
+        wconn.shutdown()
+
+
+def test_staged_items_vllm_never_loads_are_dropped(hosts):
+    saved(hosts, 7, ["d-1:64:512"])
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False, stage_ttl_s=0.3))
+    try:
+        assert wait_ready(sched, roles.request("r", [("d-1", 64)]), 8.0)[0]
+        assert "d-1" in wconn.worker.staged and wconn.worker.staged_bytes == 64 * 512 * 2
+        time.sleep(0.4)
+        wconn.start_load_caches({})  # a step: housekeeping
+        assert wconn.worker.staged == {} and wconn.worker.staged_bytes == 0
+    finally:
+        sched.shutdown()
+        wconn.shutdown()
+
+
+def test_stage_channel_survives_garbage_and_refuses_other_users(hosts):
+    """The channel is a local socket: a process of this user sending
+    garbage is cut off, one of another user is refused at once; the real
+    worker keeps staging."""
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False))
+    hub = sched.scheduler.hub
+    name = "\0" + hub_name(sched)
+    try:
+        junk = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        junk.settimeout(3.0)
+        junk.connect(name)
+        junk.sendall(b'{"rank": 9}\n' + b"x" * 100 + b"\n")
+        assert junk.recv(10) == b""  # closed by the hub
+        junk.close()
+        junk = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        junk.settimeout(3.0)
+        junk.connect(name)
+        try:
+            junk.sendall(b"{" * (2 << 20))  # a line that never ends
+            assert junk.recv(10) == b""
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # cut off while sending
+        junk.close()
+        if os.geteuid() == 0:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # another user: the hub must not take its rank
+                code = 1
+                try:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    s.settimeout(3.0)
+                    s.connect(name)
+                    s.sendall(b'{"rank": 8}\n')
+                    code = 0 if s.recv(10) == b"" else 2
+                except (BrokenPipeError, ConnectionResetError):
+                    code = 0  # closed by the hub while sending
+                except Exception:  # noqa: BLE001
+                    code = 3
+                os.write(w, bytes([code]))
+                os._exit(0)
+            os.close(w)
+            got = os.read(r, 1)
+            os.waitpid(pid, 0)
+            os.close(r)
+            assert got == b"\x00", got
+        assert hub.ranks() == {0}
+        saved(hosts, 8, ["g-1:64:512"])
+        assert wait_ready(sched, roles.request("r", [("g-1", 64)]), 8.0)[0]
+        assert "g-1" in wconn.worker.staged
+    finally:
+        sched.shutdown()
+        wconn.shutdown()
+
+
+def hub_name(sched):
+    from ecstore.vllm_stage import channel_name
+
+    s = sched.scheduler
+    return channel_name(s.cfg, s.py)
+
+
+def test_loads_through_views_are_not_staged(hosts):
+    """shm views (zero_copy, the default) need no staging: nothing is
+    asked of the workers, and the load is a view."""
+    saved(hosts, 9, ["v-1:64:512"])
+    extra = hosts.extra(hosts.b, protocol="shm")
+    sched, wconn = instance(extra)
+    try:
+        req = roles.request("r", [("v-1", 64)])
+        assert wait_ready(sched, req, 8.0)[0]
+        assert wconn.worker.staged == {}
+        _, cache, _ = load_step(sched, wconn, [req])
+        assert torch.equal(bits(cache["v-1"]), bits(roles.embedding(9, "v-1", 64, 512, torch.bfloat16)))
+        assert wconn.get_ec_connector_stats().data.get("load_staged", 0) == 0
+    finally:
+        sched.shutdown()
+        wconn.shutdown()
+
+
+def test_stage_off(hosts):
+    """stage=false: no channel, loads copy in the step as before."""
+    saved(hosts, 10, ["o-1:64:512"])
+    extra = hosts.extra(hosts.b, zero_copy=False, stage=False)
+    cfg = roles.vllm_config("ec_consumer", extra)
+    sched = ECConnectorFactory.create_connector(cfg, ECConnectorRole.SCHEDULER)
+    wconn = ECConnectorFactory.create_connector(cfg, ECConnectorRole.WORKER)
+    try:
+        assert sched.scheduler.hub is None and wconn.worker.stager is None
+        req = roles.request("r", [("o-1", 64)])
+        assert wait_ready(sched, req, 8.0)[0]
+        _, cache, _ = load_step(sched, wconn, [req])
+        assert torch.equal(bits(cache["o-1"]), bits(roles.embedding(10, "o-1", 64, 512, torch.bfloat16)))
+    finally:
+        sched.shutdown()
+        wconn.shutdown()
