@@ -45,8 +45,20 @@ would arrange: the consumer worker's control service is started
 naming the consumer and a transfer id per item.  Its "prefetch" is the
 wait for the push; its load hands out views of the consumer's buffer.
 
+--link RATE (root; e.g. 10gbit) adds "ecstore-link": the producer's
+server A runs in a network namespace, a second host joined to this one by a
+veth pair rate-limited with tc (tbf, both directions), so the link and not
+the CPU bounds the transfer.  The consumer (this host) has server B and shm
+views; its prefetch has B pull each item from A across the link.  The
+producer's instance runs in this process too, so its put crosses the link
+as well (on a real encoder host it would be local): the cell's floor is two
+crossings, printed as "link floor" (2 x bytes / rate).  The other
+connectors have no cross-host mode here (Mooncake's push and its listener
+live in this one process; the example connector's files would need a
+shared filesystem), so the cell is measured against the floor.
+
   $(scripts/pyenv.sh)/bin/python bench/python/bench_vllm.py [--build build] \\
-      [--reps 40] [--batches 8,32] [--tokens 1100] [--hidden 3584]
+      [--reps 40] [--batches 8,32] [--tokens 1100] [--hidden 3584] [--link 10gbit]
 """
 
 import argparse
@@ -80,6 +92,86 @@ def use_cpu_platform():
 
     vp._current_platform = CpuPlatform()
     return "cpu (selected by this script)"
+
+
+class Link:
+    """A second host: a network namespace joined to this one by a veth pair
+    whose two ends are rate-limited with tc (tbf)."""
+
+    def __init__(self, rate):
+        pid = os.getpid()
+        self.ns = "ecsbv%d" % pid
+        self.dev = "ecsbv%da" % (pid % 10 ** 7)
+        peer = "ecsbv%db" % (pid % 10 ** 7)
+        net = 10 + pid % 200
+        self.here, self.there = "10.213.%d.1" % net, "10.213.%d.2" % net
+        self.rate = rate
+        self.up = False
+        cmds = [["ip", "netns", "add", self.ns],
+                ["ip", "link", "add", self.dev, "type", "veth", "peer", "name", peer],
+                ["ip", "link", "set", peer, "netns", self.ns],
+                ["ip", "addr", "add", self.here + "/24", "dev", self.dev],
+                ["ip", "link", "set", self.dev, "up"],
+                ["ip", "-n", self.ns, "addr", "add", self.there + "/24", "dev", peer],
+                ["ip", "-n", self.ns, "link", "set", peer, "up"],
+                ["ip", "-n", self.ns, "link", "set", "lo", "up"],
+                ["tc", "qdisc", "add", "dev", self.dev, "root", "tbf", "rate", rate, "burst", "4mb",
+                 "latency", "50ms"],
+                ["ip", "netns", "exec", self.ns, "tc", "qdisc", "add", "dev", peer, "root", "tbf", "rate", rate,
+                 "burst", "4mb", "latency", "50ms"]]
+        self.up = True
+        for c in cmds:
+            r = subprocess.run(c, capture_output=True, text=True)
+            if r.returncode:
+                self.close()
+                sys.exit("--link: %s failed: %s" % (" ".join(c), r.stderr.strip()))
+
+    def bits_per_s(self):
+        units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12, "bit": 1.0}
+        for u, f in units.items():
+            if self.rate.endswith(u):
+                return float(self.rate[:-len(u)]) * f
+        return float(self.rate)
+
+    def close(self):
+        if self.up:
+            subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+            subprocess.run(["ip", "link", "del", self.dev], capture_output=True)
+            self.up = False
+
+
+class NsServer:
+    """An ecstore-server in the link's namespace."""
+
+    def __init__(self, link, binary, redis_port, pool, extra, log):
+        self.port = 7700
+        self.log = log
+        with open(log, "w") as f:
+            self.proc = subprocess.Popen(["ip", "netns", "exec", link.ns, str(binary), "--listen",
+                                          "%s:%d" % (link.there, self.port), "--unprotected", "--redis",
+                                          "%s:%d" % (link.here, redis_port), "--pool-size", pool, "--ns", "bench",
+                                          "--log-level", "warn"] + list(extra), stdout=f, stderr=subprocess.STDOUT)
+        end = time.monotonic() + 20
+        while True:
+            if self.proc.poll() is not None:
+                sys.exit("--link: the server in %s exited: %s" % (link.ns, open(log).read()))
+            try:
+                import socket
+
+                with socket.create_connection((link.there, self.port), timeout=0.2):
+                    break
+            except OSError:
+                if time.monotonic() > end:
+                    sys.exit("--link: the server in %s does not answer" % link.ns)
+                time.sleep(0.05)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def pct(xs, q):
@@ -258,7 +350,12 @@ def main():
     ap.add_argument("--storage", default=None, help="directory of the example connector's files "
                     "(default: a temp dir under $TMPDIR)")
     ap.add_argument("--connectors", default="ecstore-shm,ecstore-tcp,example,mooncake")
+    ap.add_argument("--link", default=None, metavar="RATE",
+                    help="add ecstore-link: the producer's server on a second host (network namespace) behind "
+                         "a veth link rate-limited to RATE with tc, e.g. 10gbit (needs root)")
     args = ap.parse_args()
+    if args.link and os.geteuid() != 0:
+        sys.exit("--link needs root (network namespaces and tc)")
     build = pathlib.Path(args.build).resolve()
     os.environ.setdefault("ECSTORE_LIB", str(build / "lib" / "libecstore.so"))
     os.environ.setdefault("ECS_BIN_DIR", str(build / "bin"))
@@ -268,6 +365,7 @@ def main():
     device = use_cpu_platform()
     tmp = tempfile.mkdtemp(prefix="ecs-bench-vllm-")
     procs, pairs = [], {}
+    link = None
     try:
         import vllm_roles as roles
 
@@ -281,7 +379,15 @@ def main():
                    vision_config=dict(roles.TINY_VL["vision_config"], out_hidden_size=args.hidden))
         with open(os.path.join(model_dir, "config.json"), "w") as f:
             json.dump(cfg, f)
-        redis = start_redis()
+        if args.link:
+            link = Link(args.link)
+            from conftest import Proc, free_port as _fp, redis_path
+
+            rp = _fp()
+            redis = Proc([redis_path(), "--port", str(rp), "--bind", "127.0.0.1", link.here, "--save", "",
+                          "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no"], "redis", rp)
+        else:
+            redis = start_redis()
         procs.append(redis)
         import shlex
 
@@ -315,7 +421,17 @@ def main():
                              # vLLM measures the encoder's output width at an encoder's start
                              dict(mc, ec_port=free_port(), mm_encoder_output_widths={"image": args.hidden}),
                              dict(mc, ec_port=free_port()))
+        if link is not None:
+            far = NsServer(link, build / "bin" / "ecstore-server", redis.port, args.pool, sargs,
+                           os.path.join(tmp, "server-link.log"))
+            procs.append(far)
+            lcfg = ecs(b, "shm")
+            specs["ecstore-link"] = ("ECStoreConnector", "ecstore.vllm",
+                                     dict(ecs(b, "tcp"), servers="%s:%d" % (link.there, far.port), zero_copy=False),
+                                     lcfg)
         names = args.connectors.split(",")
+        if link is not None and "ecstore-link" not in names:
+            names.append("ecstore-link")
         for n in names:
             if n not in specs:
                 sys.exit("unknown connector %r (known: %s)" % (n, ", ".join(specs)))
@@ -367,11 +483,18 @@ def main():
         print("(ms per step of --batch items; memcpy of the same bytes, same run: %s; load average %.2f %.2f %.2f "
               "at the end)" % (", ".join("batch %d %.2f ms" % (bb, results[("memcpy", bb)]) for bb in batches),
                                *os.getloadavg()))
+        if link is not None:
+            item = args.tokens * args.hidden * 2
+            print("(ecstore-link: tc tbf %s both ways; link floor, two crossings of the batch's bytes: %s)"
+                  % (args.link, ", ".join("batch %d %.2f ms" % (bb, 2 * bb * item * 8 / link.bits_per_s() * 1e3)
+                                          for bb in batches)))
     finally:
         for p in pairs.values():
             p.close()
         for p in reversed(procs):
             p.stop()
+        if link is not None:
+            link.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
