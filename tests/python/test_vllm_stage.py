@@ -208,3 +208,23 @@ def test_stage_off(hosts):
     finally:
         sched.shutdown()
         wconn.shutdown()
+
+
+def test_a_finished_request_drops_what_was_staged_for_it(hosts):
+    """vLLM finishes (aborts) a request whose item was staged but never
+    loaded: the next step tells the workers, which let go of the copy."""
+    saved(hosts, 11, ["f-1:64:512"])
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False))
+    try:
+        req = roles.request("r", [("f-1", 64)])
+        assert wait_ready(sched, req, 8.0)[0]
+        assert "f-1" in wconn.worker.staged
+        sched.request_finished(req)
+        sched.build_connector_meta(roles.scheduler_output(None))
+        deadline = time.monotonic() + 5.0
+        while "f-1" in wconn.worker.staged and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert wconn.worker.staged == {} and wconn.worker.staged_bytes == 0
+    finally:
+        sched.shutdown()
+        wconn.shutdown()

@@ -423,6 +423,8 @@ class SchedulerSide:
                         self.items.pop(f.identifier, None)
                         if it.local and self.prefetcher is not None:
                             self.prefetcher.unpin(f.identifier)
+                        if self.hub is not None:
+                            self.stage_drops.append(f.identifier)  # staged for nobody now
         if not self.is_producer or not request.mm_features:
             return False, None
         try:
