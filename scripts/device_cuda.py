@@ -388,6 +388,42 @@ def connector(args, dev, report, protocol="tcp"):
             good = good and missing_items == 0 and wrong == 0 and on_dev == len(src)
         out["load"]["load_pool_cuda_registered"] = (int(pool.stats().get("cuda_registered", 0))
                                                     if pool is not None else "no pool (views)")
+        side = getattr(conn, "worker", None)
+        if protocol == "tcp" and hasattr(side, "_stage_fetch"):
+            # Staging (ecstore/vllm_stage.py): what a worker's stage thread
+            # does when its scheduler asks (the copy into the pinned load
+            # pool), then the load step hands the staged tensors over (an
+            # asynchronous copy to the GPU from pinned memory).
+            from ecstore import tensors as _tt
+
+            specs = [(h, t.numel() * 2, _tt.parse_dtype("bfloat16"), tuple(t.shape)) for h, t in src.items()]
+            t0 = time.perf_counter()
+            staged, failed = side._stage_fetch(specs)
+            t_stage = time.perf_counter() - t0
+            meta = ev.ECStoreConnectorMetadata(loads=[ev.ECStoreLoadSpec(h, args.tokens, ["s%d" % i])
+                                                      for i, h in enumerate(src)])
+            conn.bind_connector_metadata(meta)
+            cache = {}
+            t0 = time.perf_counter()
+            conn.start_load_caches(cache)
+            t_ret = time.perf_counter() - t0
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t_done = time.perf_counter() - t0
+            wrong = on_dev = 0
+            for h, t in src.items():
+                got = cache.get(h)
+                if got is None:
+                    wrong += t.numel() * 2
+                    continue
+                on_dev += got.device.type == dev.type
+                wrong += int((got.view(torch.uint8).reshape(-1).cpu() != t.view(torch.uint8).reshape(-1).cpu())
+                             .sum().item())
+            del cache
+            out["load_staged"] = {"staged": len(staged), "failed": len(failed), "stage_ms": t_stage * 1e3,
+                                  "returned_ms": t_ret * 1e3, "on_device_ms": t_done * 1e3,
+                                  "on_%s" % dev.type: on_dev, "wrong_bytes": wrong}
+            good = good and not failed and len(staged) == len(src) and wrong == 0 and on_dev == len(src)
         try:  # the connector's own counters: load_copies says whether loads were views or copies
             st = conn.get_ec_connector_stats()
             out["stats"] = {k: v for k, v in st.reduce().items() if v} if st is not None else None

@@ -180,14 +180,14 @@ def main():
                 md.append("  - %s: %s" % (k, "yes" if v else "not available"))
             if "save" in c:
                 md.append("  - save: %s" % json.dumps(c["save"]))
-            for rnd in ("load", "load_again"):
+            for rnd in ("load", "load_again", "load_staged"):
                 if rnd in c:
                     md.append("  - %s: %s" % (rnd.replace("_", " "), json.dumps(c[rnd])))
             if "stats" in c:
                 md.append("  - the connector's stats: %s" % json.dumps(c["stats"]))
             md.append("  - result: %s" % c.get("result", "-"))
             if "load" in c:
-                wb = sum(c[r].get("wrong_bytes", 0) for r in ("load", "load_again") if r in c)
+                wb = sum(c[r].get("wrong_bytes", 0) for r in ("load", "load_again", "load_staged") if r in c)
                 targets.append(("zero wrong bytes (connector save/load, %s)" % c.get("protocol", "tcp"), "%s wrong" % wb,
                                 "met" if wb == 0 else "missed"))
     md.append("")

@@ -55,6 +55,12 @@ if grep -q "device_cuda.py --device cpu (at most" "$T/run.log"; then
   # the connector's save and load must have run (on the stand-in base), not
   # been reported "not available" or failed to import
   grep -q '"result": "ok: ' "$T/out/cuda.json" || fail "the connector's save/load did not run: $(cat "$T/out/cuda.json")"
+  # ... and its staged load (tcp): every item staged, handed over, right
+  python3 - "$T/out/cuda.json" <<'PYEOF' || fail "the connector's staged load did not run right: $(cat "$T/out/cuda.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))["connector"]["load_staged"]
+sys.exit(0 if c["staged"] > 0 and c["failed"] == 0 and c["wrong_bytes"] == 0 else 1)
+PYEOF
   echo "device_cuda.py (CPU plumbing) ok"
 fi
 echo "ok: $last"
