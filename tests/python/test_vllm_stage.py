@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 
+import pytest
 import torch
 
 import vllm_roles as roles
@@ -35,14 +36,21 @@ def saved(hosts, seed, specs):
     assert roles.save_all(roles.vllm_config("ec_both", hosts.extra(hosts.a)), seed, specs) == []
 
 
-def test_staged_items_load_with_the_store_stopped(hosts):
+@pytest.mark.parametrize("where", ["tcp-local", "no-local-server"])
+def test_staged_items_load_with_the_store_stopped(hosts, where):
     """Once ensure_cache_available says ready, the bytes are in the worker:
     both servers stopped (SIGSTOP), the load step still hands over every
     item, right, at once.  Without staging the step copies from the store
-    (here: waits out its deadline and fails the requests)."""
+    (here: waits out its deadline and fails the requests).  tcp-local: a
+    local server read over tcp (zero_copy off); no-local-server: items read
+    from their holder, zero_copy left on (nothing to view)."""
     specs = ["s-%d:64:512" % i for i in range(6)]
     saved(hosts, 5, specs)
-    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False))
+    if where == "tcp-local":
+        extra = hosts.extra(hosts.b, zero_copy=False)
+    else:
+        extra = hosts.extra(hosts.a, local_server="")
+    sched, wconn = instance(extra)
     try:
         reqs = [roles.request("r-%d" % i, [(s.split(":")[0], 64)]) for i, s in enumerate(specs)]
         for r in reqs:

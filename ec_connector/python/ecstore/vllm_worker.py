@@ -503,8 +503,8 @@ class WorkerSide:
         if self.staged:
             rest = self._load_staged(todo, encoder_cache, device)
         if self.py["zero_copy"]:
-            rest = self._load_views([s for s in todo if s.local], encoder_cache, device)
-            rest += [s for s in todo if not s.local]
+            views = self._load_views([s for s in rest if s.local], encoder_cache, device)
+            rest = views + [s for s in rest if not s.local]
         if rest:
             self._load_copies(rest, encoder_cache, device)
         with self.lock:
