@@ -92,7 +92,7 @@ def test_a_stuck_stage_ends_at_its_timeout_and_the_load_copies(hosts):
         t0 = time.monotonic()
         ok, deferred, _ = wait_ready(sched, req, 8.0)
         took = time.monotonic() - t0
-        assert ok and 0.35 < took < 3.0, took
+        assert ok and 0.35 < took < 3.9, took  # before the 4 s prefetch deadline
         _, cache, _ = load_step(sched, wconn, [req])
         assert torch.equal(bits(cache["t-1"]), bits(roles.embedding(6, "t-1", 64, 512, torch.bfloat16)))
         st = wconn.get_ec_connector_stats().data
