@@ -195,7 +195,10 @@ class StageHub:
                         with self.lock:
                             r = self.workers.get(s)
                         if r is not None:
-                            self.on_answer(r, _hashes(m.get("staged")), _hashes(m.get("failed")))
+                            try:
+                                self.on_answer(r, _hashes(m.get("staged")), _hashes(m.get("failed")))
+                            except Exception as e:  # noqa: BLE001 - this thread must live on
+                                self.warn.warn("stage", "ecstore EC connector: stage answer: %r", e)
 
     def _accept(self):
         try:
@@ -287,7 +290,11 @@ class StageClient:
                         self.drop_fn(_hashes(m["drop"]))
                     specs = self._specs(m.get("stage"))
                     if specs:
-                        staged, failed = self.fetch(specs)
+                        try:
+                            staged, failed = self.fetch(specs)
+                        except Exception as e:  # noqa: BLE001 - this thread must live on
+                            self.warn.warn("stage", "ecstore EC connector: staging: %r", e)
+                            staged, failed = [], [h for h, *_ in specs]
                         if not _send(s, {"staged": staged, "failed": failed}):
                             return
         finally:
