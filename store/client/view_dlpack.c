@@ -240,9 +240,11 @@ size_t ecs_dlbox_drain(ecs_dlbox_t *box, uint64_t *tokens, size_t cap) {
     return 0;
   pthread_mutex_lock(&box->mu);
   size_t k = box->qlen < cap ? box->qlen : cap;
-  memcpy(tokens, box->q, k * sizeof(*tokens));
-  memmove(box->q, box->q + k, (box->qlen - k) * sizeof(*box->q));
-  box->qlen -= k;
+  if (k) { /* q is NULL until the first wrap */
+    memcpy(tokens, box->q, k * sizeof(*tokens));
+    memmove(box->q, box->q + k, (box->qlen - k) * sizeof(*box->q));
+    box->qlen -= k;
+  }
   pthread_mutex_unlock(&box->mu);
   return k;
 }
