@@ -332,6 +332,7 @@ class WorkerSide:
         self.leases = {}  # token -> (Views, index, mm_hash) of every view not released yet
         self.held = collections.deque()  # (time, [token]) of CPU views, per load step, not yet past view_hold_s
         self.cache = None  # the model runner's encoder_cache, as last seen (close() swaps its views)
+        self.platform_device = None  # vLLM platform's device, as _device first found it
         self.closed = False
         if is_consumer:
             self._host_pool()
@@ -544,11 +545,17 @@ class WorkerSide:
             self.warn.warn("local", "ecstore EC connector: views as tensors: %s", e)
             views.release()
             return specs
+        # Every tensor made has its lease before anything can raise: a
+        # tensor dropped on an error then still releases its view.
+        leases = self.leases
+        for i, t in enumerate(ts):
+            if t is not None:
+                leases[first + i] = (views, i, specs[i].mm_hash)
         # One pass; stats and sets once for the batch.
         cuda = device.type == "cuda"
         rest, gpu_views, tokens, unused, loaded = [], [], [], [], []
         nbytes = 0
-        leases, statuses, descs, dtypes = self.leases, views.statuses, views.descs, _DTYPES
+        statuses, descs, dtypes = views.statuses, views.descs, _DTYPES
         if cuda:
             reg = _Registrations()
         for i, (s, t) in enumerate(zip(specs, ts)):
@@ -563,7 +570,6 @@ class WorkerSide:
                 want = dtypes[descs[i][0]] = _t.torch_dtype(descs[i][0])
             if t.dtype != want:  # a carrier (float8, bool, u16..u64): same size
                 t = t.view(want)
-            leases[first + i] = (views, i, h)
             if cuda:
                 encoder_cache[h], _ = reg.copy(t, device)
                 gpu_views.append(t)  # the view goes once the copy is done
@@ -573,7 +579,7 @@ class WorkerSide:
             loaded.append(h)
             nbytes += views.nbytes[i]
         del ts, t
-        if unused:
+        if unused:  # pinned, but no tensor was made of them
             views.release_items(unused)
         if gpu_views:
             ev = torch.cuda.Event()
@@ -645,12 +651,17 @@ class WorkerSide:
             return torch.device(self.py["load_device"])
         for t in encoder_cache.values():
             return t.device
-        from vllm.platforms import current_platform
+        dev = self.platform_device
+        if dev is None:  # the platform's device, once: asking vLLM took ~40 us a step
+            from vllm.platforms import current_platform
 
-        kind = getattr(current_platform, "device_type", "") or "cpu"
-        if kind == "cuda" and torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device(kind if kind in ("cpu", "cuda") else "cpu")
+            kind = getattr(current_platform, "device_type", "") or "cpu"
+            if kind == "cuda" and torch.cuda.is_available():
+                dev = torch.device("cuda", torch.cuda.current_device())
+            else:
+                dev = torch.device(kind if kind in ("cpu", "cuda") else "cpu")
+            self.platform_device = dev
+        return dev
 
     def _host_pool(self):
         if self.host is None and self.py["load_pool_bytes"] and not self.closed:
