@@ -15,6 +15,7 @@ comes back only after its last slice died.
 import gc
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -131,3 +132,45 @@ def test_dlbox_tensor_is_the_view_and_reports_after_its_last_slice(hosts, dtype)
         finally:
             box.close()
             views.release()
+
+
+def test_view_kept_past_view_hold_s_is_swapped_for_a_copy_then_released(hosts):
+    """A view vLLM keeps past view_hold_s becomes a copy in its encoder
+    cache (the server's lease must not run out under it); the view goes
+    once the last tensor over it died, and one dropped before is not
+    copied."""
+    pextra = hosts.extra(hosts.a)
+    cextra = hosts.extra(hosts.b, protocol="shm", view_hold_s=0.3)
+    specs = ["vh-0:64:256", "vh-1:64:256"]
+    assert roles.save_all(roles.vllm_config("ec_both", pextra), 6, specs) == []
+    sched = roles.scheduler(roles.vllm_config("ec_consumer", cextra))
+    wconn = worker(cextra)
+    try:
+        reqs = [roles.request("r%d" % i, [("vh-%d" % i, 64)]) for i in range(2)]
+        for r in reqs:
+            assert wait_ready(sched, r, 8.0)[0]
+        _, cache, _ = load_step(sched, wconn, reqs)
+        w = wconn.worker
+        assert len(w.leases) == 2
+        ptr0 = cache["vh-0"].data_ptr()
+        sl = cache["vh-0"][:8]  # lives on past the swap
+        del cache["vh-1"]  # dropped before view_hold_s: nothing to copy
+        gc.collect()
+        step(wconn, cache)
+        assert len(w.leases) == 1
+        time.sleep(0.4)
+        step(wconn, cache)
+        t = cache["vh-0"]
+        assert t.data_ptr() != ptr0, "not swapped for a copy past view_hold_s"
+        want = roles.embedding(6, "vh-0", 64, 256, torch.bfloat16)
+        assert torch.equal(bits(t), bits(want)) and torch.equal(bits(sl), bits(want[:8]))
+        assert len(w.leases) == 1  # the slice still holds the view
+        st = wconn.get_ec_connector_stats()
+        assert st.data["load_copies"] == 1
+        del sl
+        gc.collect()
+        step(wconn, cache)
+        assert not w.leases
+    finally:
+        sched.shutdown()
+        wconn.shutdown()
