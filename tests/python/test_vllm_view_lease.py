@@ -174,3 +174,22 @@ def test_view_kept_past_view_hold_s_is_swapped_for_a_copy_then_released(hosts):
     finally:
         sched.shutdown()
         wconn.shutdown()
+
+
+def test_dlbox_item_torch_refuses_is_deleted_and_its_token_comes_back(hosts):
+    """An item torch's from_dlpack refuses gets no tensor; its DLPack
+    tensor is deleted here (its token comes back), so the box frees it."""
+    with ecstore.connect(servers="127.0.0.1:%d" % hosts.b.port, namespace="pytest", transport="shm") as s:
+        s.put_tensor("dl-refused", torch.ones(4, 4))
+        views = s.get_views(["dl-refused"])
+        box = T.DLBox()
+        try:
+            def refuse(cap):
+                raise RuntimeError("unsupported")
+
+            box._from = refuse
+            assert box.tensors(views, 7) == [None]
+            assert box.drain() == [7]
+        finally:
+            box.close()
+            views.release()

@@ -302,8 +302,22 @@ _DL_NAME = b"dltensor"
 # shared attribute, which other code may have declared differently).
 _capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
                                  ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
-# DLManagedTensor.deleter's offset: DLTensor (48 bytes on LP64) then manager_ctx.
-_DL_DELETER_OFF = 48 + ctypes.sizeof(ctypes.c_void_p)
+
+
+class _DLTensor(ctypes.Structure):
+    """DLPack's DLTensor (unversioned ABI), for the deleter's offset below."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManaged(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+_DL_DELETER_OFF = _DLManaged.deleter.offset
 _dl_deleter_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
