@@ -85,6 +85,8 @@ def main():
         for n in ("_housekeeping", "_load_views", "_local", "_device"):
             timed(W, n)
         timed(store_mod.Store, "get_views")
+        timed(store_mod, "_keys", "get_views: _keys")
+        timed(store_mod.Views, "__init__", "get_views: Views()")
         if hasattr(tensors_mod, "DLBox"):
             timed(tensors_mod.DLBox, "tensors", "DLBox.tensors")
             timed(W, "_release_dead")

@@ -193,3 +193,36 @@ def test_dlbox_item_torch_refuses_is_deleted_and_its_token_comes_back(hosts):
         finally:
             box.close()
             views.release()
+
+
+def test_views_of_carrier_dtypes_have_the_stored_dtype(hosts):
+    """Items whose dtype DLPack tensors carry as another of the same size
+    (float8, bool, u16) or that share the carriers' torch dtypes (u8, i16)
+    reach vLLM with the stored dtype and bytes."""
+    cextra = hosts.extra(hosts.b, protocol="shm")
+    names = ["u16", "f8e4m3", "bool", "i16", "u8", "f16"]
+    want = {}
+    with ecstore.connect(servers=cextra["servers"], redis_url=hosts.url, namespace="pytest",
+                         transport="shm") as s:
+        for n in names:
+            code = T.parse_dtype(n)
+            raw = np.random.default_rng(code).integers(0, 2, size=64 * 32 * T.dtype_size(code), dtype=np.uint8)
+            arr = raw.view(T.numpy_dtype(code)).reshape(64, 32)
+            assert s.batch_put_tensors(["cd-" + n], [arr], dtypes=[n]) == [0]
+            want[n] = (T.torch_dtype(code), raw.tobytes())
+    sched = roles.scheduler(roles.vllm_config("ec_consumer", cextra))
+    wconn = worker(cextra)
+    try:
+        reqs = [roles.request("r-" + n, [("cd-" + n, 64)]) for n in names]
+        for r in reqs:
+            assert wait_ready(sched, r, 8.0)[0]
+        _, cache, _ = load_step(sched, wconn, reqs)
+        assert len(wconn.worker.leases) == len(names)  # views, not copies
+        for n in names:
+            t = cache["cd-" + n]
+            assert t.dtype == want[n][0], n
+            assert tuple(t.shape) == (64, 32)
+            assert bytes(bits(t).numpy()) == want[n][1], n
+    finally:
+        sched.shutdown()
+        wconn.shutdown()

@@ -287,8 +287,9 @@ def _h2d(host, device, stream):
     return out, done
 
 
-# dtype code -> the torch dtype a view of it has (tensors.torch_dtype), filled as met.
-_DTYPES = {}
+# The torch dtypes a DLBox tensor of a dtype torch may lack comes as (see
+# ecs_dlbox_wrap): only these need the stored dtype looked up.
+_CARRIERS = frozenset((torch.uint8, torch.int16, torch.int32, torch.int64))
 
 
 class WorkerSide:
@@ -555,21 +556,20 @@ class WorkerSide:
         cuda = device.type == "cuda"
         rest, gpu_views, tokens, unused, loaded = [], [], [], [], []
         nbytes = 0
-        statuses, descs, dtypes = views.statuses, views.descs, _DTYPES
+        carriers = _CARRIERS
         if cuda:
             reg = _Registrations()
         for i, (s, t) in enumerate(zip(specs, ts)):
             if t is None:
                 rest.append(s)
-                if statuses[i] == 0:
+                if views.statuses[i] == 0:
                     unused.append(i)  # pinned but no tensor made: released below
                 continue
             h = s.mm_hash
-            want = dtypes.get(descs[i][0])
-            if want is None:
-                want = dtypes[descs[i][0]] = _t.torch_dtype(descs[i][0])
-            if t.dtype != want:  # a carrier (float8, bool, u16..u64): same size
-                t = t.view(want)
+            if t.dtype in carriers:  # maybe a carrier (float8, bool, u16..u64): view it as stored
+                want = _t.torch_dtype(views.descs[i][0])
+                if t.dtype != want:
+                    t = t.view(want)
             if cuda:
                 encoder_cache[h], _ = reg.copy(t, device)
                 gpu_views.append(t)  # the view goes once the copy is done
@@ -577,7 +577,7 @@ class WorkerSide:
                 encoder_cache[h] = t
                 tokens.append(first + i)
             loaded.append(h)
-            nbytes += views.nbytes[i]
+            nbytes += t.nbytes
         del ts, t
         if unused:  # pinned, but no tensor was made of them
             views.release_items(unused)
