@@ -266,6 +266,40 @@ ECS_API int ecs_get_view_batch(ecs_client_t *c, const ecs_key_t *keys, ecs_view_
  * them.  Never blocks on the server (the release is one-way). */
 ECS_API int ecs_view_release(ecs_client_t *c, ecs_view_t *views, size_t n);
 
+/* DLPack tensors over views, for bindings that hand a view's bytes to a
+ * framework (torch.from_dlpack) without a copy and must learn when the
+ * framework let go of them.  A box makes the tensors; each tensor's deleter
+ * (called by the framework when the last tensor over the bytes died, on any
+ * thread) queues the item's token in the box, and the owner drains the
+ * tokens and releases those views (ecs_view_release, on the views' thread).
+ * The box itself is freed once closed and every tensor it made was deleted.
+ * Thread safety: drain and the deleters may run concurrently; wrap, drain
+ * and close are the owner's (one thread at a time). */
+typedef struct ecs_dlbox ecs_dlbox_t;
+
+/* A new, empty box in *out.  ECS_ENOMEM. */
+ECS_API int ecs_dlbox_new(ecs_dlbox_t **out);
+
+/* For each view i with status ECS_OK whose description covers exactly its
+ * bytes, managed[i] receives a DLManagedTensor * (DLPack's unversioned ABI,
+ * CPU device, compact row-major) over views[i].data, with its shape and
+ * dtype: f32, f16, bf16, f64, i8, u8, i16, i32, i64 as themselves; f8e4m3,
+ * f8e5m2 and bool as uint8, u16/u32/u64 as the signed type of their size
+ * (the caller views them as the stored dtype).  Others get NULL.  Item
+ * i's deleter queues the token first_token + i.  The views are not taken: keep
+ * them pinned until their token comes back.  A made tensor the caller
+ * cannot hand over must be deleted through its own deleter.
+ * ECS_ENOMEM, ECS_EINVAL (closed box): none made. */
+ECS_API int ecs_dlbox_wrap(ecs_dlbox_t *box, const ecs_view_t *views, size_t n, uint64_t first_token,
+                           void **managed);
+
+/* Moves up to cap queued tokens (oldest first) into tokens; returns how many. */
+ECS_API size_t ecs_dlbox_drain(ecs_dlbox_t *box, uint64_t *tokens, size_t cap);
+
+/* The owner lets go: queued and later tokens are dropped; the box goes
+ * with the last tensor it made (at once when none lives).  NULL is fine. */
+ECS_API void ecs_dlbox_close(ecs_dlbox_t *box);
+
 /* Registers [ptr, ptr + len) for RDMA transfers (like Mooncake Store's
  * register_buffer): gets into and puts from registered memory go straight
  * to and from the NIC.  Unregistered buffers still work over RDMA, but are

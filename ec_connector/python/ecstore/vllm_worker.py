@@ -32,7 +32,6 @@ Loads hand over memory that is already on this host:
 import collections
 import threading
 import time
-import weakref
 
 import torch
 
@@ -64,21 +63,6 @@ def _tp_rank():
         return get_tensor_model_parallel_rank() if model_parallel_is_initialized() else 0
     except Exception:  # noqa: BLE001 - no parallel state: one rank
         return 0
-
-
-class _Lease:
-    """Owner of one handed-out view: when the last tensor over it dies, the
-    view is queued for release (on the model runner's thread)."""
-
-    __slots__ = ("side", "views", "i", "__weakref__")
-
-    def __init__(self, side, views, i):
-        self.side, self.views, self.i = side, views, i
-
-    def __del__(self):
-        side = self.side
-        if side is not None:
-            side.to_release.append((self.views, self.i))
 
 
 # ---------------------------------------------------------------------------
@@ -271,6 +255,27 @@ def register_pool_mappings_async():
     return t
 
 
+class _Registrations:
+    """device_copy for the items of one load step, whose views lie in one
+    or a few mappings of the server's pool: each mapping is found in
+    /proc/self/maps (and registered with CUDA, without waiting) once for
+    the step, not once per item (a vLLM process has thousands of
+    mappings to read through)."""
+
+    def __init__(self):
+        self.seen = []  # (start, end) of the mappings checked this step
+
+    def copy(self, host, device, stream=None):
+        if not host.is_pinned():
+            addr, n = host.data_ptr(), host.numel() * host.element_size()
+            if not any(lo <= addr and addr + n <= hi for lo, hi in self.seen):
+                m = _mapping_of(addr)
+                if m is not None and addr + n <= m[1]:
+                    _register(m, wait=False)
+                    self.seen.append(m[:2])
+        return _h2d(host, device, stream)
+
+
 def device_copy(host, device, stream=None):
     """The load's copy to a GPU: host (a CPU tensor over a view of the
     local pool, or pinned memory) copied to a new tensor on device,
@@ -282,12 +287,21 @@ def device_copy(host, device, stream=None):
     copy is synchronous rather than a wait."""
     if not host.is_pinned():
         cuda_register_mapping(host.data_ptr(), host.numel() * host.element_size(), wait=False)
+    return _h2d(host, device, stream)
+
+
+def _h2d(host, device, stream):
     stream = stream or torch.cuda.current_stream(device)
     with torch.cuda.stream(stream):
         out = host.to(device, non_blocking=True)
         done = torch.cuda.Event()
         done.record(stream)
     return out, done
+
+
+# The torch dtypes a DLBox tensor of a dtype torch may lack comes as (see
+# ecs_dlbox_wrap): only these need the stored dtype looked up.
+_CARRIERS = frozenset((torch.uint8, torch.int16, torch.int32, torch.int64))
 
 
 class WorkerSide:
@@ -323,9 +337,15 @@ class WorkerSide:
         self.h2d = collections.deque()  # (event, [views or host tensors]) of copies to the GPU in flight
         self.local = None  # Store of this host's server (views), model-runner thread only
         self.next_local = 0.0
-        self.leases = {}  # mm_hash -> (weakref to the tensor handed out, _Lease, time)
-        self.to_release = collections.deque()  # (Views, i) whose tensors died
+        # Views handed out: each item's tensor comes from self.box (torch's
+        # DLPack import), whose deleter queues the item's token when the last
+        # tensor over its bytes died (slices too); the view is released then.
+        self.box = None  # tensors.DLBox, made with the first view
+        self.next_token = 1
+        self.leases = {}  # token -> (Views, index, mm_hash) of every view not released yet
+        self.held = collections.deque()  # (time, [token]) of CPU views, per load step, not yet past view_hold_s
         self.cache = None  # the model runner's encoder_cache, as last seen (close() swaps its views)
+        self.platform_device = None  # vLLM platform's device, as _device first found it
         self.closed = False
         # staging (see vllm_stage): items the scheduler asked this worker to
         # copy into pinned memory ahead of their load
@@ -645,32 +665,61 @@ class WorkerSide:
             self.local = None
             _close(local)
             return specs
-        rest, gpu_views, done = [], [], []
-        for i, s in enumerate(specs):
-            if views.statuses[i] != 0:
+        first = self.next_token
+        self.next_token += views.n
+        try:
+            if self.box is None:
+                self.box = _t.DLBox()
+            ts = self.box.tensors(views, first)
+        except EcstoreError as e:  # no room for the tensors (ENOMEM), or a library without them
+            self.warn.warn("local", "ecstore EC connector: views as tensors: %s", e)
+            views.release()
+            return specs
+        # Every tensor made has its lease before anything can raise: a
+        # tensor dropped on an error then still releases its view.
+        leases = self.leases
+        for i, t in enumerate(ts):
+            if t is not None:
+                leases[first + i] = (views, i, specs[i].mm_hash)
+        # One pass; stats and sets once for the batch.
+        cuda = device.type == "cuda"
+        rest, gpu_views, tokens, unused, loaded = [], [], [], [], []
+        nbytes = 0
+        carriers = _CARRIERS
+        if cuda:
+            reg = _Registrations()
+        for i, (s, t) in enumerate(zip(specs, ts)):
+            if t is None:
                 rest.append(s)
+                if views.statuses[i] == 0:
+                    unused.append(i)  # pinned but no tensor made: released below
                 continue
-            code, shape = views.descs[i]
-            lease = _Lease(self, views, i)
-            raw = _t.wrap_view(views.address(i), views.nbytes[i], lease)
-            t = raw.view(_t.torch_dtype(code)).view(shape)
-            if device.type == "cuda":
-                encoder_cache[s.mm_hash], _ = device_copy(t, device)
+            h = s.mm_hash
+            if t.dtype in carriers:  # maybe a carrier (float8, bool, u16..u64): view it as stored
+                want = _t.torch_dtype(views.descs[i][0])
+                if t.dtype != want:
+                    t = t.view(want)
+            if cuda:
+                encoder_cache[h], _ = reg.copy(t, device)
                 gpu_views.append(t)  # the view goes once the copy is done
             else:
-                encoder_cache[s.mm_hash] = t
-                self.leases[s.mm_hash] = (weakref.ref(t), time.monotonic())
-            done.append((i, s))
-            del raw, t, lease
+                encoder_cache[h] = t
+                tokens.append(first + i)
+            loaded.append(h)
+            nbytes += t.nbytes
+        del ts, t
+        if unused:  # pinned, but no tensor was made of them
+            views.release_items(unused)
         if gpu_views:
             ev = torch.cuda.Event()
             ev.record()
             self.h2d.append((ev, gpu_views))
+        if tokens:
+            self.held.append((time.monotonic(), tokens))
         with self.lock:
-            for i, s in done:
-                self.finished_loads.add(s.mm_hash)
-                self.stats.add("loads")
-                self.stats.add("load_bytes", views.nbytes[i])
+            self.finished_loads.update(loaded)
+            self.stats.add("loads", len(loaded))
+            self.stats.add("load_bytes", nbytes)
         return rest
 
     def _housekeeping(self, encoder_cache):
@@ -680,26 +729,43 @@ class WorkerSide:
             self.h2d.popleft()
         if self.staged:
             self._stage_expire()
-        now = time.monotonic()
-        for h, (ref, t0) in list(self.leases.items()):
-            t = ref()
-            if t is None:
-                del self.leases[h]
-            elif now - t0 > self.py["view_hold_s"]:
-                if encoder_cache.get(h) is t:
-                    encoder_cache[h] = self._copy_of(t)
-                    with self.lock:
-                        self.stats.add("load_copies")
-                del self.leases[h]
+        held = self.held
+        if held:
+            end = time.monotonic() - self.py["view_hold_s"]
+            while held and held[0][0] < end:
+                for tok in held.popleft()[1]:
+                    self._swap(encoder_cache, tok)
         self._release_dead()
 
+    def _swap(self, encoder_cache, tok):
+        """Swaps view tok for a copy where encoder_cache still holds it (the
+        server's lease must not run out under it); its release follows when
+        the view's last tensor dies."""
+        lease = self.leases.get(tok)
+        if lease is None:
+            return  # released already
+        views, i, h = lease
+        t = encoder_cache.get(h)
+        if t is not None and t.device.type == "cpu" and t.data_ptr() == views.address(i):
+            encoder_cache[h] = self._copy_of(t)
+            with self.lock:
+                self.stats.add("load_copies")
+
     def _release_dead(self):
-        # Grouped by Views: one release call (one message) per group, not
-        # one per item (32 items cost ~1 ms of the load step one by one).
+        """Releases the views whose tensors all died (their tokens came
+        back from the box), grouped by Views: one release call (one
+        message) per group, not one per item (32 items cost ~1 ms of the
+        load step one by one)."""
+        if self.box is None:
+            return
+        dead = self.box.drain()
+        if not dead:
+            return
         groups = {}
-        while self.to_release:
-            views, i = self.to_release.popleft()
-            groups.setdefault(id(views), (views, []))[1].append(i)
+        for tok in dead:
+            lease = self.leases.pop(tok, None)
+            if lease is not None:
+                groups.setdefault(id(lease[0]), (lease[0], []))[1].append(lease[1])
         for views, idx in groups.values():
             try:
                 views.release_items(idx)
@@ -716,12 +782,17 @@ class WorkerSide:
             return torch.device(self.py["load_device"])
         for t in encoder_cache.values():
             return t.device
-        from vllm.platforms import current_platform
+        dev = self.platform_device
+        if dev is None:  # the platform's device, once: asking vLLM took ~40 us a step
+            from vllm.platforms import current_platform
 
-        kind = getattr(current_platform, "device_type", "") or "cpu"
-        if kind == "cuda" and torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device(kind if kind in ("cpu", "cuda") else "cpu")
+            kind = getattr(current_platform, "device_type", "") or "cpu"
+            if kind == "cuda" and torch.cuda.is_available():
+                dev = torch.device("cuda", torch.cuda.current_device())
+            else:
+                dev = torch.device(kind if kind in ("cpu", "cuda") else "cpu")
+            self.platform_device = dev
+        return dev
 
     def _host_pool(self):
         if self.host is None and self.py["load_pool_bytes"] and not self.closed:
@@ -859,15 +930,18 @@ class WorkerSide:
             ev.synchronize()
         self.h2d.clear()
         cache, self.cache = self.cache, None
-        for h, (ref, _) in list(self.leases.items()):
-            t = ref()
-            if t is not None and cache is not None and cache.get(h) is t:
+        for views, i, h in list(self.leases.values()):
+            t = cache.get(h) if cache is not None else None
+            if t is not None and t.device.type == "cpu" and t.data_ptr() == views.address(i):
                 out = torch.empty(tuple(t.shape), dtype=t.dtype)
                 out.copy_(t)
                 cache[h] = out
             del t
-        self.leases.clear()
         self._release_dead()
+        self.leases.clear()
+        self.held.clear()
+        if self.box is not None:
+            self.box.close()
         for s in (self.store, self.local):
             if s is not None:
                 _close(s)
