@@ -51,8 +51,10 @@ veth pair rate-limited with tc (tbf, both directions), so the link and not
 the CPU bounds the transfer.  The consumer (this host) has server B and shm
 views; its prefetch has B pull each item from A across the link.  The
 producer's instance runs in this process too, so its put crosses the link
-as well (on a real encoder host it would be local): the cell's floor is two
-crossings, printed as "link floor" (2 x bytes / rate).  The other
+as well (on a real encoder host it would be local); the put goes one way
+and the pull the other, each direction limited on its own and the two
+overlapping, so the cell's floor is one crossing, printed as "link floor"
+(bytes / rate).  The other
 connectors have no cross-host mode here (Mooncake's push and its listener
 live in this one process; the example connector's files would need a
 shared filesystem), so the cell is measured against the floor.
@@ -485,8 +487,8 @@ def main():
                                *os.getloadavg()))
         if link is not None:
             item = args.tokens * args.hidden * 2
-            print("(ecstore-link: tc tbf %s both ways; link floor, two crossings of the batch's bytes: %s)"
-                  % (args.link, ", ".join("batch %d %.2f ms" % (bb, 2 * bb * item * 8 / link.bits_per_s() * 1e3)
+            print("(ecstore-link: tc tbf %s each way; link floor, one crossing of the batch's bytes: %s)"
+                  % (args.link, ", ".join("batch %d %.2f ms" % (bb, bb * item * 8 / link.bits_per_s() * 1e3)
                                           for bb in batches)))
     finally:
         for p in pairs.values():
