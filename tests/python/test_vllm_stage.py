@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import vllm_roles as roles
-from test_vllm_async import bits, hosts, load_step, wait_ready, worker  # noqa: F401 - hosts is a fixture
+from test_vllm_async import bits, hosts, load_step, stats_of, wait_ready, worker  # noqa: F401 - hosts is a fixture
 
 from vllm.distributed.ec_transfer.ec_connector.base import ECConnectorRole
 from vllm.distributed.ec_transfer.ec_connector.factory import ECConnectorFactory
@@ -233,6 +233,30 @@ def test_a_finished_request_drops_what_was_staged_for_it(hosts):
         while "f-1" in wconn.worker.staged and time.monotonic() < deadline:
             time.sleep(0.01)
         assert wconn.worker.staged == {} and wconn.worker.staged_bytes == 0
+    finally:
+        sched.shutdown()
+        wconn.shutdown()
+
+
+def test_one_rank_without_views_stages_straight_from_the_holder(hosts):
+    """zero_copy off and one rank: the worker reads each item from its
+    holder (A) itself, one copy; nothing is pulled into the local server
+    (B), which would only add a copy the worker then reads again."""
+    specs = ["h-%d:64:512" % i for i in range(4)]
+    saved(hosts, 12, specs)
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False))
+    try:
+        reqs = [roles.request("r-%d" % i, [(s.split(":")[0], 64)]) for i, s in enumerate(specs)]
+        for r in reqs:
+            assert wait_ready(sched, r, 8.0)[0]
+        assert set(wconn.worker.staged) == {s.split(":")[0] for s in specs}
+        _, cache, out = load_step(sched, wconn, reqs)
+        for s in specs:
+            h = s.split(":")[0]
+            assert torch.equal(bits(cache[h]), bits(roles.embedding(12, h, 64, 512, torch.bfloat16)))
+        assert stats_of(hosts.b)["objects"] == 0  # nothing copied to this host's server
+        assert sched.get_ec_connector_stats().data.get("prefetch_pulled", 0) == 0
+        assert wconn.get_ec_connector_stats().data["load_staged"] == len(specs)
     finally:
         sched.shutdown()
         wconn.shutdown()

@@ -283,8 +283,10 @@ class SchedulerSide:
         """Prefetch thread: items just ready on this host (h, desc, nbytes,
         local); those the workers would copy are staged first."""
         zero_copy = self.py["zero_copy"]
-        ask = [(h, n, desc[0], desc[1]) for h, desc, n, local in specs
-               if not (zero_copy and local) and desc is not None]
+        # an item without desc (read from its holder by the worker, see
+        # _Prefetcher._direct) goes as size, dtype and shape unknown
+        ask = [(h, n, desc[0], desc[1]) if desc is not None else (h, -1, -1, ())
+               for h, desc, n, local in specs if not (zero_copy and local)]
         ranks = self.hub.ranks() if self.hub is not None and ask else set()
         now = time.monotonic()
         with self.lock:
@@ -293,7 +295,7 @@ class SchedulerSide:
                 it = self.items.get(h)
                 if it is None:
                     continue
-                it.desc, it.nbytes, it.local = desc, n, local
+                it.desc, it.nbytes, it.local = desc, max(0, n), local
                 if ranks and any(a[0] == h for a in ask):
                     it.state, it.expect = STAGING, set(ranks)
                     it.stage_end = now + self.py["stage_timeout_ms"] / 1e3
@@ -682,8 +684,11 @@ class _Prefetcher:
             except ConnectionError:
                 pend = {h: True for h in missing}  # unknown: keep trying until the deadline
         gone, missing = [], list(missing)
-        if local is not None and time.monotonic() >= self.pull_off_until:
-            pulled, gone, missing, more = self._pull(local, remote, missing)
+        if self._direct():
+            gone, missing = self._direct_ready(remote, missing)
+        if missing and local is not None and time.monotonic() >= self.pull_off_until:
+            pulled, lost, missing, more = self._pull(local, remote, missing)
+            gone += lost
             again |= more
         if missing:
             got, lost, more = self._get_put(local, remote, missing)
@@ -698,6 +703,31 @@ class _Prefetcher:
                     elif h in self.side.items:
                         self.side._fail_locked(h, "no longer stored, and no save pending")
         return again
+
+    def _direct(self):
+        """True when the worker stages straight from the holders: it
+        cannot view this host's pool (zero_copy off) and is the one rank
+        that stages, so a pull into the local server would only add a copy
+        (with more ranks the local copy saves the network a crossing per
+        rank)."""
+        hub = self.side.hub
+        return hub is not None and not self.py["zero_copy"] and len(hub.ranks()) == 1
+
+    def _direct_ready(self, remote, keys):
+        """Items some holder has are ready for staging from there (their
+        dtype and shape are the worker's to learn); returns (gone, rest):
+        rest (lookup errors) goes the usual way."""
+        try:
+            locs = remote.locate(keys)
+        except EcstoreError as e:
+            self.side.warn.warn("prefetch-locate", "ecstore EC connector: prefetch locate: %s", e)
+            return [], keys
+        for h, loc in zip(keys, locs):
+            if loc[0] == 0:
+                self._ready(h, None, -1, False)
+        gone = [h for h, loc in zip(keys, locs) if loc[0] == codes.ENOTFOUND]
+        rest = [h for h, loc in zip(keys, locs) if loc[0] not in (0, codes.ENOTFOUND)]
+        return gone, rest
 
     def _pin_ready(self, local, keys):
         """Pins keys just brought to the local server and marks them ready;

@@ -15,7 +15,8 @@ whether an item loads.
 
 Messages are JSON lines of at most _MAX_LINE bytes:
     worker -> scheduler: {"rank": r}, {"staged": [h...], "failed": [h...]}
-    scheduler -> worker: {"stage": [[h, nbytes, dtype code, shape], ...]},
+    scheduler -> worker: {"stage": [[h, nbytes, dtype code, shape], ...]}
+                         (nbytes -1: not known, read it from its holder),
                          {"drop": [h...]}
 """
 
@@ -309,7 +310,8 @@ class StageClient:
             if not (isinstance(e, list) and len(e) == 4):
                 continue
             h, n, c, shape = e
-            if not (isinstance(h, str) and 0 < len(h) <= 1024 and isinstance(n, int) and 0 <= n < 1 << 40
+            # n == -1: size, dtype and shape unknown (the worker learns them)
+            if not (isinstance(h, str) and 0 < len(h) <= 1024 and isinstance(n, int) and -1 <= n < 1 << 40
                     and isinstance(c, int) and isinstance(shape, list) and len(shape) <= 8
                     and all(isinstance(d, int) and 0 <= d < 1 << 32 for d in shape)):
                 continue

@@ -351,7 +351,9 @@ class WorkerSide:
         # copy into pinned memory ahead of their load
         self.staged = {}  # mm_hash -> (host tensor, when)
         self.staged_bytes = 0
-        self.stage_store = None  # Store of the stage thread
+        self.stage_store = None  # Stores of the stage thread: the connector's servers, holders via Redis
+        self.stage_remote = None
+        self.load_remote = None  # holders via Redis, model-runner thread: loads staging did not serve
         self.stager = None
         if is_consumer and py["stage"] and py["prefetch"] and _first_pp_rank():
             self.stager = StageClient(channel_name(vllm_config, py), self.rank, self._stage_fetch,
@@ -570,7 +572,7 @@ class WorkerSide:
         self._stage_expire()
         cap = self.py["load_pool_bytes"] or (256 << 20)
         cuda = torch.cuda.is_available()
-        want, outs, failed = [], [], []
+        want, outs, failed, unknown = [], [], [], []
         with self.lock:
             room = cap - self.staged_bytes
         for h, n, code, shape in specs:
@@ -579,6 +581,9 @@ class WorkerSide:
                     want.append(h)  # asked again (a second request): still here
                     outs.append(None)
                     continue
+            if n < 0:
+                unknown.append(h)  # read from its holder below
+                continue
             try:
                 dt = _t.torch_dtype(code)
             except Exception:  # noqa: BLE001 - a dtype this torch lacks: the load says why
@@ -603,7 +608,7 @@ class WorkerSide:
                                                  with_status=True)
             except EcstoreError as e:
                 self.warn.warn("stage", "ecstore EC connector: staging %d items: %s", len(fetch), e)
-                self.stage_store = None
+                self._stage_close()
                 sts = [e.code] * len(fetch)
             now = time.monotonic()
             with self.lock:
@@ -614,13 +619,55 @@ class WorkerSide:
                         staged.append(h)
                     else:
                         failed.append(h)
+        if unknown:
+            ok, bad = self._stage_from_holders(unknown, cap, cuda)
+            staged += ok
+            failed += bad
         return staged, failed
 
-    def _stage_open(self):
+    def _stage_from_holders(self, keys, cap, pin):
+        """Items the scheduler did not bring to this host (see
+        vllm_scheduler._Prefetcher._direct): read from their holders, found
+        through Redis (or the servers list), with their stored dtype and
+        shape; pinned on a GPU host.  Those past cap fail."""
+        try:
+            store = self._stage_open(remote=True)
+            tensors, sts = store.batch_get_tensors(keys, pin_memory=pin, with_status=True)
+        except EcstoreError as e:
+            self.warn.warn("stage", "ecstore EC connector: staging %d items from their holders: %s", len(keys), e)
+            self._stage_close()
+            return [], list(keys)
+        ok, bad = [], []
+        now = time.monotonic()
+        with self.lock:
+            for h, t, st in zip(keys, tensors, sts):
+                n = t.numel() * t.element_size() if st == 0 and t is not None else 0
+                if st != 0 or t is None or self.closed or self.staged_bytes + n > cap:
+                    bad.append(h)
+                    continue
+                self.staged[h] = (t, now)
+                self.staged_bytes += n
+                ok.append(h)
+        return ok, bad
+
+    def _stage_open(self, remote=False):
+        """The stage thread's Stores: the connector's servers, or (remote)
+        holders found through Redis when there is one."""
+        if remote and self.c_cfg.get("redis_url"):
+            if self.stage_remote is None:
+                self.stage_remote = Store(store_config(self.c_cfg, servers=None, protocol=self.c_cfg.get("protocol"),
+                                                       placement=None, replicas=None))
+            return self.stage_remote
         if self.stage_store is None:
             self.stage_store = Store(store_config(self.c_cfg, protocol=self.c_cfg.get("protocol"),
                                                   placement=None, replicas=None))
         return self.stage_store
+
+    def _stage_close(self):
+        for s in (self.stage_store, self.stage_remote):
+            if s is not None:
+                _close(s)
+        self.stage_store = self.stage_remote = None
 
     def _stage_drop(self, hashes):
         with self.lock:
@@ -824,6 +871,9 @@ class WorkerSide:
     def _load_copies(self, specs, encoder_cache, device):
         cuda = device.type == "cuda"
         got = self._load(specs, cuda)
+        lost = [s for s in specs if s.mm_hash not in got and not s.local]
+        if lost and self.stager is not None and self.c_cfg.get("redis_url"):
+            got.update(self._load_from_holders(lost, cuda))
         hosts = []
         with self.lock:
             for spec in specs:
@@ -880,6 +930,25 @@ class WorkerSide:
             self.drop_fn(conn, "load of %d items: %s" % (len(specs), e))
         return got
 
+    def _load_from_holders(self, specs, pin):
+        """Items the prefetch left on their holders for staging (see
+        vllm_scheduler._Prefetcher._direct) whose staging failed or timed
+        out: read from their holders, found through Redis, in the step (the
+        connector's servers are this host's, which never had them)."""
+        try:
+            if self.load_remote is None:
+                self.load_remote = Store(store_config(self.c_cfg, servers=None, protocol=self.c_cfg.get("protocol"),
+                                                      placement=None, replicas=None))
+            tensors, sts = self.load_remote.batch_get_tensors([s.mm_hash for s in specs], pin_memory=pin,
+                                                              with_status=True)
+        except EcstoreError as e:
+            self.warn.warn("miss", "ecstore EC connector: load of %d items from their holders: %s", len(specs), e)
+            if self.load_remote is not None:
+                _close(self.load_remote)
+                self.load_remote = None
+            return {}
+        return {s.mm_hash: t for s, t, st in zip(specs, tensors, sts) if st == 0 and t is not None}
+
     def _learn(self, spec, desc):
         code, shape = desc
         if len(shape) >= 1 and shape[0] == spec.num_embeds:
@@ -923,9 +992,10 @@ class WorkerSide:
         if self.stager is not None:
             self.stager.close()
         self._stage_drop(list(self.staged))
-        if self.stage_store is not None:
-            _close(self.stage_store)
-            self.stage_store = None
+        self._stage_close()
+        if self.load_remote is not None:
+            _close(self.load_remote)
+            self.load_remote = None
         for ev, _ in self.h2d:
             ev.synchronize()
         self.h2d.clear()
