@@ -260,3 +260,102 @@ def test_one_rank_without_views_stages_straight_from_the_holder(hosts):
     finally:
         sched.shutdown()
         wconn.shutdown()
+
+
+def test_an_item_still_staging_at_its_prefetch_deadline_does_not_fail(hosts):
+    """The prefetch deadline is for bringing an item here; once here, the
+    stage has its own bound (stage_timeout_ms): an item staging past the
+    prefetch deadline is ready at its stage timeout, not failed."""
+    saved(hosts, 13, ["p-1:64:512"])
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False, prefetch_timeout_ms=500, stage_timeout_ms=1500))
+    stuck = threading.Event()
+    client = wconn.worker.stager
+    real = client.fetch
+    client.fetch = lambda specs: (stuck.wait(10), ([], [h for h, *_ in specs]))[1]
+    try:
+        req = roles.request("r", [("p-1", 64)])
+        assert wait_ready(sched, req, 4.0)[0]
+        assert sched.take_unavailable_requests() == set()
+    finally:
+        stuck.set()
+        client.fetch = real
+        sched.shutdown()
+        wconn.shutdown()
+
+
+def test_a_copy_staged_after_its_load_is_dropped(hosts):
+    """A worker that stages an item only after the stage timeout, when
+    vLLM already loaded it by copy: the load's end tells the workers to let
+    go, so the late copy does not hold the staging room for stage_ttl_s."""
+    saved(hosts, 14, ["l-1:64:512"])
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False, stage_timeout_ms=300))
+    late = threading.Event()
+    client = wconn.worker.stager
+    real = client.fetch
+    client.fetch = lambda specs: (late.wait(10), real(specs))[1]
+    try:
+        req = roles.request("r", [("l-1", 64)])
+        assert wait_ready(sched, req, 8.0)[0]  # at the stage timeout
+        _, cache, _ = load_step(sched, wconn, [req])  # a copy in the step
+        assert "l-1" in cache
+        late.set()  # now the worker stages it
+        deadline = time.monotonic() + 5.0
+        while "l-1" not in wconn.worker.staged and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sched.build_connector_meta(roles.scheduler_output(None))  # the next step
+        deadline = time.monotonic() + 5.0
+        while "l-1" in wconn.worker.staged and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert wconn.worker.staged == {} and wconn.worker.staged_bytes == 0
+    finally:
+        late.set()
+        client.fetch = real
+        sched.shutdown()
+        wconn.shutdown()
+
+
+def test_deeply_nested_json_does_not_kill_the_hub(hosts):
+    """A same-user peer sending a deeply nested JSON line (RecursionError,
+    not ValueError) is cut off; the hub still reads the real worker's
+    answers, so an item is ready as soon as it is staged, not at the stage
+    timeout."""
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False, stage_timeout_ms=5000))
+    try:
+        junk = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        junk.settimeout(3.0)
+        junk.connect("\0" + hub_name(sched))
+        try:
+            junk.sendall(b"[" * 200000 + b"]" * 200000 + b"\n")
+            assert junk.recv(10) == b""
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        junk.close()
+        saved(hosts, 15, ["n-1:64:512"])
+        t0 = time.monotonic()
+        assert wait_ready(sched, roles.request("r", [("n-1", 64)]), 8.0)[0]
+        assert time.monotonic() - t0 < 4.0, "ready only at the stage timeout: the hub stopped reading"
+        assert "n-1" in wconn.worker.staged
+    finally:
+        sched.shutdown()
+        wconn.shutdown()
+
+
+def test_stage_messages_are_checked_before_anything_is_allocated(hosts):
+    """A shape that does not match its size allocates nothing and fails;
+    a hash named twice in one message is staged and counted once."""
+    saved(hosts, 16, ["c-1:64:512"])
+    sched, wconn = instance(hosts.extra(hosts.a, zero_copy=False))  # its servers: the item's holder
+    w = wconn.worker
+    try:
+        from ecstore import tensors as _tt
+
+        bf16 = _tt.parse_dtype("bfloat16")
+        staged, failed = w._stage_fetch([("c-huge", 64, bf16, (1 << 32, 1 << 32))])
+        assert staged == [] and failed == ["c-huge"]
+        spec = ("c-1", 64 * 512 * 2, bf16, (64, 512))
+        staged, failed = w._stage_fetch([spec, spec])
+        assert staged == ["c-1"] and failed == []
+        assert w.staged_bytes == 64 * 512 * 2
+    finally:
+        sched.shutdown()
+        wconn.shutdown()

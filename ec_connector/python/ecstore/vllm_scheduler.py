@@ -243,7 +243,7 @@ class SchedulerSide:
                 if it.state == READY:
                     continue
                 ready = False
-                if now >= it.deadline:
+                if now >= it.deadline and it.state != STAGING:  # a stage ends at stage_end
                     failed.append(h)
             for h in failed:
                 self._fail_locked(h, "not here after %d ms" % self.py["prefetch_timeout_ms"])
@@ -309,7 +309,11 @@ class SchedulerSide:
         with self.lock:
             for h in go:
                 it = self.items.get(h)
-                if it is not None and it.state == STAGING:
+                if it is None:
+                    # gone while the message went (its drop may have gone
+                    # first): tell the workers again after it
+                    self.stage_drops.append(h)
+                elif it.state == STAGING:
                     it.expect &= asked
                     if not it.expect:
                         self._stage_done_locked(it)
@@ -401,6 +405,10 @@ class SchedulerSide:
                 it = self.items.pop(h, None)
                 if it is not None and it.local and self.prefetcher is not None:
                     self.prefetcher.unpin(h)
+                if it is not None and self.hub is not None:
+                    # loaded: a copy a worker staged too late (after the
+                    # stage timeout) is nobody's now
+                    self.stage_drops.append(h)
 
     def take_unavailable_requests(self):
         with self.lock:

@@ -77,7 +77,7 @@ class _Lines:
             line, self.buf = self.buf.split(b"\n", 1)
             try:
                 msg = json.loads(line)
-            except ValueError:
+            except Exception:  # noqa: BLE001 - ValueError, RecursionError (deep nesting): a bad peer
                 return None
             if not isinstance(msg, dict):
                 return None
@@ -119,6 +119,7 @@ class StageHub:
         self.on_answer, self.on_gone, self.warn = on_answer, on_gone, warn
         self.lock = threading.Lock()
         self.workers = {}  # socket -> rank (None until it said)
+        self.send_locks = {}  # socket -> Lock: one message at a time on it (the prefetch and vLLM's threads send)
         self.closed = False
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -149,10 +150,14 @@ class StageHub:
 
     def _broadcast(self, msg):
         with self.lock:
-            targets = [(s, r) for s, r in self.workers.items() if r is not None]
+            targets = [(s, r, self.send_locks.get(s)) for s, r in self.workers.items() if r is not None]
         asked = set()
-        for s, r in targets:
-            if _send(s, msg):
+        for s, r, lk in targets:
+            if lk is None:
+                continue
+            with lk:
+                ok = _send(s, msg)
+            if ok:
                 asked.add(r)
             else:
                 self._forget(s)
@@ -161,13 +166,17 @@ class StageHub:
     def _forget(self, s):
         with self.lock:
             r = self.workers.pop(s, None)
+            self.send_locks.pop(s, None)
         try:
             self.sel.unregister(s)
         except (KeyError, ValueError):
             pass
         s.close()
         if r is not None:
-            self.on_gone(r)
+            try:
+                self.on_gone(r)
+            except Exception as e:  # noqa: BLE001 - the hub thread must live on
+                self.warn.warn("stage", "ecstore EC connector: stage worker gone: %r", e)
 
     def _main(self):
         while not self.closed:
@@ -214,6 +223,7 @@ class StageHub:
         s.setblocking(False)
         with self.lock:
             self.workers[s] = None
+            self.send_locks[s] = threading.Lock()
         self.sel.register(s, selectors.EVENT_READ, _Lines(s))
 
     def close(self):

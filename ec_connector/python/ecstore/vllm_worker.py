@@ -37,12 +37,17 @@ import torch
 
 from . import codes
 from . import tensors as _t
-from .errors import EcstoreError, err_name
+from .errors import EcstoreError, err_name, make_error
 from .pinned import HostPool
 from .store import Store
 from .vllm_common import ECStoreConnectorMetadata, ECStoreConnectorStats, ECStoreWorkerMetadata, store_config
 from .vllm_scheduler import host_id, make_marks
 from .vllm_stage import StageClient, channel_name
+
+
+#: Items read at a time when staging from their holders (sizes unknown
+#: until they come).
+_HOLDER_CHUNK = 8
 
 
 def _first_pp_rank():
@@ -575,7 +580,11 @@ class WorkerSide:
         want, outs, failed, unknown = [], [], [], []
         with self.lock:
             room = cap - self.staged_bytes
+        seen = set()
         for h, n, code, shape in specs:
+            if h in seen:
+                continue  # named twice in one message: once is enough
+            seen.add(h)
             with self.lock:
                 if h in self.staged:
                     want.append(h)  # asked again (a second request): still here
@@ -589,8 +598,11 @@ class WorkerSide:
             except Exception:  # noqa: BLE001 - a dtype this torch lacks: the load says why
                 failed.append(h)
                 continue
-            if n > room or self.closed:
-                failed.append(h)
+            count = 1
+            for d in shape:
+                count *= d
+            if n > room or self.closed or count * torch.empty((), dtype=dt).element_size() != n:
+                failed.append(h)  # no room, or a shape that does not match its size: nothing allocated
                 continue
             t = self._host_tensor(dt, shape, cuda)
             if t.numel() * t.element_size() != n:
@@ -630,29 +642,47 @@ class WorkerSide:
         vllm_scheduler._Prefetcher._direct): read from their holders, found
         through Redis (or the servers list), with their stored dtype and
         shape; pinned on a GPU host.  Those past cap fail."""
-        try:
-            store = self._stage_open(remote=True)
-            tensors, sts = store.batch_get_tensors(keys, pin_memory=pin, with_status=True)
-        except EcstoreError as e:
-            self.warn.warn("stage", "ecstore EC connector: staging %d items from their holders: %s", len(keys), e)
-            self._stage_close()
-            return [], list(keys)
         ok, bad = [], []
-        now = time.monotonic()
-        with self.lock:
-            for h, t, st in zip(keys, tensors, sts):
-                n = t.numel() * t.element_size() if st == 0 and t is not None else 0
-                if st != 0 or t is None or self.closed or self.staged_bytes + n > cap:
-                    bad.append(h)
-                    continue
-                self.staged[h] = (t, now)
-                self.staged_bytes += n
-                ok.append(h)
+        # Sizes are learnt as the bytes come: read a few items at a time,
+        # and fail the rest once the room is used (a long list never reads
+        # far past the cap).
+        for i in range(0, len(keys), _HOLDER_CHUNK):
+            chunk = keys[i:i + _HOLDER_CHUNK]
+            with self.lock:
+                full = self.staged_bytes >= cap
+            if full or self.closed:
+                bad += chunk
+                continue
+            try:
+                store = self._stage_open(remote=True)
+                tensors, sts = store.batch_get_tensors(chunk, pin_memory=pin, with_status=True)
+            except EcstoreError as e:
+                self.warn.warn("stage", "ecstore EC connector: staging %d items from their holders: %s",
+                               len(chunk), e)
+                self._stage_close()
+                bad += chunk
+                continue
+            now = time.monotonic()
+            with self.lock:
+                for h, t, st in zip(chunk, tensors, sts):
+                    n = t.numel() * t.element_size() if st == 0 and t is not None else 0
+                    if st != 0 or t is None or self.closed or self.staged_bytes + n > cap or h in self.staged:
+                        if h in self.staged:
+                            ok.append(h)
+                        else:
+                            bad.append(h)
+                        continue
+                    self.staged[h] = (t, now)
+                    self.staged_bytes += n
+                    ok.append(h)
         return ok, bad
 
     def _stage_open(self, remote=False):
         """The stage thread's Stores: the connector's servers, or (remote)
-        holders found through Redis when there is one."""
+        holders found through Redis when there is one.  None opens once
+        the worker closed (close() may not have waited this thread out)."""
+        if self.closed:
+            raise make_error(codes.ENOTCONN, "the connector is shut down")
         if remote and self.c_cfg.get("redis_url"):
             if self.stage_remote is None:
                 self.stage_remote = Store(store_config(self.c_cfg, servers=None, protocol=self.c_cfg.get("protocol"),
