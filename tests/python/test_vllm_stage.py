@@ -32,6 +32,17 @@ def instance(extra):
     return sched, wconn
 
 
+def hold_stage(wconn, then_copy=False):
+    """The worker's stage copy waits until the returned event is set (a
+    stuck or a late worker), then fails its items, or (then_copy) makes
+    them."""
+    gate = threading.Event()
+    real = wconn.worker.stager.fetch
+    fail = lambda specs: ([], [h for h, *_ in specs])  # noqa: E731
+    wconn.worker.stager.fetch = lambda specs: (gate.wait(10), (real if then_copy else fail)(specs))[1]
+    return gate
+
+
 def saved(hosts, seed, specs):
     assert roles.save_all(roles.vllm_config("ec_both", hosts.extra(hosts.a)), seed, specs) == []
 
@@ -83,10 +94,7 @@ def test_a_stuck_stage_ends_at_its_timeout_and_the_load_copies(hosts):
     after stage_timeout_ms anyway, and the load copies it in the step."""
     saved(hosts, 6, ["t-1:64:512"])
     sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False, stage_timeout_ms=400))
-    stuck = threading.Event()
-    client = wconn.worker.stager
-    real = client.fetch
-    client.fetch = lambda specs: (stuck.wait(10), ([], [h for h, *_ in specs]))[1]
+    stuck = hold_stage(wconn)
     try:
         req = roles.request("r", [("t-1", 64)])
         t0 = time.monotonic()
@@ -100,7 +108,6 @@ def test_a_stuck_stage_ends_at_its_timeout_and_the_load_copies(hosts):
         assert sched.get_ec_connector_stats().data["stage_timeouts"] == 1
     finally:
         stuck.set()
-        client.fetch = real
         sched.shutdown()
         wconn.shutdown()
 
@@ -268,17 +275,13 @@ def test_an_item_still_staging_at_its_prefetch_deadline_does_not_fail(hosts):
     prefetch deadline is ready at its stage timeout, not failed."""
     saved(hosts, 13, ["p-1:64:512"])
     sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False, prefetch_timeout_ms=500, stage_timeout_ms=1500))
-    stuck = threading.Event()
-    client = wconn.worker.stager
-    real = client.fetch
-    client.fetch = lambda specs: (stuck.wait(10), ([], [h for h, *_ in specs]))[1]
+    stuck = hold_stage(wconn)
     try:
         req = roles.request("r", [("p-1", 64)])
         assert wait_ready(sched, req, 4.0)[0]
         assert sched.take_unavailable_requests() == set()
     finally:
         stuck.set()
-        client.fetch = real
         sched.shutdown()
         wconn.shutdown()
 
@@ -289,10 +292,7 @@ def test_a_copy_staged_after_its_load_is_dropped(hosts):
     go, so the late copy does not hold the staging room for stage_ttl_s."""
     saved(hosts, 14, ["l-1:64:512"])
     sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False, stage_timeout_ms=300))
-    late = threading.Event()
-    client = wconn.worker.stager
-    real = client.fetch
-    client.fetch = lambda specs: (late.wait(10), real(specs))[1]
+    late = hold_stage(wconn, then_copy=True)
     try:
         req = roles.request("r", [("l-1", 64)])
         assert wait_ready(sched, req, 8.0)[0]  # at the stage timeout
@@ -309,7 +309,6 @@ def test_a_copy_staged_after_its_load_is_dropped(hosts):
         assert wconn.worker.staged == {} and wconn.worker.staged_bytes == 0
     finally:
         late.set()
-        client.fetch = real
         sched.shutdown()
         wconn.shutdown()
 

@@ -541,19 +541,19 @@ class WorkerSide:
         """Hands over what the stage thread copied already; returns the
         specs it had not."""
         with self.lock:
-            got = [(s, self.staged.pop(s.mm_hash, None)) for s in specs]
-            for _, e in got:
-                if e is not None:
-                    self.staged_bytes -= e[0].numel() * e[0].element_size()
-        rest, hosts = [], []
-        for s, e in got:
-            if e is None:
-                rest.append(s)
-                continue
-            t = e[0]
+            got = [(s, self._staged_pop_locked(s.mm_hash)) for s in specs]
+        self._hand_over([(s, t) for s, t in got if t is not None], encoder_cache, device, "load_staged")
+        return [s for s, t in got if t is None]
+
+    def _hand_over(self, pairs, encoder_cache, device, counter=None):
+        """Puts host tensors [(spec, tensor)] into encoder_cache: as they
+        are on a CPU; on a GPU copied asynchronously, each host tensor kept
+        until its copy's event completed.  Counts them loaded."""
+        hosts = []
+        for s, t in pairs:
             if device.type == "cuda":
                 encoder_cache[s.mm_hash] = t.to(device, non_blocking=True)
-                hosts.append(t)  # kept until the copy is done
+                hosts.append(t)
             else:
                 encoder_cache[s.mm_hash] = t
         if hosts:
@@ -561,13 +561,24 @@ class WorkerSide:
             ev.record()
             self.h2d.append((ev, hosts))
         with self.lock:
-            for s, e in got:
-                if e is not None:
-                    self.finished_loads.add(s.mm_hash)
-                    self.stats.add("loads")
-                    self.stats.add("load_staged")
-                    self.stats.add("load_bytes", e[0].numel() * e[0].element_size())
-        return rest
+            for s, t in pairs:
+                self.finished_loads.add(s.mm_hash)
+                self.stats.add("loads")
+                self.stats.add("load_bytes", t.numel() * t.element_size())
+                if counter:
+                    self.stats.add(counter)
+
+    def _staged_put_locked(self, h, t, now):
+        self.staged[h] = (t, now)
+        self.staged_bytes += t.numel() * t.element_size()
+
+    def _staged_pop_locked(self, h):
+        """h's staged tensor, no longer staged; None when there was none."""
+        e = self.staged.pop(h, None)
+        if e is None:
+            return None
+        self.staged_bytes -= e[0].numel() * e[0].element_size()
+        return e[0]
 
     def _stage_fetch(self, specs):
         """On the stage thread: copies specs [(h, nbytes, dtype code,
@@ -626,8 +637,7 @@ class WorkerSide:
             with self.lock:
                 for (h, o), st in zip(fetch, sts):
                     if st == 0 and not self.closed:
-                        self.staged[h] = (o, now)
-                        self.staged_bytes += o.numel() * o.element_size()
+                        self._staged_put_locked(h, o, now)
                         staged.append(h)
                     else:
                         failed.append(h)
@@ -672,8 +682,7 @@ class WorkerSide:
                         else:
                             bad.append(h)
                         continue
-                    self.staged[h] = (t, now)
-                    self.staged_bytes += n
+                    self._staged_put_locked(h, t, now)
                     ok.append(h)
         return ok, bad
 
@@ -685,13 +694,18 @@ class WorkerSide:
             raise make_error(codes.ENOTCONN, "the connector is shut down")
         if remote and self.c_cfg.get("redis_url"):
             if self.stage_remote is None:
-                self.stage_remote = Store(store_config(self.c_cfg, servers=None, protocol=self.c_cfg.get("protocol"),
-                                                       placement=None, replicas=None))
+                self.stage_remote = self._holders_store()
             return self.stage_remote
         if self.stage_store is None:
             self.stage_store = Store(store_config(self.c_cfg, protocol=self.c_cfg.get("protocol"),
                                                   placement=None, replicas=None))
         return self.stage_store
+
+    def _holders_store(self):
+        """A Store that finds each item's holder through Redis (one per
+        thread that uses it)."""
+        return Store(store_config(self.c_cfg, servers=None, protocol=self.c_cfg.get("protocol"), placement=None,
+                                  replicas=None))
 
     def _stage_close(self):
         for s in (self.stage_store, self.stage_remote):
@@ -702,9 +716,7 @@ class WorkerSide:
     def _stage_drop(self, hashes):
         with self.lock:
             for h in hashes:
-                e = self.staged.pop(h, None)
-                if e is not None:
-                    self.staged_bytes -= e[0].numel() * e[0].element_size()
+                self._staged_pop_locked(h)
 
     def _stage_expire(self):
         """Drops staged items vLLM never loaded (their requests went)."""
@@ -904,26 +916,12 @@ class WorkerSide:
         lost = [s for s in specs if s.mm_hash not in got and not s.local]
         if lost and self.stager is not None and self.c_cfg.get("redis_url"):
             got.update(self._load_from_holders(lost, cuda))
-        hosts = []
         with self.lock:
             for spec in specs:
-                t = got.get(spec.mm_hash)
-                if t is None:
+                if spec.mm_hash not in got:
                     self.failed_loads.update(spec.req_ids)
                     self.stats.add("load_failed")
-                    continue
-                if cuda:
-                    encoder_cache[spec.mm_hash] = t.to(device, non_blocking=True)
-                    hosts.append(t)
-                else:
-                    encoder_cache[spec.mm_hash] = t
-                self.finished_loads.add(spec.mm_hash)
-                self.stats.add("loads")
-                self.stats.add("load_bytes", t.numel() * t.element_size())
-        if hosts:
-            ev = torch.cuda.Event()
-            ev.record()
-            self.h2d.append((ev, hosts))
+        self._hand_over([(s, got[s.mm_hash]) for s in specs if s.mm_hash in got], encoder_cache, device)
 
     def _load(self, specs, pin):
         """{mm_hash: host tensor} of the hits, through the C connector."""
@@ -967,8 +965,7 @@ class WorkerSide:
         connector's servers are this host's, which never had them)."""
         try:
             if self.load_remote is None:
-                self.load_remote = Store(store_config(self.c_cfg, servers=None, protocol=self.c_cfg.get("protocol"),
-                                                      placement=None, replicas=None))
+                self.load_remote = self._holders_store()
             tensors, sts = self.load_remote.batch_get_tensors([s.mm_hash for s in specs], pin_memory=pin,
                                                               with_status=True)
         except EcstoreError as e:
