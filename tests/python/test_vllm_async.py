@@ -386,6 +386,17 @@ def test_producer_killed_mid_save_fails_requests_within_deadline(hosts, tmp_path
         sched.shutdown()
 
 
+def wait_looked_up(sched, n=1, timeout_s=5.0):
+    """Waits until the prefetch thread's first look found n items stored or
+    being saved (its "prefetches" counter)."""
+    seen, end = 0, time.monotonic() + timeout_s
+    while seen < n and time.monotonic() < end:
+        st = sched.get_ec_connector_stats()
+        seen += st.data.get("prefetches", 0) if st is not None else 0
+        time.sleep(0.002)
+    assert seen >= n, "the first look found %d of %d items" % (seen, n)
+
+
 def test_redis_frozen_during_prefetch_is_bounded(hosts):
     cextra = hosts.extra(hosts.b, prefetch_timeout_ms=2000, timeout_ms=1000, redis_timeout_ms=300)
     sched = roles.scheduler(roles.vllm_config("ec_consumer", cextra))
@@ -394,6 +405,7 @@ def test_redis_frozen_during_prefetch_is_bounded(hosts):
         marks.mark(["f-1"], b"a save that never lands")
         req = roles.request("r-f", [("f-1", 16)])
         assert not sched.ensure_cache_available(req, 0)  # pending: deferred
+        wait_looked_up(sched)  # Redis freezes once the prefetch knows the save is pending
         hosts.redis.pause()
         t0 = time.monotonic()
         gone, longest = set(), 0.0
@@ -430,13 +442,48 @@ def test_views_are_zero_copy_pins_of_the_pool(hosts):
         views.release()  # idempotent
 
 
-def test_item_absent_everywhere_is_not_deferred(hosts):
+def test_item_absent_everywhere_is_deferred_only_until_its_first_look(hosts):
+    """The prefetch thread looks a new item up: its request may wait a step
+    or two for that, then is not deferred (vLLM encodes the item)."""
     sched = roles.scheduler(roles.vllm_config("ec_consumer", hosts.extra(hosts.b)))
     try:
         req = roles.request("r", [("never", 8)])
-        assert sched.ensure_cache_available(req, 0)  # vLLM encodes it
+        t0, steps = time.monotonic(), 0
+        while not sched.ensure_cache_available(req, 0):
+            steps += 1
+            assert time.monotonic() - t0 < 1.0, "still deferred after %d steps" % steps
+            time.sleep(0.001)
+        assert sched.ensure_cache_available(req, 0)  # stays so
         assert not sched.has_cache_item("never")
+        assert sched.take_unavailable_requests() == set()  # encoded, not failed
     finally:
+        sched.shutdown()
+
+
+def test_scheduler_hooks_never_wait_for_redis(hosts):
+    """New requests reach ensure_cache_available with Redis frozen: each
+    call returns at once (the old code looked every new item up on vLLM's
+    scheduler thread, up to redis_timeout_ms per call), and each item ends
+    absent (vLLM encodes it) within the look's bound."""
+    cextra = hosts.extra(hosts.b, timeout_ms=1000, redis_timeout_ms=300)
+    sched = roles.scheduler(roles.vllm_config("ec_consumer", cextra))
+    try:
+        assert sched.ensure_cache_available(roles.request("warm", [("warm-1", 8)]), 0) in (True, False)
+        hosts.redis.pause()
+        reqs = [roles.request("rf-%d" % i, [("frozen-%d" % i, 8)]) for i in range(8)]
+        t0, longest, pending = time.monotonic(), 0.0, list(reqs)
+        while pending and time.monotonic() - t0 < 3.0:
+            for r in list(pending):
+                t1 = time.monotonic()
+                if sched.ensure_cache_available(r, 0):
+                    pending.remove(r)
+                longest = max(longest, time.monotonic() - t1)
+            time.sleep(0.002)
+        assert not pending, "deferred for over 3 s with Redis frozen"
+        assert longest < 0.05, "a hook call took %.0f ms with Redis frozen" % (longest * 1e3)
+        assert sched.take_unavailable_requests() == set()
+    finally:
+        hosts.redis.resume()
         sched.shutdown()
 
 

@@ -500,7 +500,8 @@ class Store:
             return
         check(st, "put %r" % (key,))
 
-    def batch_get_tensors(self, keys, outs=None, framework="torch", pin_memory=False, with_status=False):
+    def batch_get_tensors(self, keys, outs=None, framework="torch", pin_memory=False, with_status=False,
+                          alloc=None):
         """Fetches tensors with their stored dtype and shape.  Returns a list
         with, per key, the tensor or None (a miss or an item error); with
         with_status=True, returns (tensors, statuses).
@@ -516,11 +517,15 @@ class Store:
         - pin_memory=True (torch, needs CUDA): 2 round trips: one to learn
           each object's dtype and shape (no bytes sent), then a read straight
           into torch.empty(..., pin_memory=True).
+        - alloc (no outs): 2 round trips as with pin_memory, the second into
+          alloc(dtype code, shape), an uninitialised tensor/array of that
+          dtype and shape in memory of the caller's choosing (a pool), or
+          None to skip the item (its status: ENOSPC).
         framework: "torch" (default) or "numpy", for results allocated here."""
-        results, statuses, _ = self._batch_get(keys, outs, framework, pin_memory)
+        results, statuses, _ = self._batch_get(keys, outs, framework, pin_memory, alloc)
         return (results, statuses) if with_status else results
 
-    def _batch_get(self, keys, outs, framework, pin_memory):
+    def _batch_get(self, keys, outs, framework, pin_memory, alloc=None):
         """(results, statuses, details): details[i] says why an item whose
         out did not fit the stored dtype failed ("" otherwise)."""
         _t.check_framework(framework)
@@ -532,8 +537,11 @@ class Store:
         if outs is not None:
             _check_lengths("batch_get_tensors", keys, outs)
             return self._get_into_outs(karr, bufs, n, outs)
-        if pin_memory:
-            return self._get_pinned(keys, karr, bufs, n, framework)
+        if pin_memory or alloc is not None:
+            if alloc is None:
+                def alloc(code, shape):
+                    return _t.alloc(framework, code, shape, pin_memory=True)
+            return self._get_learnt(keys, karr, bufs, n, alloc)
         return self._get_alloc(karr, bufs, n, framework)
 
     def _get_into_outs(self, karr, bufs, n, outs):
@@ -565,18 +573,20 @@ class Store:
         check(rc, detail, statuses)
         return results, statuses, [""] * n
 
-    def _get_pinned(self, keys, karr, bufs, n, framework):
+    def _get_learnt(self, keys, karr, bufs, n, alloc):
         # Round trip 1: capacity 0 gives EBUFSMALL with dtype and shape.
         rc, detail = self._call(self._lib.ecs_get_batch, karr, bufs, n)
         check(rc, detail, [b.status for b in bufs])
         results = [None] * n
+        statuses = [b.status for b in bufs]
         for i, b in enumerate(bufs):
             if b.status in (0, codes.EBUFSMALL):
-                results[i] = _t.alloc(framework, b.desc.dtype, b.desc.shape[: b.desc.ndim], pin_memory=True)
-        # Round trip 2: into the pinned tensors (an object replaced in
+                results[i] = alloc(b.desc.dtype, tuple(b.desc.shape[: b.desc.ndim]))
+                if results[i] is None:
+                    statuses[i] = codes.ENOSPC  # alloc said no
+        # Round trip 2: into the tensors alloc gave (an object replaced in
         # between with a larger one is EBUFSMALL: a miss, never wrong bytes).
         todo = [i for i in range(n) if results[i] is not None]
-        statuses = [b.status for b in bufs]
         details = [""] * n
         if not todo:
             return results, statuses, details

@@ -47,9 +47,14 @@ from .vllm_common import (
 )
 from .vllm_stage import StageHub, channel_name
 
-#: An item is fetched (to this host), then staged (its workers copy it into
-#: their pinned memory; only where their loads would copy), then ready.
-FETCHING, STAGING, READY = "fetching", "staging", "ready"
+#: An item is first looked up (by the prefetch thread: is it stored or
+#: being saved?), then fetched (to this host), then staged (its workers copy
+#: it into their pinned memory; only where their loads would copy), then
+#: ready.
+LOOKUP, FETCHING, STAGING, READY = "lookup", "fetching", "staging", "ready"
+#: An item found absent stays known absent this long (vLLM encodes it; a
+#: request that wants it later looks again after).
+_ABSENT_S = 1.0
 
 #: Pause of the prefetch thread between tries of an item being saved, or
 #: after a store error.
@@ -64,7 +69,8 @@ _PULL_RETRY_S = 30.0
 
 
 class _Item:
-    __slots__ = ("state", "deadline", "t0", "waiters", "desc", "nbytes", "local", "busy", "expect", "stage_end")
+    __slots__ = ("state", "deadline", "t0", "waiters", "desc", "nbytes", "local", "busy", "expect", "stage_end",
+                 "rows")
 
     def __init__(self, deadline, now):
         self.state = FETCHING
@@ -77,6 +83,7 @@ class _Item:
         self.busy = False  # the prefetch thread is working on it
         self.expect = set()  # STAGING: the worker ranks that have not answered
         self.stage_end = 0.0  # STAGING: ready at this time even without their answers
+        self.rows = 0  # embeddings a request expects of it (0: unknown): the worker's size guess
 
 
 def make_marks(c_cfg, py):
@@ -103,7 +110,7 @@ class SchedulerSide:
         self.is_producer, self.is_consumer = is_producer, is_consumer
         self.lock = threading.Condition()
         self.items = {}  # mm_hash -> _Item, consumer
-        self.absent = set()  # mm_hashes known absent this step
+        self.absent = {}  # mm_hash -> until when it is known absent
         self.loads = {}  # mm_hash -> ECStoreLoadSpec, until build_connector_meta
         self.in_cache = set()  # mm_hashes in vLLM's encoder cache (allocated, not yet freed)
         self.unavailable = set()
@@ -176,7 +183,7 @@ class SchedulerSide:
         with self.lock:
             for k in keys:
                 if states[k] == "absent":
-                    self.absent.add(k)
+                    self.absent[k] = now + _ABSENT_S
                 elif k not in self.items:
                     it = self.items[k] = _Item(deadline, now)
                     self.stats.add("prefetches")
@@ -214,16 +221,27 @@ class SchedulerSide:
     def _ensure(self, request, num_computed_tokens):
         now = time.monotonic()
         need = []
-        for f in request.mm_features:
+        rows = {}
+        for i, f in enumerate(request.mm_features):
             pos = f.mm_position
             if pos.offset + pos.length <= num_computed_tokens or f.identifier in self.in_cache:
                 continue
             need.append(f.identifier)
+            rows[f.identifier] = _rows(request, i)
         if not need:
             return True
         with self.lock:
-            unknown = list(dict.fromkeys(h for h in need if h not in self.items and h not in self.absent))
-        if unknown:
+            unknown = list(dict.fromkeys(h for h in need if h not in self.items and self.absent.get(h, 0) <= now))
+            if unknown and self.prefetcher is not None:
+                # The prefetch thread looks them up (one batch), never this
+                # thread: the request waits a step, vLLM's scheduler never
+                # waits for Redis.
+                end = now + max(0.05, 2 * self.py["redis_timeout_ms"] / 1e3)
+                for h in unknown:
+                    it = self.items[h] = _Item(end, now)
+                    it.state = LOOKUP
+                self.lock.notify_all()
+        if unknown and self.prefetcher is None:
             self._start(unknown, now)
         if self.prefetcher is None:
             with self.lock:
@@ -237,6 +255,10 @@ class SchedulerSide:
                 it = self.items.get(h)
                 if it is None:
                     continue  # absent: vLLM encodes it
+                it.rows = it.rows or rows[h]
+                if it.state == LOOKUP and now >= it.deadline:
+                    self._absent_locked(h)  # not looked up in time: vLLM encodes it
+                    continue
                 it.waiters.add(request.request_id)
                 if it.state == STAGING and now >= it.stage_end:
                     self._stage_done_locked(it, "stage_timeouts")
@@ -283,29 +305,29 @@ class SchedulerSide:
         """Prefetch thread: items just ready on this host (h, desc, nbytes,
         local); those the workers would copy are staged first."""
         zero_copy = self.py["zero_copy"]
-        # an item without desc (read from its holder by the worker, see
-        # _Prefetcher._direct) goes as size, dtype and shape unknown
-        ask = [(h, n, desc[0], desc[1]) if desc is not None else (h, -1, -1, ())
-               for h, desc, n, local in specs if not (zero_copy and local)]
-        ranks = self.hub.ranks() if self.hub is not None and ask else set()
+        ranks = self.hub.ranks() if self.hub is not None else set()
         now = time.monotonic()
         with self.lock:
-            go = []
+            go, ask = [], []
             for h, desc, n, local in specs:
                 it = self.items.get(h)
                 if it is None:
                     continue
                 it.desc, it.nbytes, it.local = desc, max(0, n), local
-                if ranks and not (zero_copy and local):  # the test ask was built with
+                if ranks and not (zero_copy and local):
                     it.state, it.expect = STAGING, set(ranks)
                     it.stage_end = now + self.py["stage_timeout_ms"] / 1e3
                     go.append(h)
+                    # an item without desc (read from its holder by the
+                    # worker, see _Prefetcher._direct) goes as size, dtype
+                    # and shape unknown, with the rows a request expects
+                    ask.append((h, n, desc[0], desc[1]) if desc is not None
+                               else (h, -1, -1, (it.rows,) if it.rows else ()))
                 else:
                     self._stage_done_locked(it)
         if not go:
             return
-        want = set(go)
-        asked = self.hub.stage([a for a in ask if a[0] in want])
+        asked = self.hub.stage(ask)
         with self.lock:
             for h in go:
                 it = self.items.get(h)
@@ -318,6 +340,13 @@ class SchedulerSide:
                     if not it.expect:
                         self._stage_done_locked(it)
             self.lock.notify_all()
+
+    def _absent_locked(self, h):
+        """h's first look found it neither stored nor being saved."""
+        it = self.items.pop(h, None)
+        self.absent[h] = time.monotonic() + _ABSENT_S
+        if it is not None and it.local and self.prefetcher is not None:
+            self.prefetcher.unpin(h)
 
     def _fail_locked(self, h, why):
         it = self.items.pop(h, None)
@@ -337,9 +366,10 @@ class SchedulerSide:
         saved; False (vLLM encodes it) otherwise, and on any error."""
         try:
             with self.lock:
-                if identifier in self.items:
+                it = self.items.get(identifier)
+                if it is not None and it.state != LOOKUP:
                     found = True
-                elif identifier in self.absent:
+                elif it is None and self.absent.get(identifier, 0) > time.monotonic():
                     found = False
                 else:
                     found = None
@@ -385,7 +415,8 @@ class SchedulerSide:
                 for r in sorted(it.waiters) if it is not None else ():
                     if r in scheduled and r not in spec.req_ids:
                         spec.req_ids.append(r)
-            self.absent.clear()
+            now = time.monotonic()
+            self.absent = {h: t for h, t in self.absent.items() if t > now}
             drops, self.stage_drops = self.stage_drops, []
         if drops:
             self.hub.drop(drops)
@@ -479,6 +510,16 @@ class SchedulerSide:
             self.marks.close()
 
 
+def _rows(request, index):
+    """How many embeddings the request expects of its index-th item (0
+    when it cannot say)."""
+    try:
+        n = int(request.get_num_encoder_embeds(index))
+    except Exception:  # noqa: BLE001 - only a guess
+        return 0
+    return n if 0 < n < 1 << 32 else 0
+
+
 def _width(vllm_config, modality, mc):
     try:
         from vllm.distributed.ec_transfer.ec_connector.encoder_output_width import get_encoder_output_width
@@ -565,7 +606,7 @@ class _Prefetcher:
             self._release()
             self._refresh()
             with self.side.lock:
-                todo = [h for h, it in self.side.items.items() if it.state == FETCHING and not it.busy]
+                todo = [h for h, it in self.side.items.items() if it.state in (LOOKUP, FETCHING) and not it.busy]
                 if not todo:
                     self.side.lock.wait(0.05)
                     continue
@@ -661,13 +702,41 @@ class _Prefetcher:
         return got
 
     def _fetch(self, todo):
-        """One pass over todo; True when something must be tried again soon."""
+        """One pass over todo; True when something must be tried again soon.
+        Then each of todo's first looks (LOOKUP) is settled: found (ready
+        or staging now), being saved or stored (FETCHING), or absent
+        (vLLM encodes it)."""
+        gone, unsure = set(), True
+        try:
+            again, gone, unsure = self._fetch_pass(todo)
+        finally:
+            ready = {d[0] for d in self.done}
+            with self.side.lock:
+                for h in todo:
+                    it = self.side.items.get(h)
+                    if it is None or it.state != LOOKUP:
+                        continue
+                    if h not in ready and (h in gone or unsure):
+                        self.side._absent_locked(h)
+                        continue
+                    self.side.stats.add("prefetches")
+                    it.state = FETCHING  # ready ones leave it at _flush_ready
+                    it.deadline = it.t0 + self.py["prefetch_timeout_ms"] / 1e3
+                self.side.lock.notify_all()
+        return again
+
+    def _fetch_pass(self, todo):
+        """(again, gone, unsure): gone holds the items of todo no holder
+        has and no save is pending for; unsure says the pass could not
+        tell (no store, marks unreadable)."""
         local, remote = self._open()
         if local is None and remote is None:
-            return True
+            return True, set(), True
         again = False
-        # 1. already on this host: pin it.
-        pinned = self._pin(local, todo)
+        direct = self._direct()
+        # 1. already on this host: pin it (not when the worker reads from
+        # the holders anyway: the staged copy keeps the item).
+        pinned = self._pin(local, todo) if not direct else {}
         for h, (views, i) in pinned.items():
             old = self.pins.pop(h, None)
             self.pins[h] = (views, i)
@@ -678,21 +747,22 @@ class _Prefetcher:
                 self.unpins.append(h)
         missing = [h for h in todo if h not in pinned]
         if not missing:
-            return False
+            return False, set(), False
         if remote is None:
-            return True  # nowhere else to look; the deadline ends it
+            return True, set(), True  # nowhere else to look; the deadline ends it
         # 2. from its holder, through this host's server when there is one.
         # The marks are read before the get: a save commits its record
         # before it deletes its mark, so a key unmarked before a get that
         # misses is not coming.
-        pend = {}
+        pend, unsure = {}, False
         if self.side.marks is not None:
             try:
                 pend = dict(zip(missing, self.side.marks.pending(missing)))
             except ConnectionError:
                 pend = {h: True for h in missing}  # unknown: keep trying until the deadline
+                unsure = True
         gone, missing = [], list(missing)
-        if self._direct():
+        if direct:
             gone, missing = self._direct_ready(remote, missing)
         if missing and local is not None and time.monotonic() >= self.pull_off_until:
             pulled, lost, missing, more = self._pull(local, remote, missing)
@@ -703,14 +773,18 @@ class _Prefetcher:
             gone += lost
             again |= more
         # 3. not stored anywhere (yet): pending, or gone.
+        out = set()
         if gone:
             with self.side.lock:
                 for h in gone:
+                    it = self.side.items.get(h)
                     if pend.get(h):
                         again = True
-                    elif h in self.side.items:
+                    elif it is not None and it.state != LOOKUP:
                         self.side._fail_locked(h, "no longer stored, and no save pending")
-        return again
+                    else:
+                        out.add(h)
+        return again, out, unsure
 
     def _direct(self):
         """True when the worker stages straight from the holders: it

@@ -320,7 +320,8 @@ class StageClient:
             if not (isinstance(e, list) and len(e) == 4):
                 continue
             h, n, c, shape = e
-            # n == -1: size, dtype and shape unknown (the worker learns them)
+            # n == -1: size, dtype and shape unknown (the worker learns them);
+            # shape is then [rows a request expects], or [] (a size guess)
             if not (isinstance(h, str) and 0 < len(h) <= 1024 and isinstance(n, int) and -1 <= n < 1 << 40
                     and isinstance(c, int) and isinstance(shape, list) and len(shape) <= 8
                     and all(isinstance(d, int) and 0 <= d < 1 << 32 for d in shape)):

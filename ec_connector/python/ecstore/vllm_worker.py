@@ -602,7 +602,7 @@ class WorkerSide:
                     outs.append(None)
                     continue
             if n < 0:
-                unknown.append(h)  # read from its holder below
+                unknown.append((h, shape[0] if len(shape) == 1 else 0))  # read from its holder below
                 continue
             try:
                 dt = _t.torch_dtype(code)
@@ -647,43 +647,75 @@ class WorkerSide:
             failed += bad
         return staged, failed
 
-    def _stage_from_holders(self, keys, cap, pin):
+    def _stage_from_holders(self, items, cap, pin):
         """Items the scheduler did not bring to this host (see
-        vllm_scheduler._Prefetcher._direct): read from their holders, found
-        through Redis (or the servers list), with their stored dtype and
-        shape; pinned on a GPU host.  Those past cap fail."""
-        ok, bad = [], []
-        # Sizes are learnt as the bytes come: read a few items at a time,
-        # and fail the rest once the room is used (a long list never reads
-        # far past the cap).
-        for i in range(0, len(keys), _HOLDER_CHUNK):
-            chunk = keys[i:i + _HOLDER_CHUNK]
-            with self.lock:
-                full = self.staged_bytes >= cap
-            if full or self.closed:
-                bad += chunk
-                continue
+        vllm_scheduler._Prefetcher._direct), [(h, rows a request expects or
+        0)]: read from their holders, found through Redis, with their stored
+        dtype and shape, into the load pool (faulted in up front, pinned on a
+        GPU host).  Where the model's row is known (from an earlier item) the
+        tensor is guessed from rows and the read is one round trip; else, or
+        where the guess was wrong, one round trip learns the dtype and shape
+        and a second reads.  Nothing is allocated past cap: those items
+        fail.  Returns (staged, failed)."""
+        with self.lock:
+            room = [cap - self.staged_bytes]
+        if self.closed or room[0] <= 0:
+            return [], [h for h, _ in items]
+
+        def take(code, shape):
+            """A host tensor within the room left, or None."""
+            count = 1
+            for d in shape:
+                count *= d
+            n = count * _t.dtype_size(code)
+            if n > room[0]:
+                return None
             try:
-                store = self._stage_open(remote=True)
-                tensors, sts = store.batch_get_tensors(chunk, pin_memory=pin, with_status=True)
-            except EcstoreError as e:
-                self.warn.warn("stage", "ecstore EC connector: staging %d items from their holders: %s",
-                               len(chunk), e)
-                self._stage_close()
-                bad += chunk
-                continue
-            now = time.monotonic()
-            with self.lock:
-                for h, t, st in zip(chunk, tensors, sts):
-                    n = t.numel() * t.element_size() if st == 0 and t is not None else 0
-                    if st != 0 or t is None or self.closed or self.staged_bytes + n > cap or h in self.staged:
-                        if h in self.staged:
-                            ok.append(h)
-                        else:
-                            bad.append(h)
-                        continue
+                t = self._host_tensor(_t.torch_dtype(code), shape, pin)
+            except Exception:  # noqa: BLE001 - a dtype this torch lacks: the item fails
+                return None
+            room[0] -= n
+            return t
+
+        got = {}  # h -> tensor
+        rest = [h for h, _ in items]
+        try:
+            store = self._stage_open(remote=True)
+            row = self.row
+            guess = [(h, take(row[0], (rows,) + row[1])) for h, rows in items if rows] if row else []
+            guess = [(h, t) for h, t in guess if t is not None]
+            if guess:
+                res, sts = store.batch_get_tensors([h for h, _ in guess], outs=[t for _, t in guess],
+                                                   with_status=True)
+                for (h, g), t, st in zip(guess, res, sts):
+                    if st == 0 and t is not None:
+                        got[h] = t
+                    else:
+                        room[0] += g.numel() * g.element_size()  # a wrong guess: its block goes back
+                rest = [h for h in rest if h not in got]
+            if rest:
+                res, sts = store.batch_get_tensors(rest, alloc=take, with_status=True)
+                for h, t, st in zip(rest, res, sts):
+                    if st == 0 and t is not None:
+                        got[h] = t
+        except EcstoreError as e:
+            self.warn.warn("stage", "ecstore EC connector: staging %d items from their holders: %s", len(items), e)
+            self._stage_close()
+        rows_of = dict(items)
+        ok, bad = [], []
+        now = time.monotonic()
+        with self.lock:
+            for h, _ in items:
+                t = got.get(h)
+                if t is not None and not self.closed and h not in self.staged:
+                    if rows_of[h] and t.dim() >= 1 and t.shape[0] == rows_of[h]:
+                        self.row = (_t.describe(t)[2], tuple(t.shape[1:]))
                     self._staged_put_locked(h, t, now)
                     ok.append(h)
+                elif h in self.staged:
+                    ok.append(h)  # staged meanwhile by another message
+                else:
+                    bad.append(h)
         return ok, bad
 
     def _stage_open(self, remote=False):
