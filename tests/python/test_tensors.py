@@ -231,6 +231,32 @@ def test_pinned_tensors(store, uniq):
     assert u.is_pinned() and torch.equal(u, t)
 
 
+def test_get_into_memory_the_caller_allocates(store, uniq):
+    """alloc=: the get learns each object's dtype and shape, asks alloc for
+    the tensor, reads into it; alloc's None skips that item (ENOSPC) and
+    a missing key never reaches alloc."""
+    a, b = torch_sample("bfloat16", (8, 16), 1), torch_sample("float32", (3, 5), 2)
+    ka, kb, kc = uniq(), uniq(), uniq()
+    store.batch_put_tensors([ka, kb], [a, b])
+    asked, backing = [], []
+
+    def alloc(code, shape):
+        asked.append((ecstore.tensors.dtype_name(code), shape))
+        if len(asked) == 2:
+            return None
+        dt = ecstore.tensors.torch_dtype(code)
+        buf = torch.empty(1024, dtype=torch.uint8)  # the caller's memory
+        backing.append(buf)
+        n = torch.empty((), dtype=dt).element_size() * shape[0] * shape[1]
+        return buf[:n].view(dt).view(shape)
+
+    got, st = store.batch_get_tensors([ka, kb, kc], alloc=alloc, with_status=True)
+    assert asked == [("bf16", (8, 16)), ("f32", (3, 5))]
+    assert st[0] == 0 and torch.equal(got[0], a) and got[0].data_ptr() == backing[0].data_ptr()
+    assert st[1] == ecstore.codes.ENOSPC and got[1] is None
+    assert st[2] == ecstore.codes.ENOTFOUND and got[2] is None
+
+
 def test_cuda_tensor_refused(store, uniq):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA")

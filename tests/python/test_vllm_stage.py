@@ -269,6 +269,41 @@ def test_one_rank_without_views_stages_straight_from_the_holder(hosts):
         wconn.shutdown()
 
 
+def test_direct_stage_lands_in_the_load_pool_and_keeps_to_its_cap(hosts):
+    """Read straight from the holders, items land in the worker's load pool
+    (faulted in up front; the old code read them into fresh memory, a page
+    fault per 4 KiB); a request whose row count is off (a wrong size
+    guess) still stages the right bytes; what does not fit load_pool_bytes
+    is never allocated, fails its stage and loads in the step from its
+    holder."""
+    item = 64 * 512 * 2
+    specs = ["g-0:64:512", "g-1:64:512", "g-2:80:512", "g-3:64:512"]  # g-2 has 80 rows
+    saved(hosts, 15, specs)
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False, load_pool_bytes=4 * item))
+    try:
+        reqs = [roles.request("r-%d" % i, [(s.split(":")[0], 64)]) for i, s in enumerate(specs)]  # all say 64
+        for r in reqs:
+            sched.ensure_cache_available(r, 0)
+        for r in reqs:
+            assert wait_ready(sched, r, 8.0)[0]
+        w = wconn.worker
+        staged = dict(w.staged)
+        in_pool = w.host.stats()["bytes_in_use"] if w.host is not None else 0
+        assert sum(t.numel() * t.element_size() for t, _ in staged.values()) <= 4 * item
+        assert len(staged) == 3 and in_pool >= 3 * item, (sorted(staged), in_pool)
+        assert w.row is not None and w.row[1] == (512,)  # learnt from the items
+        _, cache, _ = load_step(sched, wconn, reqs)
+        for s in specs:
+            h, rows = s.split(":")[0], int(s.split(":")[1])
+            assert torch.equal(bits(cache[h]), bits(roles.embedding(15, h, rows, 512, torch.bfloat16)))
+        st = wconn.get_ec_connector_stats().data
+        assert st["load_staged"] == 3
+        assert sched.take_unavailable_requests() == set()
+    finally:
+        sched.shutdown()
+        wconn.shutdown()
+
+
 def test_an_item_still_staging_at_its_prefetch_deadline_does_not_fail(hosts):
     """The prefetch deadline is for bringing an item here; once here, the
     stage has its own bound (stage_timeout_ms): an item staging past the

@@ -45,10 +45,6 @@ from .vllm_scheduler import host_id, make_marks
 from .vllm_stage import StageClient, channel_name
 
 
-#: Items read at a time when staging from their holders (sizes unknown
-#: until they come).
-_HOLDER_CHUNK = 8
-
 
 def _first_pp_rank():
     """True where this worker runs the model's first stage (the one that
