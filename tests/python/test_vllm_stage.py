@@ -182,6 +182,46 @@ def test_stage_channel_survives_garbage_and_refuses_other_users(hosts):
         wconn.shutdown()
 
 
+def test_a_worker_that_stops_reading_never_holds_vllms_scheduler(hosts):
+    """A peer of the stage channel that said its rank and then reads
+    nothing: once its socket buffer is full, each message to it waits (1 s)
+    before the hub cuts it off.  That wait is the prefetch thread's:
+    build_connector_meta, on vLLM's scheduler thread, stays quick (the old
+    code sent the drop messages from it, and one step took over a second),
+    and the real worker is still told."""
+    sched, wconn = instance(hosts.extra(hosts.b, zero_copy=False))
+    hub = sched.scheduler.hub
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        mute.settimeout(3.0)
+        mute.connect("\0" + hub_name(sched))
+        mute.sendall(b'{"rank": 1}\n')
+        deadline = time.monotonic() + 5.0
+        while hub.ranks() != {0, 1} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert hub.ranks() == {0, 1}
+        longest = 0.0
+        for step in range(40):  # ~40 KB of drops a step: the mute peer's buffer fills
+            with sched.scheduler.lock:
+                sched.scheduler.stage_drops.extend("d-%d-%04d-%s" % (step, i, "x" * 48) for i in range(600))
+            t0 = time.monotonic()
+            sched.build_connector_meta(roles.scheduler_output(None))
+            longest = max(longest, time.monotonic() - t0)
+            time.sleep(0.005)
+        deadline = time.monotonic() + 10.0
+        while hub.ranks() != {0} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert hub.ranks() == {0}, "the mute peer was never cut off"
+        assert longest < 0.2, "a step took %.2f s" % longest
+        saved(hosts, 16, ["m-1:64:512"])
+        assert wait_ready(sched, roles.request("r", [("m-1", 64)]), 8.0)[0]
+        assert "m-1" in wconn.worker.staged
+    finally:
+        mute.close()
+        sched.shutdown()
+        wconn.shutdown()
+
+
 def hub_name(sched):
     from ecstore.vllm_stage import channel_name
 

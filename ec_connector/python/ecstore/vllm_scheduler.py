@@ -123,7 +123,10 @@ class SchedulerSide:
         except (OSError, ValueError) as e:
             self.warn.warn("marks", "ecstore EC connector: no pending marks (%s)", e)
         self.hub = None
-        self.stage_drops = []  # staged items vLLM will not load: told to the workers at the next step
+        # staged items vLLM will not load: the prefetch thread tells the
+        # workers (after any stage message it sent for them; never vLLM's
+        # thread, which a worker's full socket would hold up)
+        self.stage_drops = []
         if is_consumer and py["stage"] and py["prefetch"]:
             try:
                 self.hub = StageHub(channel_name(vllm_config, py), self._staged, self._stage_gone, warn)
@@ -417,9 +420,8 @@ class SchedulerSide:
                         spec.req_ids.append(r)
             now = time.monotonic()
             self.absent = {h: t for h, t in self.absent.items() if t > now}
-            drops, self.stage_drops = self.stage_drops, []
-        if drops:
-            self.hub.drop(drops)
+            if self.stage_drops:
+                self.lock.notify_all()  # the prefetch thread tells the workers
         self.answers = {}
         meta = ECStoreConnectorMetadata(loads=list(self.loads.values()), saves=list(dict.fromkeys(self.saves)))
         self.loads = {}
@@ -601,8 +603,15 @@ class _Prefetcher:
             self.side.warn.warn("prefetch-open", "ecstore EC connector: prefetch cannot reach the store: %s", e)
         return self.local, self.remote
 
+    def _send_drops(self):
+        with self.side.lock:
+            drops, self.side.stage_drops = self.side.stage_drops, []
+        if drops and self.side.hub is not None:
+            self.side.hub.drop(drops)
+
     def _main(self):
         while not self.closed:
+            self._send_drops()
             self._release()
             self._refresh()
             with self.side.lock:
