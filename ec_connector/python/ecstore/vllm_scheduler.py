@@ -743,9 +743,12 @@ class _Prefetcher:
             return True, set(), True
         again = False
         direct = self._direct()
-        # 1. already on this host: pin it (not when the worker reads from
-        # the holders anyway: the staged copy keeps the item).
-        pinned = self._pin(local, todo) if not direct else {}
+        pulls = not direct and local is not None and remote is not None and time.monotonic() >= self.pull_off_until
+        # 1. already on this host: pin it.  Not when the worker reads from
+        # the holders anyway (the staged copy keeps the item), nor when the
+        # local server pulls: it answers for what it has already (one round
+        # trip less per pass).
+        pinned = self._pin(local, todo) if not (direct or pulls) else {}
         for h, (views, i) in pinned.items():
             old = self.pins.pop(h, None)
             self.pins[h] = (views, i)
@@ -862,10 +865,12 @@ class _Prefetcher:
             else:
                 self.side.warn.warn("prefetch-pull", "ecstore EC connector: prefetch pull: %s", e)
             return {}, [], keys, False
-        ok = [h for (h, _), st in zip(ask, sts) if st == 0]
+        # EINVAL: the holder is the local server itself (committed objects
+        # there were checked on their way in, as pulled ones are)
+        ok = [h for (h, _), st in zip(ask, sts) if st in (0, codes.EINVAL)]
         gone += [h for (h, _), st in zip(ask, sts) if st == codes.ENOTFOUND]
         busy = [h for (h, _), st in zip(ask, sts) if st == codes.EBUSY]
-        rest += [h for (h, _), st in zip(ask, sts) if st not in (0, codes.ENOTFOUND, codes.EBUSY)]
+        rest += [h for (h, _), st in zip(ask, sts) if st not in (0, codes.EINVAL, codes.ENOTFOUND, codes.EBUSY)]
         pinned = self._pin_ready(local, ok)
         with self.side.lock:
             self.side.stats.add("prefetch_pulled", len(pinned))
