@@ -55,6 +55,10 @@ LOOKUP, FETCHING, STAGING, READY = "lookup", "fetching", "staging", "ready"
 #: An item found absent stays known absent this long (vLLM encodes it; a
 #: request that wants it later looks again after).
 _ABSENT_S = 1.0
+#: A first look not settled by the prefetch thread within twice
+#: redis_timeout_ms, and at least this long, leaves the item to vLLM (the
+#: thread may be busy with other items' transfers meanwhile).
+_LOOKUP_MIN_S = 1.0
 
 #: Pause of the prefetch thread between tries of an item being saved, or
 #: after a store error.
@@ -234,12 +238,12 @@ class SchedulerSide:
         if not need:
             return True
         with self.lock:
-            unknown = list(dict.fromkeys(h for h in need if h not in self.items and self.absent.get(h, 0) <= now))
+            unknown = list(dict.fromkeys(h for h in need if h not in self.items and not self._known_absent(h, now)))
             if unknown and self.prefetcher is not None:
                 # The prefetch thread looks them up (one batch), never this
                 # thread: the request waits a step, vLLM's scheduler never
                 # waits for Redis.
-                end = now + max(0.05, 2 * self.py["redis_timeout_ms"] / 1e3)
+                end = now + max(_LOOKUP_MIN_S, 2 * self.py["redis_timeout_ms"] / 1e3)
                 for h in unknown:
                     it = self.items[h] = _Item(end, now)
                     it.state = LOOKUP
@@ -315,6 +319,8 @@ class SchedulerSide:
             for h, desc, n, local in specs:
                 it = self.items.get(h)
                 if it is None:
+                    if local:
+                        self._unpin(h)  # gone while the prefetch pinned it
                     continue
                 it.desc, it.nbytes, it.local = desc, max(0, n), local
                 if ranks and not (zero_copy and local):
@@ -344,12 +350,20 @@ class SchedulerSide:
                         self._stage_done_locked(it)
             self.lock.notify_all()
 
+    def _known_absent(self, h, now):
+        return self.absent.get(h, 0) > now
+
+    def _unpin(self, h):
+        """Lets go of h's pin, if the prefetch holds one (it may have pinned
+        h before h's item learnt it was local)."""
+        if self.prefetcher is not None:
+            self.prefetcher.unpin(h)
+
     def _absent_locked(self, h):
         """h's first look found it neither stored nor being saved."""
-        it = self.items.pop(h, None)
+        self.items.pop(h, None)
         self.absent[h] = time.monotonic() + _ABSENT_S
-        if it is not None and it.local and self.prefetcher is not None:
-            self.prefetcher.unpin(h)
+        self._unpin(h)
 
     def _fail_locked(self, h, why):
         it = self.items.pop(h, None)
@@ -361,8 +375,7 @@ class SchedulerSide:
         self.stats.add("prefetch_failed")
         self.warn.warn("prefetch", "ecstore EC connector: item %s unavailable (%s); requests %s fail (retryable)",
                        h, why, sorted(it.waiters))
-        if it.local and self.prefetcher is not None:
-            self.prefetcher.unpin(h)
+        self._unpin(h)
 
     def has_cache_item(self, identifier):
         """True when identifier is ready here, being fetched, stored or being
@@ -372,7 +385,7 @@ class SchedulerSide:
                 it = self.items.get(identifier)
                 if it is not None and it.state != LOOKUP:
                     found = True
-                elif it is None and self.absent.get(identifier, 0) > time.monotonic():
+                elif it is None and self._known_absent(identifier, time.monotonic()):
                     found = False
                 else:
                     found = None
@@ -436,8 +449,8 @@ class SchedulerSide:
         with self.lock:
             for h in done:
                 it = self.items.pop(h, None)
-                if it is not None and it.local and self.prefetcher is not None:
-                    self.prefetcher.unpin(h)
+                if it is not None:
+                    self._unpin(h)
                 if it is not None and self.hub is not None:
                     # loaded: a copy a worker staged too late (after the
                     # stage timeout) is nobody's now
@@ -464,8 +477,7 @@ class SchedulerSide:
                     it.waiters.discard(rid)
                     if not it.waiters:
                         self.items.pop(f.identifier, None)
-                        if it.local and self.prefetcher is not None:
-                            self.prefetcher.unpin(f.identifier)
+                        self._unpin(f.identifier)
                         if self.hub is not None:
                             self.stage_drops.append(f.identifier)  # staged for nobody now
         if not self.is_producer or not request.mm_features:
@@ -538,12 +550,15 @@ def _width(vllm_config, modality, mc):
 class _Prefetcher:
     """Brings items to this host's ecstore-server and pins them there.
 
-    For each item the scheduler hands it: a view of the item on the local
-    server (shm) pins it; for an item not there, the local server pulls it
-    from its holder (found through Redis), server to server, into its own
-    pool (one copy, no Python in the byte path), then it is pinned.  A
-    local server that cannot pull (older, or without Redis) gets it the old
-    way: read from the holder into this process, put into the local server.  Every TP rank and every vLLM instance on the host then reads
+    For each item the scheduler hands it, the local server pulls it from
+    its holder (found through Redis), server to server, into its own pool
+    (one copy, no Python in the byte path; the server answers at once for
+    an item it has), then a view (shm) pins it there; an item no holder
+    gave (Redis does not know it, or cannot be read) is pinned if the local
+    server has it all the same.  A local server that cannot pull (older,
+    or without Redis) is asked for views first, and gets the rest the old
+    way: read from the holder into this process, put into the local
+    server.  Every TP rank and every vLLM instance on the host then reads
     that one copy.  An item whose save is still pending is tried again
     every few ms.  Everything here runs on this one thread, which owns the
     pins (they belong to its connection)."""
@@ -561,6 +576,7 @@ class _Prefetcher:
         self.pull_off_until = 0.0  # the local server cannot pull: get+put until then
         self.next_open = 0.0
         self.done = []  # (h, desc, nbytes, local) ready this pass, see _ready
+        self.known = set()  # items this pass found stored or being saved
         self.thread = threading.Thread(target=self._main, name="ecstore-prefetch", daemon=True)
         self.thread.start()
 
@@ -661,10 +677,15 @@ class _Prefetcher:
             pin = fresh.get(h)
             if pin is None:
                 continue  # gone from the local server: the load will say so
-            prev = self.pins.pop(h)
-            self.pins[h] = pin
-            self.pinned_at[h] = now
-            prev[0].release_items([prev[1]])
+            self._hold(h, pin)
+
+    def _hold(self, h, pin):
+        """Keeps pin as h's, releasing the one held before."""
+        old = self.pins.pop(h, None)
+        self.pins[h] = pin
+        self.pinned_at[h] = time.monotonic()
+        if old is not None:
+            old[0].release_items([old[1]])
 
     def _release(self):
         while self.unpins:
@@ -713,9 +734,11 @@ class _Prefetcher:
     def _fetch(self, todo):
         """One pass over todo; True when something must be tried again soon.
         Then each of todo's first looks (LOOKUP) is settled: found (ready
-        or staging now), being saved or stored (FETCHING), or absent
-        (vLLM encodes it)."""
-        gone, unsure = set(), True
+        or staging now), being saved or known stored (FETCHING), or absent
+        (vLLM encodes it); one the pass could not tell (an error) is looked
+        at again, until its deadline leaves it to vLLM."""
+        gone, unsure, again = set(), True, True
+        self.known = set()
         try:
             again, gone, unsure = self._fetch_pass(todo)
         finally:
@@ -725,12 +748,14 @@ class _Prefetcher:
                     it = self.side.items.get(h)
                     if it is None or it.state != LOOKUP:
                         continue
-                    if h not in ready and (h in gone or unsure):
+                    if h in ready or h in self.known:
+                        self.side.stats.add("prefetches")
+                        it.state = FETCHING  # ready ones leave it at _flush_ready
+                        it.deadline = it.t0 + self.py["prefetch_timeout_ms"] / 1e3
+                    elif h in gone or unsure:
                         self.side._absent_locked(h)
-                        continue
-                    self.side.stats.add("prefetches")
-                    it.state = FETCHING  # ready ones leave it at _flush_ready
-                    it.deadline = it.t0 + self.py["prefetch_timeout_ms"] / 1e3
+                    else:
+                        again = True
                 self.side.lock.notify_all()
         return again
 
@@ -748,15 +773,7 @@ class _Prefetcher:
         # the holders anyway (the staged copy keeps the item), nor when the
         # local server pulls: it answers for what it has already (one round
         # trip less per pass).
-        pinned = self._pin(local, todo) if not (direct or pulls) else {}
-        for h, (views, i) in pinned.items():
-            old = self.pins.pop(h, None)
-            self.pins[h] = (views, i)
-            self.pinned_at[h] = time.monotonic()
-            if old is not None:
-                old[0].release_items([old[1]])
-            if not self._ready(h, views.descs[i], views.nbytes[i], True):
-                self.unpins.append(h)
+        pinned = self._pin_here(local, todo) if not (direct or pulls) else {}
         missing = [h for h in todo if h not in pinned]
         if not missing:
             return False, set(), False
@@ -770,10 +787,14 @@ class _Prefetcher:
         if self.side.marks is not None:
             try:
                 pend = dict(zip(missing, self.side.marks.pending(missing)))
+                self.known.update(h for h, p in pend.items() if p)
             except ConnectionError:
                 pend = {h: True for h in missing}  # unknown: keep trying until the deadline
                 unsure = True
+        looked = list(missing)
         gone, missing = [], list(missing)
+        if unsure and pulls:
+            missing = []  # Redis cannot be read: only the local server can say (below)
         if direct:
             gone, missing = self._direct_ready(remote, missing)
         if missing and local is not None and time.monotonic() >= self.pull_off_until:
@@ -784,6 +805,13 @@ class _Prefetcher:
             got, lost, more = self._get_put(local, remote, missing)
             gone += lost
             again |= more
+        if pulls:
+            # What no holder gave (Redis does not know it, or cannot be
+            # read) may be on the local server all the same.
+            ready = {d[0] for d in self.done}
+            left = [h for h in looked if h not in ready and (unsure or not pend.get(h))]
+            here = self._pin_here(local, left) if left else {}
+            gone = [h for h in gone if h not in here]
         # 3. not stored anywhere (yet): pending, or gone.
         out = set()
         if gone:
@@ -823,17 +851,22 @@ class _Prefetcher:
         rest = [h for h, loc in zip(keys, locs) if loc[0] not in (0, codes.ENOTFOUND)]
         return gone, rest
 
+    def _pin_here(self, local, keys):
+        """Pins those of keys on the local server and marks them ready;
+        returns {key: pin} of those."""
+        pinned = self._pin(local, keys)
+        for h, pin in pinned.items():
+            self._hold(h, pin)
+            if not self._ready(h, pin[0].descs[pin[1]], pin[0].nbytes[pin[1]], True):
+                self.unpins.append(h)
+        return pinned
+
     def _pin_ready(self, local, keys):
         """Pins keys just brought to the local server and marks them ready;
         returns the ones pinned.  The bytes were checked on their way in
         (by the pull's server, or the get), so the pin does not read them
         all again."""
-        pinned = self._pin(self.local_nv or local, keys)
-        for h, pin in pinned.items():
-            self.pins[h] = pin
-            self.pinned_at[h] = time.monotonic()
-            if not self._ready(h, pin[0].descs[pin[1]], pin[0].nbytes[pin[1]], True):
-                self.unpins.append(h)
+        pinned = self._pin_here(self.local_nv or local, keys)
         with self.side.lock:
             self.side.stats.add("prefetch_bytes", sum(pin[0].nbytes[pin[1]] for pin in pinned.values()))
         return pinned
@@ -851,6 +884,7 @@ class _Prefetcher:
             self.side.warn.warn("prefetch-locate", "ecstore EC connector: prefetch locate: %s", e)
             return {}, [], keys, False
         ask = [(h, loc[1]) for h, loc in zip(keys, locs) if loc[0] == 0]
+        self.known.update(h for h, _ in ask)
         gone = [h for h, loc in zip(keys, locs) if loc[0] == codes.ENOTFOUND]
         rest = [h for h, loc in zip(keys, locs) if loc[0] not in (0, codes.ENOTFOUND)]
         if not ask:
@@ -890,6 +924,7 @@ class _Prefetcher:
         again = False
         pinned = {}
         hits = [(h, t) for h, t, st in zip(keys, tensors, statuses) if st == 0 and t is not None]
+        self.known.update(h for h, _ in hits)
         if hits and local is not None:
             try:
                 st = local.batch_put_tensors([h for h, _ in hits], [t for _, t in hits])

@@ -684,10 +684,12 @@ class WorkerSide:
                 res, sts = store.batch_get_tensors([h for h, _ in guess], outs=[t for _, t in guess],
                                                    with_status=True)
                 for (h, g), t, st in zip(guess, res, sts):
-                    if st == 0 and t is not None:
+                    n = g.numel() * g.element_size()
+                    if st == 0 and t is not None and t.numel() * t.element_size() == n:
                         got[h] = t
-                    else:
-                        room[0] += g.numel() * g.element_size()  # a wrong guess: its block goes back
+                    else:  # a wrong guess (smaller, or larger than the item): its block goes back
+                        room[0] += n
+                guess = res = g = t = None  # (the blocks of wrong guesses are freed here)
                 rest = [h for h in rest if h not in got]
             if rest:
                 res, sts = store.batch_get_tensors(rest, alloc=take, with_status=True)
