@@ -577,6 +577,7 @@ class _Prefetcher:
         self.next_open = 0.0
         self.done = []  # (h, desc, nbytes, local) ready this pass, see _ready
         self.known = set()  # items this pass found stored or being saved
+        self.marks_down = False  # this pass could not read the pending marks
         self.thread = threading.Thread(target=self._main, name="ecstore-prefetch", daemon=True)
         self.thread.start()
 
@@ -739,6 +740,7 @@ class _Prefetcher:
         at again, until its deadline leaves it to vLLM."""
         gone, unsure, again = set(), True, True
         self.known = set()
+        self.marks_down = False
         try:
             again, gone, unsure = self._fetch_pass(todo)
         finally:
@@ -757,6 +759,8 @@ class _Prefetcher:
                     else:
                         again = True
                 self.side.lock.notify_all()
+        if self.marks_down:
+            time.sleep(_ERROR_BACKOFF_S)  # Redis cannot be read: not every 2 ms
         return again
 
     def _fetch_pass(self, todo):
@@ -790,11 +794,12 @@ class _Prefetcher:
                 self.known.update(h for h, p in pend.items() if p)
             except ConnectionError:
                 pend = {h: True for h in missing}  # unknown: keep trying until the deadline
-                unsure = True
+                unsure = self.marks_down = True
         looked = list(missing)
         gone, missing = [], list(missing)
         if unsure and pulls:
             missing = []  # Redis cannot be read: only the local server can say (below)
+            again = True
         if direct:
             gone, missing = self._direct_ready(remote, missing)
         if missing and local is not None and time.monotonic() >= self.pull_off_until:
