@@ -439,6 +439,8 @@ def test_item_on_this_host_loads_with_redis_frozen(hosts):
     sched = roles.scheduler(roles.vllm_config("ec_consumer", extra))
     wconn = worker(extra)
     try:
+        # the prefetch has its stores open (and can pull) before Redis freezes
+        assert wait_ready(sched, roles.request("warm", [("lf-never", 8)]), 5.0)[0]
         hosts.redis.pause()
         req = roles.request("r", [("lf-1", 32)])
         ok, _, longest = wait_ready(sched, req, 5.0)

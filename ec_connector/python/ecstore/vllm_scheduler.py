@@ -652,7 +652,9 @@ class _Prefetcher:
                     it = self.side.items.get(h)
                     if it is not None:
                         it.busy = False
-            if again:
+            if self.marks_down:
+                time.sleep(_ERROR_BACKOFF_S)  # Redis cannot be read: not every 2 ms
+            elif again:
                 time.sleep(_POLL_S)
         self._release()
         for views, i in list(self.pins.values()):
@@ -750,17 +752,17 @@ class _Prefetcher:
                     it = self.side.items.get(h)
                     if it is None or it.state != LOOKUP:
                         continue
-                    if h in ready or h in self.known:
+                    if h not in ready and (h in gone or (unsure and h not in self.known)):
+                        self.side._absent_locked(h)  # (located, then gone: not coming either)
+                    elif h in ready or h in self.known:
                         self.side.stats.add("prefetches")
                         it.state = FETCHING  # ready ones leave it at _flush_ready
                         it.deadline = it.t0 + self.py["prefetch_timeout_ms"] / 1e3
-                    elif h in gone or unsure:
-                        self.side._absent_locked(h)
+                    elif time.monotonic() >= it.deadline:
+                        self.side._absent_locked(h)  # not told in time: vLLM encodes it
                     else:
                         again = True
                 self.side.lock.notify_all()
-        if self.marks_down:
-            time.sleep(_ERROR_BACKOFF_S)  # Redis cannot be read: not every 2 ms
         return again
 
     def _fetch_pass(self, todo):
