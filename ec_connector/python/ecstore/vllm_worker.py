@@ -45,7 +45,6 @@ from .vllm_scheduler import host_id, make_marks
 from .vllm_stage import StageClient, channel_name
 
 
-
 def _first_pp_rank():
     """True where this worker runs the model's first stage (the one that
     loads encoder outputs); True outside a distributed run."""
@@ -707,7 +706,7 @@ class WorkerSide:
                 t = got.get(h)
                 if t is not None and not self.closed and h not in self.staged:
                     if rows_of[h] and t.dim() >= 1 and t.shape[0] == rows_of[h]:
-                        self.row = (_t.describe(t)[2], tuple(t.shape[1:]))
+                        self._learn_row(t)
                     self._staged_put_locked(h, t, now)
                     ok.append(h)
                 elif h in self.staged:
@@ -715,6 +714,14 @@ class WorkerSide:
                 else:
                     bad.append(h)
         return ok, bad
+
+    def _learn_row(self, t):
+        """The model's row (dtype code, one embedding's shape) from an item
+        of the expected rows: the next items' size guess."""
+        try:
+            self.row = (_t.describe(t)[2], tuple(t.shape[1:]))
+        except EcstoreError:
+            pass  # a dtype ecstore cannot name: keep the old guess
 
     def _stage_open(self, remote=False):
         """The stage thread's Stores: the connector's servers, or (remote)
