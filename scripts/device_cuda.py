@@ -289,6 +289,30 @@ def connector_config(extra, real, dev):
     return types.SimpleNamespace(ec_transfer_config=tc, model_config=None)
 
 
+def load_step(conn, ev, specs, src, dev):
+    """One load step of the worker connector for specs: (returned s, on the
+    device s, missing hashes, items on dev, wrong bytes of the loaded ones)."""
+    conn.bind_connector_metadata(ev.ECStoreConnectorMetadata(loads=specs))
+    cache = {}
+    t0 = time.perf_counter()
+    conn.start_load_caches(cache)
+    t_ret = time.perf_counter() - t0
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    t_done = time.perf_counter() - t0
+    missing, on_dev, wrong = [], 0, 0
+    for h, t in src.items():
+        got = cache.get(h)
+        if got is None:
+            missing.append(h)
+            continue
+        on_dev += got.device.type == dev.type
+        a = got.contiguous().view(torch.uint8).reshape(-1).cpu()
+        b = t.contiguous().view(torch.uint8).reshape(-1).cpu()
+        wrong += int((a != b).sum().item()) if a.numel() == b.numel() else max(a.numel(), b.numel())
+    return t_ret, t_done, missing, on_dev, wrong
+
+
 def connector(args, dev, report, protocol="tcp"):
     out = {"protocol": protocol}
     report["connector" if protocol == "tcp" else "connector_" + protocol] = out
@@ -360,28 +384,10 @@ def connector(args, dev, report, protocol="tcp"):
         pool = None
         good = True
         for rnd in ("load", "load_again"):
-            meta = ev.ECStoreConnectorMetadata(loads=[ev.ECStoreLoadSpec(h, args.tokens, ["r%d" % i],
-                                                                         local=(protocol == "shm"))
-                                                      for i, h in enumerate(src)])
-            conn.bind_connector_metadata(meta)
-            cache = {}
-            t0 = time.perf_counter()
-            conn.start_load_caches(cache)
-            t_ret = time.perf_counter() - t0
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t_done = time.perf_counter() - t0
-            wrong, missing_items, on_dev = 0, 0, 0
-            for h, t in src.items():
-                got = cache.get(h)
-                if got is None:
-                    missing_items += 1
-                    continue
-                on_dev += got.device.type == dev.type
-                a = got.contiguous().view(torch.uint8).reshape(-1).cpu()
-                b = t.contiguous().view(torch.uint8).reshape(-1).cpu()
-                wrong += int((a != b).sum().item()) if a.numel() == b.numel() else max(a.numel(), b.numel())
-            del cache
+            specs = [ev.ECStoreLoadSpec(h, args.tokens, ["r%d" % i], local=(protocol == "shm"))
+                     for i, h in enumerate(src)]
+            t_ret, t_done, missing, on_dev, wrong = load_step(conn, ev, specs, src, dev)
+            missing_items = len(missing)
             pool = getattr(getattr(conn, "worker", None), "host", None)
             out[rnd] = {"returned_ms": t_ret * 1e3, "on_device_ms": t_done * 1e3, "missing": missing_items,
                         "on_%s" % dev.type: on_dev, "wrong_bytes": wrong}
@@ -400,26 +406,9 @@ def connector(args, dev, report, protocol="tcp"):
             t0 = time.perf_counter()
             staged, failed = side._stage_fetch(specs)
             t_stage = time.perf_counter() - t0
-            meta = ev.ECStoreConnectorMetadata(loads=[ev.ECStoreLoadSpec(h, args.tokens, ["s%d" % i])
-                                                      for i, h in enumerate(src)])
-            conn.bind_connector_metadata(meta)
-            cache = {}
-            t0 = time.perf_counter()
-            conn.start_load_caches(cache)
-            t_ret = time.perf_counter() - t0
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t_done = time.perf_counter() - t0
-            wrong = on_dev = 0
-            for h, t in src.items():
-                got = cache.get(h)
-                if got is None:
-                    wrong += t.numel() * 2
-                    continue
-                on_dev += got.device.type == dev.type
-                wrong += int((got.view(torch.uint8).reshape(-1).cpu() != t.view(torch.uint8).reshape(-1).cpu())
-                             .sum().item())
-            del cache
+            specs = [ev.ECStoreLoadSpec(h, args.tokens, ["s%d" % i]) for i, h in enumerate(src)]
+            t_ret, t_done, missing, on_dev, wrong = load_step(conn, ev, specs, src, dev)
+            wrong += sum(src[h].numel() * 2 for h in missing)  # a missing item: all its bytes wrong
             out["load_staged"] = {"staged": len(staged), "failed": len(failed), "stage_ms": t_stage * 1e3,
                                   "returned_ms": t_ret * 1e3, "on_device_ms": t_done * 1e3,
                                   "on_%s" % dev.type: on_dev, "wrong_bytes": wrong}

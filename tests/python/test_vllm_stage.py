@@ -25,11 +25,16 @@ def instance(extra):
     sched = ECConnectorFactory.create_connector(cfg, ECConnectorRole.SCHEDULER)
     wconn = ECConnectorFactory.create_connector(cfg, ECConnectorRole.WORKER)
     assert wconn.worker.stager.connected.wait(5.0), "the worker never reached its scheduler's stage channel"
-    deadline = time.monotonic() + 5.0
-    while not sched.scheduler.hub.ranks() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: sched.scheduler.hub.ranks())
     assert sched.scheduler.hub.ranks() == {0}
     return sched, wconn
+
+
+def wait_for(cond, timeout_s=5.0):
+    """Polls cond every 10 ms until it is true or timeout_s passed."""
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def hold_stage(wconn, then_copy=False):
@@ -196,9 +201,7 @@ def test_a_worker_that_stops_reading_never_holds_vllms_scheduler(hosts):
         mute.settimeout(3.0)
         mute.connect("\0" + hub_name(sched))
         mute.sendall(b'{"rank": 1}\n')
-        deadline = time.monotonic() + 5.0
-        while hub.ranks() != {0, 1} and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: hub.ranks() == {0, 1})
         assert hub.ranks() == {0, 1}
         longest = 0.0
         for step in range(40):  # ~40 KB of drops a step: the mute peer's buffer fills
@@ -208,9 +211,7 @@ def test_a_worker_that_stops_reading_never_holds_vllms_scheduler(hosts):
             sched.build_connector_meta(roles.scheduler_output(None))
             longest = max(longest, time.monotonic() - t0)
             time.sleep(0.005)
-        deadline = time.monotonic() + 10.0
-        while hub.ranks() != {0} and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: hub.ranks() == {0}, 10.0)
         assert hub.ranks() == {0}, "the mute peer was never cut off"
         assert longest < 0.2, "a step took %.2f s" % longest
         saved(hosts, 16, ["m-1:64:512"])
@@ -276,9 +277,7 @@ def test_a_finished_request_drops_what_was_staged_for_it(hosts):
         assert "f-1" in wconn.worker.staged
         sched.request_finished(req)
         sched.build_connector_meta(roles.scheduler_output(None))
-        deadline = time.monotonic() + 5.0
-        while "f-1" in wconn.worker.staged and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: "f-1" not in wconn.worker.staged)
         assert wconn.worker.staged == {} and wconn.worker.staged_bytes == 0
     finally:
         sched.shutdown()
@@ -374,13 +373,9 @@ def test_a_copy_staged_after_its_load_is_dropped(hosts):
         _, cache, _ = load_step(sched, wconn, [req])  # a copy in the step
         assert "l-1" in cache
         late.set()  # now the worker stages it
-        deadline = time.monotonic() + 5.0
-        while "l-1" not in wconn.worker.staged and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: "l-1" in wconn.worker.staged)
         sched.build_connector_meta(roles.scheduler_output(None))  # the next step
-        deadline = time.monotonic() + 5.0
-        while "l-1" in wconn.worker.staged and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: "l-1" not in wconn.worker.staged)
         assert wconn.worker.staged == {} and wconn.worker.staged_bytes == 0
     finally:
         late.set()
